@@ -1,0 +1,320 @@
+/* Decode attention (SPEC §1.1), flash-decoding: split-K partials + merge.
+ *
+ * Build options (set by host/attention_decode.c):
+ *   Q_DTYPE, KV_DTYPE, O_DTYPE  dtype codes of q, K/V, o
+ *   HEAD_DIM                    D (64, 128, 256)
+ *   GROUP                       query heads served per work-group (<= G, <= 8)
+ *   EPL                         head-dim elements held per lane; TPR = D / EPL lanes
+ *                               cooperate on one K/V row (TPR > 1 needs warp shuffles)
+ *   WG_SIZE                     work-group size; NRG = WG_SIZE / TPR rows in flight
+ *   UNROLL                      rows per row-group per loop iteration
+ *   VEC_ALIGNED                 1: K/V rows are 16-byte aligned (vector loads)
+ *   MERGE_WG                    work-group size of the merge kernel
+ *
+ * A work-group handles one (sequence, KV head, head group, split): it reads each K/V row
+ * of its token range once and uses it for all GROUP query heads (the GQA saving). Each
+ * row-group of TPR lanes keeps its own online-softmax state, so the main loop needs no
+ * barrier; the row-groups are merged once at the end through local memory. Logits are
+ * kept in base 2 (q is pre-scaled by scale * log2 e). */
+
+#define TPR (HEAD_DIM / EPL)
+#define NRG (WG_SIZE / TPR)
+#define KV_T CLKV_STORAGE(KV_DTYPE)
+#define Q_T CLKV_STORAGE(Q_DTYPE)
+#define O_T CLKV_STORAGE(O_DTYPE)
+#define RED_ROWS (NRG > 1 ? NRG / 2 : 1)
+
+#if TPR > 1 && !defined(CLKV_NVIDIA_PTX)
+#error "TPR > 1 (several lanes per K/V row) needs the NVIDIA warp-shuffle path"
+#endif
+
+#if TPR > 1
+/* Lanes of a row-group own interleaved 16-byte chunks so that each load instruction of
+ * a row-group covers a contiguous span of the row: chunk c of lane ln starts at element
+ * (c * TPR + ln) * VW. */
+#define VW CLKV_VEC16(KV_DTYPE)
+#define NCH (EPL / VW)
+#define ELEM(c, j, ln) (((c) * TPR + (ln)) * VW + (j))
+#define UNROLL_LOOP _Pragma("unroll")
+#else
+/* One lane holds the whole row: plain element loops the CPU compiler vectorizes. */
+#define VW 1
+#define NCH EPL
+#define ELEM(c, j, ln) (c)
+#define UNROLL_LOOP
+#endif
+
+inline float row_sum(float x) {
+#if TPR > 1
+    UNROLL_LOOP
+    for (int o = TPR / 2; o > 0; o >>= 1)
+        x += clkv_shfl_xor(x, o);
+#endif
+    return x;
+}
+
+#if TPR > 1
+inline uint4 load_chunk(__global const KV_T *p, long row, int c, int ln) {
+    long e = row + (long)ELEM(c, 0, ln);
+#if VEC_ALIGNED
+    return clkv_load_raw_aligned(p, e * (long)sizeof(KV_T));
+#elif KV_DTYPE == CLKV_DT_F32
+    return clkv_load_raw_u32((__global const uint *)p, e);
+#else
+    return clkv_load_raw_u16((__global const ushort *)p, e);
+#endif
+}
+#endif
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+attention_decode_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh,
+                         __global const KV_T *k, long k_off, long k_sb, long k_sh, long k_sl,
+                         __global const KV_T *v, long v_off, long v_sb, long v_sh, long v_sl,
+                         __global const int *lengths, long len_off, int has_lengths,
+                         int max_len, int Hq, int G, int nhg, int chunk, int num_splits,
+                         float scale_log2, __global float *part_acc, long ml_off) {
+    __global float *part_ml = part_acc + ml_off;
+    const int lid = (int)get_local_id(0);
+    const int split = (int)get_group_id(0);
+    const int kvh = (int)get_group_id(1) / nhg;
+    const int hg = (int)get_group_id(1) % nhg;
+    const int b = (int)get_group_id(2);
+    const int rg = lid / TPR;
+    const int ln = lid % TPR;
+
+    int len = max_len;
+    if (has_lengths)
+        len = clamp(lengths[len_off + b], 0, max_len);
+    const int start = split * chunk;
+    const int end = min(start + chunk, len);
+    const int h0 = kvh * G + hg * GROUP;
+    const int ng = min(GROUP, G - hg * GROUP);
+
+    float qr[GROUP][EPL];
+    UNROLL_LOOP
+    for (int g = 0; g < GROUP; g++) {
+        const long qrow = q_off + (long)b * q_sb + (long)min(h0 + g, h0 + ng - 1) * q_sh;
+        UNROLL_LOOP
+        for (int c = 0; c < NCH; c++) {
+            UNROLL_LOOP
+            for (int j = 0; j < VW; j++)
+                qr[g][c * VW + j] =
+                    g < ng ? CLKV_LOAD(Q_DTYPE)(q, qrow + ELEM(c, j, ln)) * scale_log2 : 0.0f;
+        }
+    }
+
+    float m[GROUP], l[GROUP], acc[GROUP][EPL];
+    UNROLL_LOOP
+    for (int g = 0; g < GROUP; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+        UNROLL_LOOP
+        for (int e = 0; e < EPL; e++)
+            acc[g][e] = 0.0f;
+    }
+
+    const long kb = k_off + (long)b * k_sb + (long)kvh * k_sh;
+    const long vb = v_off + (long)b * v_sb + (long)kvh * v_sh;
+    for (int base = start; base < end; base += NRG * UNROLL) {
+        float s[UNROLL][GROUP];
+        int valid[UNROLL];
+#if TPR > 1
+        uint4 kr[UNROLL][NCH], vr[UNROLL][NCH];
+        UNROLL_LOOP
+        for (int u = 0; u < UNROLL; u++) {
+            const int j = base + u * NRG + rg;
+            valid[u] = j < end;
+            const int jj = valid[u] ? j : start; /* keep loads in bounds and uniform */
+            UNROLL_LOOP
+            for (int c = 0; c < NCH; c++) {
+                kr[u][c] = load_chunk(k, kb + (long)jj * k_sl, c, ln);
+                vr[u][c] = load_chunk(v, vb + (long)jj * v_sl, c, ln);
+            }
+        }
+        UNROLL_LOOP
+        for (int u = 0; u < UNROLL; u++) {
+            float kx[EPL];
+            UNROLL_LOOP
+            for (int c = 0; c < NCH; c++) {
+                UNROLL_LOOP
+                for (int j = 0; j < VW; j++)
+                    kx[c * VW + j] = CLKV_RAW_ELEM(KV_DTYPE)(kr[u][c], j);
+            }
+            UNROLL_LOOP
+            for (int g = 0; g < GROUP; g++) {
+                float d = 0.0f;
+                UNROLL_LOOP
+                for (int e = 0; e < EPL; e++)
+                    d = fma(qr[g][e], kx[e], d);
+                d = row_sum(d);
+                s[u][g] = valid[u] ? d : -INFINITY;
+            }
+        }
+#else
+        UNROLL_LOOP
+        for (int u = 0; u < UNROLL; u++) {
+            const int j = base + u * NRG + rg;
+            valid[u] = j < end;
+            const long row = kb + (long)(valid[u] ? j : start) * k_sl;
+            float d[GROUP];
+            for (int g = 0; g < GROUP; g++)
+                d[g] = 0.0f;
+            for (int e = 0; e < EPL; e++) {
+                const float kx = CLKV_LOAD(KV_DTYPE)(k, row + e);
+                for (int g = 0; g < GROUP; g++)
+                    d[g] = fma(qr[g][e], kx, d[g]);
+            }
+            for (int g = 0; g < GROUP; g++)
+                s[u][g] = valid[u] ? d[g] : -INFINITY;
+        }
+#endif
+        /* Rescale only when the running max grows (rare after the first rows). */
+        UNROLL_LOOP
+        for (int g = 0; g < GROUP; g++) {
+            float mb = s[0][g];
+            UNROLL_LOOP
+            for (int u = 1; u < UNROLL; u++)
+                mb = fmax(mb, s[u][g]);
+            if (mb > m[g]) {
+                const float f = m[g] == -INFINITY ? 0.0f : exp2(m[g] - mb);
+                l[g] *= f;
+                UNROLL_LOOP
+                for (int e = 0; e < EPL; e++)
+                    acc[g][e] *= f;
+                m[g] = mb;
+            }
+        }
+        UNROLL_LOOP
+        for (int u = 0; u < UNROLL; u++) {
+            float p[GROUP];
+            UNROLL_LOOP
+            for (int g = 0; g < GROUP; g++) {
+                p[g] = valid[u] ? exp2(s[u][g] - m[g]) : 0.0f;
+                l[g] += p[g];
+            }
+#if TPR > 1
+            UNROLL_LOOP
+            for (int c = 0; c < NCH; c++) {
+                UNROLL_LOOP
+                for (int j = 0; j < VW; j++) {
+                    const float vx = CLKV_RAW_ELEM(KV_DTYPE)(vr[u][c], j);
+                    UNROLL_LOOP
+                    for (int g = 0; g < GROUP; g++)
+                        acc[g][c * VW + j] = fma(p[g], vx, acc[g][c * VW + j]);
+                }
+            }
+#else
+            const long row = vb + (long)(valid[u] ? base + u * NRG + rg : start) * v_sl;
+            for (int e = 0; e < EPL; e++) {
+                const float vx = CLKV_LOAD(KV_DTYPE)(v, row + e);
+                for (int g = 0; g < GROUP; g++)
+                    acc[g][e] = fma(p[g], vx, acc[g][e]);
+            }
+#endif
+        }
+    }
+
+    /* Merge the NRG row-group states: common max per head, then a tree sum of acc. */
+    __local float red_ml[NRG][GROUP][2];
+    __local float red_acc[RED_ROWS][GROUP][HEAD_DIM];
+    if (ln == 0) {
+        for (int g = 0; g < GROUP; g++) {
+            red_ml[rg][g][0] = m[g];
+            red_ml[rg][g][1] = l[g];
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float mt[GROUP], lt[GROUP];
+    UNROLL_LOOP
+    for (int g = 0; g < GROUP; g++) {
+        float mx = -INFINITY;
+        for (int r = 0; r < NRG; r++)
+            mx = fmax(mx, red_ml[r][g][0]);
+        float sum = 0.0f;
+        for (int r = 0; r < NRG; r++) {
+            const float mr = red_ml[r][g][0];
+            sum += mr == -INFINITY ? 0.0f : red_ml[r][g][1] * exp2(mr - mx);
+        }
+        mt[g] = mx;
+        lt[g] = sum;
+        const float f = m[g] == -INFINITY ? 0.0f : exp2(m[g] - mx);
+        UNROLL_LOOP
+        for (int e = 0; e < EPL; e++)
+            acc[g][e] *= f;
+    }
+    for (int span = NRG / 2; span > 0; span >>= 1) {
+        if (rg >= span && rg < 2 * span) {
+            for (int g = 0; g < GROUP; g++) {
+                UNROLL_LOOP
+                for (int c = 0; c < NCH; c++) {
+                    UNROLL_LOOP
+                    for (int j = 0; j < VW; j++)
+                        red_acc[rg - span][g][ELEM(c, j, ln)] = acc[g][c * VW + j];
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (rg < span) {
+            for (int g = 0; g < GROUP; g++) {
+                UNROLL_LOOP
+                for (int c = 0; c < NCH; c++) {
+                    UNROLL_LOOP
+                    for (int j = 0; j < VW; j++)
+                        acc[g][c * VW + j] += red_acc[rg][g][ELEM(c, j, ln)];
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (rg == 0) {
+        for (int g = 0; g < ng; g++) {
+            const long idx = ((long)b * Hq + h0 + g) * num_splits + split;
+            UNROLL_LOOP
+            for (int c = 0; c < NCH; c++) {
+                UNROLL_LOOP
+                for (int j = 0; j < VW; j++)
+                    part_acc[idx * HEAD_DIM + ELEM(c, j, ln)] = acc[g][c * VW + j];
+            }
+            if (ln == 0) {
+                part_ml[idx * 2] = mt[g];
+                part_ml[idx * 2 + 1] = lt[g];
+            }
+        }
+    }
+}
+
+/* One work-group per (query head, sequence): combine the splits' (m, l, acc). */
+__kernel __attribute__((reqd_work_group_size(MERGE_WG, 1, 1))) void
+attention_decode_merge(__global const float *part_acc, long ml_off,
+                       int num_splits, int Hq, __global O_T *o, long o_off, long o_sb, long o_sh,
+                       __global float *lse, long lse_off, long lse_sb, long lse_sh,
+                       int has_lse) {
+    __global const float *part_ml = part_acc + ml_off;
+    const int h = (int)get_group_id(0);
+    const int b = (int)get_group_id(1);
+    const int lid = (int)get_local_id(0);
+    const long base = ((long)b * Hq + h) * num_splits;
+
+    float mx = -INFINITY;
+    for (int s = 0; s < num_splits; s++)
+        mx = fmax(mx, part_ml[(base + s) * 2]);
+    float sum = 0.0f;
+    for (int s = 0; s < num_splits; s++) {
+        const float ms = part_ml[(base + s) * 2];
+        sum += ms == -INFINITY ? 0.0f : part_ml[(base + s) * 2 + 1] * exp2(ms - mx);
+    }
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const long orow = o_off + (long)b * o_sb + (long)h * o_sh;
+    for (int d = lid; d < HEAD_DIM; d += MERGE_WG) {
+        float a = 0.0f;
+        for (int s = 0; s < num_splits; s++) {
+            const float ms = part_ml[(base + s) * 2];
+            if (ms != -INFINITY)
+                a = fma(exp2(ms - mx), part_acc[(base + s) * HEAD_DIM + d], a);
+        }
+        CLKV_STORE(O_DTYPE)(o, orow + d, a * inv);
+    }
+    if (has_lse && lid == 0)
+        lse[lse_off + (long)b * lse_sb + (long)h * lse_sh] =
+            sum > 0.0f ? (mx + log2(sum)) * CLKV_LN2 : -INFINITY;
+}

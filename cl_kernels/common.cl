@@ -1,0 +1,135 @@
+/* clkv prelude: prepended to every kernel file by the program cache.
+ *
+ * Storage dtypes use the codes of clkv_dtype: 0 f32, 1 f16, 2 bf16. All arithmetic is
+ * f32; 16-bit values are widened exactly and narrowed with round-to-nearest-even.
+ * CLKV_NVIDIA_PTX is defined by the host only where inline PTX was verified to work;
+ * every PTX helper has a portable path. */
+
+#define CLKV_DT_F32 0
+#define CLKV_DT_F16 1
+#define CLKV_DT_BF16 2
+
+#define CLKV_CAT_(a, b) a##b
+#define CLKV_CAT(a, b) CLKV_CAT_(a, b)
+
+/* Storage type of a dtype code: CLKV_STORAGE(KV_DTYPE) with -DKV_DTYPE=2 gives ushort. */
+#define CLKV_STORAGE_0 float
+#define CLKV_STORAGE_1 half
+#define CLKV_STORAGE_2 ushort
+#define CLKV_STORAGE(dt) CLKV_CAT(CLKV_STORAGE_, dt)
+
+/* Elements per 16-byte vector of a dtype code. */
+#define CLKV_VEC16_0 4
+#define CLKV_VEC16_1 8
+#define CLKV_VEC16_2 8
+#define CLKV_VEC16(dt) CLKV_CAT(CLKV_VEC16_, dt)
+
+#define CLKV_LOG2E 1.4426950408889634f
+#define CLKV_LN2 0.6931471805599453f
+
+/* ---- scalar conversions ---- */
+
+inline float clkv_bf16_to_f32(ushort x) {
+    return as_float((uint)x << 16);
+}
+
+inline ushort clkv_f32_to_bf16(float f) {
+    uint u = as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (ushort)((u >> 16) | 0x40u); /* NaN stays NaN (quiet) */
+    return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+inline float clkv_f16_bits_to_f32(uint h) {
+#ifdef CLKV_NVIDIA_PTX
+    float f;
+    ushort hs = (ushort)h;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(hs));
+    return f;
+#else
+    ushort hs = (ushort)h;
+    return vload_half(0, (const __private half *)&hs);
+#endif
+}
+
+/* Load element i of a buffer of dtype code `dt` as f32. */
+inline float clkv_load_0(__global const float *p, long i) {
+    return p[i];
+}
+inline float clkv_load_1(__global const half *p, long i) {
+    return vload_half((size_t)i, p);
+}
+inline float clkv_load_2(__global const ushort *p, long i) {
+    return clkv_bf16_to_f32(p[i]);
+}
+#define CLKV_LOAD(dt) CLKV_CAT(clkv_load_, dt)
+
+/* Store f32 x as element i of a buffer of dtype code `dt` (RNE). */
+inline void clkv_store_0(__global float *p, long i, float x) {
+    p[i] = x;
+}
+inline void clkv_store_1(__global half *p, long i, float x) {
+    vstore_half_rte(x, (size_t)i, p);
+}
+inline void clkv_store_2(__global ushort *p, long i, float x) {
+    p[i] = clkv_f32_to_bf16(x);
+}
+#define CLKV_STORE(dt) CLKV_CAT(clkv_store_, dt)
+
+/* ---- 16-byte raw vectors: loaded once, widened element by element at use ---- */
+
+/* Element j (0 <= j < CLKV_VEC16(dt)) of a raw 16-byte vector as f32. j must be a
+ * compile-time constant after unrolling so the selection folds away. */
+inline float clkv_raw_elem_0(uint4 r, int j) {
+    uint w = j == 0 ? r.s0 : j == 1 ? r.s1 : j == 2 ? r.s2 : r.s3;
+    return as_float(w);
+}
+inline float clkv_raw_elem_1(uint4 r, int j) {
+    uint w = (j >> 1) == 0 ? r.s0 : (j >> 1) == 1 ? r.s1 : (j >> 1) == 2 ? r.s2 : r.s3;
+    return clkv_f16_bits_to_f32((j & 1) ? (w >> 16) : (w & 0xffffu));
+}
+inline float clkv_raw_elem_2(uint4 r, int j) {
+    uint w = (j >> 1) == 0 ? r.s0 : (j >> 1) == 1 ? r.s1 : (j >> 1) == 2 ? r.s2 : r.s3;
+    return as_float((j & 1) ? (w & 0xffff0000u) : (w << 16));
+}
+#define CLKV_RAW_ELEM(dt) CLKV_CAT(clkv_raw_elem_, dt)
+
+/* 16 bytes starting at element i of p, which must be 16-byte aligned. */
+inline uint4 clkv_load_raw_aligned(__global const void *p, long byte_off) {
+    return *(__global const uint4 *)((__global const uchar *)p + byte_off);
+}
+
+/* The same 16 bytes assembled from element loads, for rows that are not 16-byte aligned. */
+inline uint4 clkv_load_raw_u16(__global const ushort *p, long i) {
+    return (uint4)((uint)p[i] | ((uint)p[i + 1] << 16), (uint)p[i + 2] | ((uint)p[i + 3] << 16),
+                   (uint)p[i + 4] | ((uint)p[i + 5] << 16), (uint)p[i + 6] | ((uint)p[i + 7] << 16));
+}
+inline uint4 clkv_load_raw_u32(__global const uint *p, long i) {
+    return (uint4)(p[i], p[i + 1], p[i + 2], p[i + 3]);
+}
+
+/* ---- cross-lane sums inside a warp (NVIDIA) ---- */
+#ifdef CLKV_NVIDIA_PTX
+inline float clkv_shfl_xor(float x, int lane_mask) {
+    float r;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;"
+                 : "=f"(r)
+                 : "f"(x), "r"(lane_mask));
+    return r;
+}
+#endif
+
+/* ---- online softmax (base-2 logits) ---- */
+
+/* Merge partial state (m2, l2) into (m, l): returns the factor the old accumulator must
+ * be multiplied by; *f2 receives the factor for the second accumulator. m = -inf marks
+ * an empty state; two empty states stay empty without NaN. */
+inline float clkv_softmax_merge(float *m, float *l, float m2, float l2, float *f2) {
+    float mn = fmax(*m, m2);
+    float f1 = (*m == -INFINITY) ? 0.0f : exp2(*m - mn);
+    float g = (m2 == -INFINITY) ? 0.0f : exp2(m2 - mn);
+    *l = *l * f1 + l2 * g;
+    *m = mn;
+    *f2 = g;
+    return f1;
+}

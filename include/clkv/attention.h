@@ -1,0 +1,89 @@
+/* clkv attention operators (SPEC §1).
+ */
+#ifndef CLKV_ATTENTION_H
+#define CLKV_ATTENTION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "clkv/context.h"
+#include "clkv/status.h"
+#include "clkv/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Decode attention (SPEC §1.1), flash-decoding style.
+ *
+ * For every sequence b and query head h (KV head h / G, G = Hq / Hkv):
+ *   z_j = scale * <q[b,h], K[b,h/G,j]>            for j < len[b]
+ *   LSE = log(sum_j exp(z_j))                        (natural log)
+ *   o[b,h] = sum_j exp(z_j - LSE) * V[b,h/G,j]
+ * A sequence with len[b] = 0 gives o = 0 and LSE = -inf (never NaN).
+ *
+ * Tensors (strides in elements, last dim contiguous):
+ *   q       [B, Hq, D]       f32 | f16 | bf16
+ *   k, v    [B, Hkv, L, D]   f32 | f16 | bf16, same dtype for both. HND ([B,H,L,D] storage)
+ *                            or NHD ([B,L,H,D] storage, see clkv_tensor_4d_nhd) or any
+ *                            other strides.
+ *   lengths [B]              i32, device buffer, 0 <= lengths[b] <= min(L, max_length).
+ *                            Absent (buf NULL): every sequence has max_length tokens.
+ *   o       [B, Hq, D]       f32 | f16 | bf16 (any of them, independent of q and k/v)
+ *   lse     [B, Hq]          f32, optional (buf NULL: not computed)
+ * D must be 64, 128 or 256. Hq must be a multiple of Hkv.
+ *
+ * Arithmetic is f32 (16-bit inputs are widened exactly); the K/V range of each KV head
+ * is split over work-groups (split-K) whose partial (max, sum, acc) are merged by a
+ * second kernel, with the split count chosen from the device's compute units and
+ * max_length. Each work-group reads a K/V tile once for all G query heads of its KV head
+ * (up to 8 at a time; a group of more than 8 heads reads K/V ceil(G/8) times).
+ * Scratch memory comes from the context's workspace (see
+ * clkv_attention_decode_workspace_size); the call enqueues two kernels on the
+ * context's queue and returns without waiting.
+ */
+typedef struct clkv_attention_decode_args {
+    clkv_tensor q;
+    clkv_tensor k;
+    clkv_tensor v;
+    clkv_tensor lengths;
+    clkv_tensor o;
+    clkv_tensor lse;
+    /* Host-side upper bound of lengths[] (<= L), used to size the launch so a decode loop
+     * never reads device memory back. -1: L. Lengths above it are clamped to it. */
+    int64_t max_length;
+    /* Softmax scale; 0 means 1/sqrt(D). Must be finite. */
+    float scale;
+    /* Split count; 0 chooses from the device and max_length. Forced values are clamped
+     * to [1, max_length] (used by tests and benchmarks). */
+    int32_t num_splits;
+} clkv_attention_decode_args;
+
+#define CLKV_ATTENTION_DECODE_ARGS_INIT                                                            \
+    {                                                                                              \
+        .q = {0}, .k = {0}, .v = {0}, .lengths = {0}, .o = {0}, .lse = {0}, .max_length = -1,      \
+        .scale = 0.0f, .num_splits = 0                                                             \
+    }
+
+/* Validate `args` and enqueue decode attention. `done` (optional) receives an event
+ * that completes with the last kernel; the caller releases it.
+ * Errors (nothing enqueued, nothing written): CLKV_ERR_ARG_NULL (ctx, args, a required
+ * buffer), CLKV_ERR_ARG_DTYPE, CLKV_ERR_ARG_SHAPE (dims disagree, Hq % Hkv != 0),
+ * CLKV_ERR_ARG_UNSUPPORTED (D not in {64, 128, 256}), CLKV_ERR_ARG_RANGE (max_length >
+ * L, non-finite scale, negative num_splits), CLKV_ERR_ARG_STRIDE, CLKV_ERR_ARG_ALIGNMENT,
+ * CLKV_ERR_ARG_BUFFER_SIZE, CLKV_ERR_ARG_OVERFLOW; build and launch failures as OpenCL
+ * codes (build log in clkv_last_build_log), CLKV_ERR_LOCAL_MEMORY. */
+clkv_status clkv_attention_decode(clkv_context *ctx, const clkv_attention_decode_args *args,
+                                  cl_event *done);
+
+/* Bytes of workspace clkv_attention_decode(ctx, args) will use (validates args the same
+ * way). Pass the result to clkv_context_reserve_workspace to preallocate. */
+clkv_status clkv_attention_decode_workspace_size(clkv_context *ctx,
+                                                 const clkv_attention_decode_args *args,
+                                                 size_t *bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CLKV_ATTENTION_H */

@@ -1,0 +1,181 @@
+/* Context lifetime: own or wrapped OpenCL objects, device record, cache settings. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/internal.h"
+
+#define MAX_DEVICES 64
+
+static void configure_cache(clkv_context *ctx) {
+    const char *off = getenv("CLKV_CACHE");
+    ctx->disk_cache_enabled =
+        !(off && (strcmp(off, "0") == 0 || strcmp(off, "off") == 0 || strcmp(off, "OFF") == 0));
+    const char *dir = getenv("CLKV_CACHE_DIR");
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    if (dir && *dir)
+        snprintf(ctx->cache_dir, sizeof ctx->cache_dir, "%s", dir);
+    else if (xdg && *xdg)
+        snprintf(ctx->cache_dir, sizeof ctx->cache_dir, "%s/clkv", xdg);
+    else if (home && *home)
+        snprintf(ctx->cache_dir, sizeof ctx->cache_dir, "%s/.cache/clkv", home);
+    else
+        ctx->disk_cache_enabled = 0;
+}
+
+static clkv_context *context_alloc(void) {
+    clkv_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return NULL;
+    const char *log = getenv("CLKV_LOG");
+    ctx->log_enabled = log && *log && strcmp(log, "0") != 0;
+    configure_cache(ctx);
+    return ctx;
+}
+
+/* Copies the context's last message to the thread slot, for callers that get no ctx. */
+static clkv_status fail_create(clkv_context *ctx, clkv_status st) {
+    if (ctx) {
+        clkv__fail(NULL, st, "%s", ctx->last_error);
+        clkv_context_destroy(ctx);
+    }
+    return st;
+}
+
+clkv_status clkv_context_create(const char *selector, clkv_context **out) {
+    if (!out)
+        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "out: pointer for the new context is NULL");
+    *out = NULL;
+    clkv_device_ref refs[MAX_DEVICES];
+    int n = clkv__enumerate_devices(refs, MAX_DEVICES);
+    if (n == 0)
+        return clkv__fail(NULL, CLKV_ERR_NO_DEVICE,
+                          "no OpenCL platform or device found (install an ICD, e.g. "
+                          "pocl-opencl-icd; scripts/install-deps.sh does)");
+    char why[512] = "";
+    int i = clkv__select_device(refs, n, selector, why, sizeof why);
+    if (i < 0)
+        return clkv__fail(NULL, CLKV_ERR_ARG_DEVICE, "%s", why);
+
+    clkv_context *ctx = context_alloc();
+    if (!ctx)
+        return clkv__fail(NULL, CLKV_ERR_OUT_OF_HOST_MEMORY, "context allocation");
+    ctx->platform = refs[i].platform;
+    ctx->device = refs[i].device;
+    cl_int err;
+    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)ctx->platform, 0};
+    ctx->cl_ctx = clCreateContext(props, 1, &ctx->device, NULL, NULL, &err);
+    if (err != CL_SUCCESS) {
+        ctx->cl_ctx = NULL;
+        return fail_create(ctx, clkv__fail_cl(ctx, err, "clCreateContext"));
+    }
+    ctx->queue = clCreateCommandQueue(ctx->cl_ctx, ctx->device, CL_QUEUE_PROFILING_ENABLE, &err);
+    if (err != CL_SUCCESS) {
+        ctx->queue = NULL;
+        return fail_create(ctx, clkv__fail_cl(ctx, err, "clCreateCommandQueue"));
+    }
+    clkv_status st = clkv__device_probe(ctx);
+    if (st != CLKV_OK)
+        return fail_create(ctx, st);
+    clkv__log(ctx, "context: platform %d device %d (%s)", refs[i].platform_index,
+              refs[i].device_index, ctx->info.device_name);
+    *out = ctx;
+    return CLKV_OK;
+}
+
+clkv_status clkv_context_create_from_cl(cl_context context, cl_device_id device,
+                                        cl_command_queue queue, clkv_context **out) {
+    if (!out)
+        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "out: pointer for the new context is NULL");
+    *out = NULL;
+    if (!context)
+        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "context: cl_context is NULL");
+    if (!device)
+        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "device: cl_device_id is NULL");
+    if (!queue)
+        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "queue: cl_command_queue is NULL");
+    cl_context qctx = NULL;
+    cl_device_id qdev = NULL;
+    cl_command_queue_properties qprops = 0;
+    cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qctx, &qctx, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof qdev, &qdev, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof qprops, &qprops, NULL);
+    if (err != CL_SUCCESS)
+        return clkv__fail(NULL, err, "queue: not a valid command queue (%s)",
+                          clkv_status_string(err));
+    if (qctx != context || qdev != device)
+        return clkv__fail(NULL, CLKV_ERR_ARG_RANGE,
+                          "queue: belongs to another context or device than the ones passed");
+    if (qprops & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
+        return clkv__fail(NULL, CLKV_ERR_ARG_RANGE,
+                          "queue: is out-of-order; clkv needs an in-order queue");
+    cl_platform_id platform = NULL;
+    err = clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL);
+    if (err != CL_SUCCESS)
+        return clkv__fail(NULL, err, "device: not a valid device (%s)", clkv_status_string(err));
+
+    clkv_context *ctx = context_alloc();
+    if (!ctx)
+        return clkv__fail(NULL, CLKV_ERR_OUT_OF_HOST_MEMORY, "context allocation");
+    /* Retained here, released in destroy: the caller's reference counts end as they began. */
+    clRetainContext(context);
+    clRetainCommandQueue(queue);
+    ctx->cl_ctx = context;
+    ctx->queue = queue;
+    ctx->device = device;
+    ctx->platform = platform;
+    clkv_status st = clkv__device_probe(ctx);
+    if (st != CLKV_OK)
+        return fail_create(ctx, st);
+    *out = ctx;
+    return CLKV_OK;
+}
+
+void clkv_context_destroy(clkv_context *ctx) {
+    if (!ctx)
+        return;
+    clkv__program_cache_clear(ctx);
+    if (ctx->workspace)
+        clReleaseMemObject(ctx->workspace);
+    if (ctx->queue)
+        clReleaseCommandQueue(ctx->queue);
+    if (ctx->cl_ctx)
+        clReleaseContext(ctx->cl_ctx);
+    free(ctx->build_log);
+    free(ctx);
+}
+
+clkv_status clkv_context_finish(clkv_context *ctx) {
+    if (!ctx)
+        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
+    cl_int err = clFinish(ctx->queue);
+    return err == CL_SUCCESS ? CLKV_OK : clkv__fail_cl(ctx, err, "clFinish");
+}
+
+const clkv_device_info *clkv_context_device_info(const clkv_context *ctx) {
+    return ctx ? &ctx->info : NULL;
+}
+
+cl_context clkv_context_cl_context(const clkv_context *ctx) {
+    return ctx ? ctx->cl_ctx : NULL;
+}
+
+cl_command_queue clkv_context_queue(const clkv_context *ctx) {
+    return ctx ? ctx->queue : NULL;
+}
+
+cl_device_id clkv_context_device(const clkv_context *ctx) {
+    return ctx ? ctx->device : NULL;
+}
+
+clkv_status clkv_context_cache_stats(const clkv_context *ctx, clkv_cache_stats *out) {
+    if (!ctx)
+        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
+    if (!out)
+        return clkv__fail((clkv_context *)ctx, CLKV_ERR_ARG_NULL, "out: stats pointer is NULL");
+    *out = ctx->stats;
+    return CLKV_OK;
+}

@@ -1,0 +1,196 @@
+/* Internal runtime interface shared by runtime/, host/, tools/ and tests/.
+ * Not installed; not part of the public API. */
+#ifndef CLKV_RUNTIME_INTERNAL_H
+#define CLKV_RUNTIME_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "clkv.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define CLKV_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define CLKV_PRINTF(a, b)
+#endif
+
+#define CLKV_ERROR_MAX 2048
+
+struct clkv_program_entry; /* runtime/program_cache.c */
+
+struct clkv_context {
+    cl_platform_id platform;
+    cl_device_id device;
+    cl_context cl_ctx;
+    cl_command_queue queue;
+    clkv_device_info info;
+
+    char last_error[CLKV_ERROR_MAX];
+    char *build_log; /* of the last failed build, malloc'd */
+
+    struct clkv_program_entry *programs; /* in-memory program cache (linked list) */
+    clkv_cache_stats stats;
+    int disk_cache_enabled;
+    char cache_dir[1024];
+
+    cl_mem workspace;
+    size_t workspace_bytes;
+
+    int log_enabled;
+};
+
+/* ---- errors and logging (runtime/status.c) ---- */
+
+/* Record a message for `ctx` (or the thread-local message when ctx is NULL) and return
+ * `status`. The message should name the argument and the problem. */
+clkv_status clkv__fail(clkv_context *ctx, clkv_status status, const char *fmt, ...)
+    CLKV_PRINTF(3, 4);
+
+/* Record "what: CL_ERROR_NAME (code)" for an OpenCL failure and return `err`. */
+clkv_status clkv__fail_cl(clkv_context *ctx, cl_int err, const char *what);
+
+/* Debug log to stderr when CLKV_LOG=1 (ctx may be NULL: then the environment decides). */
+void clkv__log(const clkv_context *ctx, const char *fmt, ...) CLKV_PRINTF(2, 3);
+
+/* ---- kernel sources (runtime/kernel_sources.c) ---- */
+
+/* The text of cl_kernels/<file> (embedded, or read from $CLKV_KERNEL_DIR). *text is
+ * malloc'd and NUL-terminated; the caller frees it. CLKV_ERR_KERNEL_SOURCE if absent. */
+clkv_status clkv__kernel_source(clkv_context *ctx, const char *file, char **text, size_t *len);
+
+/* ---- -D option sets ---- */
+
+#define CLKV_DEFS_MAX 32
+#define CLKV_DEF_LEN 96
+
+typedef struct clkv_defs {
+    int count;
+    char items[CLKV_DEFS_MAX][CLKV_DEF_LEN]; /* each "NAME=VALUE" or "NAME" */
+} clkv_defs;
+
+void clkv__defs_init(clkv_defs *d);
+/* Add "NAME=VALUE" (value printed as an integer). Silently ignores overflow of the
+ * table: the program key then still includes everything added before; the table is
+ * large enough for every kernel in the library. */
+void clkv__defs_int(clkv_defs *d, const char *name, long long value);
+void clkv__defs_str(clkv_defs *d, const char *name, const char *value);
+
+/* ---- programs and kernels (runtime/program_cache.c) ---- */
+
+/* The kernel `kernel_name` from cl_kernels/<file> built with the prelude common.cl and
+ * the given -D set (plus the context's own defines, e.g. CLKV_NVIDIA_PTX). Programs are
+ * cached in memory per context and on disk; the returned kernel is owned by the cache
+ * (do not release it). A build failure returns CL_BUILD_PROGRAM_FAILURE with the log in
+ * clkv_last_build_log(ctx). */
+clkv_status clkv__get_kernel(clkv_context *ctx, const char *file, const clkv_defs *defs,
+                             const char *kernel_name, cl_kernel *out);
+
+/* Drop the in-memory program cache (tests use it to exercise the disk cache). */
+void clkv__program_cache_clear(clkv_context *ctx);
+
+/* Path of the on-disk cache file for a program (tests corrupt it on purpose). Returns 0
+ * and fills `path` (size `cap`) when the disk cache is enabled. */
+int clkv__disk_cache_path(clkv_context *ctx, const char *file, const clkv_defs *defs, char *path,
+                          size_t cap);
+
+/* ---- launching (runtime/launch.c) ---- */
+
+/* Set kernel arguments: nargs pairs of (size_t size, const void *ptr). */
+clkv_status clkv__set_args(clkv_context *ctx, cl_kernel kernel, const char *label, int nargs, ...);
+#define CLKV_ARG(x) sizeof(x), (const void *)&(x)
+
+/* Check the kernel's local memory (static + `dynamic_local` bytes) against the device,
+ * then enqueue it on ctx->queue. `local` may be NULL. `done` (may be NULL) receives the
+ * event. CLKV_ERR_LOCAL_MEMORY names the kernel and both sizes. */
+clkv_status clkv__launch(clkv_context *ctx, cl_kernel kernel, const char *label, cl_uint dims,
+                         const size_t *global, const size_t *local, size_t dynamic_local,
+                         cl_event *done);
+
+/* Local-memory check alone. */
+clkv_status clkv__check_local_mem(clkv_context *ctx, cl_kernel kernel, const char *label,
+                                  size_t dynamic_local);
+
+/* ---- workspace (runtime/workspace.c) ---- */
+
+/* A workspace buffer of at least `bytes` (grown on demand, reused across calls). */
+clkv_status clkv__workspace(clkv_context *ctx, size_t bytes, cl_mem *out);
+
+/* Round `bytes` up to the workspace sub-allocation alignment (256). */
+size_t clkv__ws_align(size_t bytes);
+
+/* ---- tensor validation (runtime/tensor.c) ---- */
+
+#define CLKV_DTYPE_BIT(d) (1u << (unsigned)(d))
+#define CLKV_FLOAT_DTYPES                                                                          \
+    (CLKV_DTYPE_BIT(CLKV_F32) | CLKV_DTYPE_BIT(CLKV_F16) | CLKV_DTYPE_BIT(CLKV_BF16))
+
+/* Checks a required tensor: buf non-NULL, dtype in `dtype_mask`, ndim == `ndim`, dims >= 0,
+ * strides >= 0 with the last == 1, offset a multiple of the element size, the highest byte
+ * touched fits in 64 bits and in the buffer (CL_MEM_SIZE). Messages start with `name`. */
+clkv_status clkv__check_tensor(clkv_context *ctx, const clkv_tensor *t, const char *name, int ndim,
+                               uint32_t dtype_mask);
+
+/* Same, but an absent tensor (buf NULL) is accepted (returns CLKV_OK). */
+clkv_status clkv__check_optional_tensor(clkv_context *ctx, const clkv_tensor *t, const char *name,
+                                        int ndim, uint32_t dtype_mask);
+
+/* Requires t->dims[i] == expected; message "name: dims[i] = X, expected E (why)". */
+clkv_status clkv__check_dim(clkv_context *ctx, const clkv_tensor *t, const char *name, int i,
+                            int64_t expected, const char *why);
+
+/* One past the highest byte the descriptor touches (0 for an empty tensor); returns -1
+ * on 64-bit overflow. */
+int clkv__tensor_extent(const clkv_tensor *t, uint64_t *bytes);
+
+/* Byte offset in elements (offset / element size), as kernels take it. */
+cl_long clkv__elem_offset(const clkv_tensor *t);
+
+/* 1 when offset and every stride except the last are multiples of `elems` elements, so
+ * rows may be read with `elems`-wide aligned vector loads. */
+int clkv__rows_aligned(const clkv_tensor *t, int64_t elems);
+
+/* ---- device (runtime/device.c) ---- */
+
+/* Fill ctx->info (and probe inline PTX on NVIDIA). */
+clkv_status clkv__device_probe(clkv_context *ctx);
+
+/* Enumerate all (platform, device) pairs; used by `clkv devices` and selection.
+ * Returns the number found (0 if none); fills up to `cap` entries. */
+typedef struct clkv_device_ref {
+    cl_platform_id platform;
+    cl_device_id device;
+    int platform_index;
+    int device_index;
+    cl_device_type type;
+} clkv_device_ref;
+int clkv__enumerate_devices(clkv_device_ref *refs, int cap);
+
+/* The index into refs of the device `selector` picks (NULL/"": $CLKV_DEVICE, else default
+ * rule), or -1 with a message in `why`. */
+int clkv__select_device(const clkv_device_ref *refs, int n, const char *selector, char *why,
+                        size_t why_cap);
+
+/* ---- hashing (runtime/sha256.c) ---- */
+
+typedef struct clkv_sha256 {
+    uint32_t h[8];
+    uint64_t total;
+    uint8_t buf[64];
+    size_t used;
+} clkv_sha256;
+
+void clkv__sha256_init(clkv_sha256 *s);
+void clkv__sha256_update(clkv_sha256 *s, const void *data, size_t n);
+void clkv__sha256_final(clkv_sha256 *s, uint8_t out[32]);
+void clkv__sha256(const void *data, size_t n, uint8_t out[32]);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CLKV_RUNTIME_INTERNAL_H */
