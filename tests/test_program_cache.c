@@ -1,0 +1,288 @@
+/* Program cache: in-memory hits, on-disk hits, corrupt / truncated / mismatched disk
+ * entries rebuilt, build failures with the log, and the local-memory budget check. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "runtime/internal.h"
+#include "util/test_util.h"
+
+static char tmp_root[256];
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
+    assert_int_equal(fclose(f), 0);
+}
+
+static long file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* A context whose disk cache lives in a fresh directory of its own. */
+static clkv_context *context_with_cache(const char *sub) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", tmp_root, sub);
+    setenv("CLKV_CACHE_DIR", dir, 1);
+    unsetenv("CLKV_CACHE");
+    clkv_context *ctx = tu_context_create();
+    unsetenv("CLKV_CACHE_DIR");
+    return ctx;
+}
+
+static void get_probe_kernel(clkv_context *ctx, long tag, cl_kernel *k) {
+    clkv_defs defs;
+    clkv__defs_init(&defs);
+    clkv__defs_int(&defs, "Q_DTYPE", 0);
+    clkv__defs_int(&defs, "KV_DTYPE", 2);
+    clkv__defs_int(&defs, "O_DTYPE", 0);
+    clkv__defs_int(&defs, "HEAD_DIM", 64);
+    clkv__defs_int(&defs, "GROUP", 1);
+    clkv__defs_int(&defs, "EPL", 64);
+    clkv__defs_int(&defs, "WG_SIZE", 16);
+    clkv__defs_int(&defs, "UNROLL", 1);
+    clkv__defs_int(&defs, "VEC_ALIGNED", 0);
+    clkv__defs_int(&defs, "MERGE_WG", 64);
+    clkv__defs_int(&defs, "CLKV_TEST_TAG", tag); /* a program no other test builds */
+    TU_CHECK_OK(ctx,
+                clkv__get_kernel(ctx, "attention_decode.cl", &defs, "attention_decode_merge", k));
+}
+
+static void probe_path(clkv_context *ctx, long tag, char *path, size_t cap) {
+    clkv_defs defs;
+    clkv__defs_init(&defs);
+    clkv__defs_int(&defs, "Q_DTYPE", 0);
+    clkv__defs_int(&defs, "KV_DTYPE", 2);
+    clkv__defs_int(&defs, "O_DTYPE", 0);
+    clkv__defs_int(&defs, "HEAD_DIM", 64);
+    clkv__defs_int(&defs, "GROUP", 1);
+    clkv__defs_int(&defs, "EPL", 64);
+    clkv__defs_int(&defs, "WG_SIZE", 16);
+    clkv__defs_int(&defs, "UNROLL", 1);
+    clkv__defs_int(&defs, "VEC_ALIGNED", 0);
+    clkv__defs_int(&defs, "MERGE_WG", 64);
+    clkv__defs_int(&defs, "CLKV_TEST_TAG", tag);
+    assert_int_equal(clkv__disk_cache_path(ctx, "attention_decode.cl", &defs, path, cap), 0);
+}
+
+static clkv_cache_stats stats(clkv_context *ctx) {
+    clkv_cache_stats s;
+    TU_CHECK_OK(ctx, clkv_context_cache_stats(ctx, &s));
+    return s;
+}
+
+/* Options given in any order name the same program. */
+static void test_memory_hit_and_option_order(void **state) {
+    (void)state;
+    clkv_context *ctx = context_with_cache("mem");
+    cl_kernel k1, k2;
+    get_probe_kernel(ctx, 1, &k1);
+    clkv_cache_stats s1 = stats(ctx);
+    assert_int_equal(s1.builds + s1.disk_hits, 1);
+
+    clkv_defs defs;
+    clkv__defs_init(&defs);
+    clkv__defs_int(&defs, "CLKV_TEST_TAG", 1);
+    clkv__defs_int(&defs, "MERGE_WG", 64);
+    clkv__defs_int(&defs, "VEC_ALIGNED", 0);
+    clkv__defs_int(&defs, "UNROLL", 1);
+    clkv__defs_int(&defs, "WG_SIZE", 16);
+    clkv__defs_int(&defs, "EPL", 64);
+    clkv__defs_int(&defs, "GROUP", 1);
+    clkv__defs_int(&defs, "HEAD_DIM", 64);
+    clkv__defs_int(&defs, "O_DTYPE", 0);
+    clkv__defs_int(&defs, "KV_DTYPE", 2);
+    clkv__defs_int(&defs, "Q_DTYPE", 0);
+    TU_CHECK_OK(ctx,
+                clkv__get_kernel(ctx, "attention_decode.cl", &defs, "attention_decode_merge", &k2));
+    clkv_cache_stats s2 = stats(ctx);
+    assert_ptr_equal(k1, k2);
+    assert_int_equal(s2.memory_hits, s1.memory_hits + 1);
+    assert_int_equal(s2.builds, s1.builds);
+    clkv_context_destroy(ctx);
+}
+
+static void test_disk_hit_and_rebuilds(void **state) {
+    (void)state;
+    clkv_context *ctx = context_with_cache("disk");
+    char path[1200];
+    probe_path(ctx, 2, path, sizeof path);
+    unlink(path);
+
+    cl_kernel k;
+    get_probe_kernel(ctx, 2, &k); /* miss: build from source, store */
+    clkv_cache_stats s = stats(ctx);
+    assert_int_equal(s.builds, 1);
+    long size = file_size(path);
+    assert_true(size > 0);
+
+    clkv__program_cache_clear(ctx); /* verified disk hit */
+    get_probe_kernel(ctx, 2, &k);
+    s = stats(ctx);
+    assert_int_equal(s.disk_hits, 1);
+    assert_int_equal(s.builds, 1);
+
+    /* Flip one byte of the binary: the stored digest no longer matches. */
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, size - 3, SEEK_SET), 0);
+    int c = fgetc(f);
+    assert_int_equal(fseek(f, size - 3, SEEK_SET), 0);
+    fputc(c ^ 0x5a, f);
+    fclose(f);
+    clkv__program_cache_clear(ctx);
+    get_probe_kernel(ctx, 2, &k);
+    s = stats(ctx);
+    assert_int_equal(s.disk_rejected, 1);
+    assert_int_equal(s.builds, 2);
+    assert_int_equal(file_size(path), size); /* rewritten whole */
+
+    /* Truncate it. */
+    assert_int_equal(truncate(path, size / 2), 0);
+    clkv__program_cache_clear(ctx);
+    get_probe_kernel(ctx, 2, &k);
+    s = stats(ctx);
+    assert_int_equal(s.disk_rejected, 2);
+    assert_int_equal(s.builds, 3);
+
+    /* An entry made for another key (another program's file under this name). */
+    char other[1200];
+    cl_kernel k3;
+    get_probe_kernel(ctx, 3, &k3);
+    probe_path(ctx, 3, other, sizeof other);
+    assert_int_equal(rename(other, path), 0);
+    clkv__program_cache_clear(ctx);
+    get_probe_kernel(ctx, 2, &k);
+    s = stats(ctx);
+    assert_int_equal(s.disk_rejected, 3);
+
+    /* Garbage that is not an entry at all. */
+    write_text(path, "not a program binary");
+    clkv__program_cache_clear(ctx);
+    get_probe_kernel(ctx, 2, &k);
+    s = stats(ctx);
+    assert_int_equal(s.disk_rejected, 4);
+
+    /* And the rebuilt entry is trusted again. */
+    clkv__program_cache_clear(ctx);
+    get_probe_kernel(ctx, 2, &k);
+    assert_int_equal(stats(ctx).disk_hits, s.disk_hits + 1);
+    clkv_context_destroy(ctx);
+}
+
+static void test_disk_cache_off(void **state) {
+    (void)state;
+    setenv("CLKV_CACHE", "off", 1);
+    clkv_context *ctx = tu_context_create();
+    unsetenv("CLKV_CACHE");
+    char path[1200];
+    clkv_defs defs;
+    clkv__defs_init(&defs);
+    assert_int_equal(clkv__disk_cache_path(ctx, "attention_decode.cl", &defs, path, sizeof path),
+                     -1);
+    clkv_context_destroy(ctx);
+}
+
+/* Kernel files from a scratch CLKV_KERNEL_DIR. */
+static void kernel_dir_with(const char *file, const char *text) {
+    char dir[512], path[700];
+    snprintf(dir, sizeof dir, "%s/kernels", tmp_root);
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/common.cl", dir);
+    write_text(path, "/* empty prelude */\n");
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    write_text(path, text);
+    setenv("CLKV_KERNEL_DIR", dir, 1);
+}
+
+static void test_build_failure_keeps_log(void **state) {
+    (void)state;
+    kernel_dir_with("broken.cl",
+                    "__kernel void broken(__global float *x) { x[0] = y_undeclared; }\n");
+    setenv("CLKV_CACHE", "0", 1);
+    clkv_context *ctx = tu_context_create();
+    cl_kernel k = NULL;
+    clkv_status st = clkv__get_kernel(ctx, "broken.cl", NULL, "broken", &k);
+    unsetenv("CLKV_KERNEL_DIR");
+    unsetenv("CLKV_CACHE");
+    assert_int_equal(st, CL_BUILD_PROGRAM_FAILURE);
+    assert_string_equal(clkv_status_string(st), "CL_BUILD_PROGRAM_FAILURE");
+    assert_non_null(strstr(clkv_last_error(ctx), "broken.cl"));
+    assert_non_null(strstr(clkv_last_build_log(ctx), "y_undeclared"));
+
+    /* A missing file is its own error, naming the file. */
+    st = clkv__get_kernel(ctx, "no_such_file.cl", NULL, "x", &k);
+    assert_int_equal(st, CLKV_ERR_KERNEL_SOURCE);
+    assert_non_null(strstr(clkv_last_error(ctx), "no_such_file.cl"));
+    clkv_context_destroy(ctx);
+}
+
+static void test_local_memory_budget(void **state) {
+    (void)state;
+    clkv_context *ctx0 = tu_context_create();
+    const clkv_device_info *info = clkv_context_device_info(ctx0);
+    const unsigned long long static_limit = info->static_local_mem_bytes;
+    const unsigned long long dyn_limit = info->local_mem_bytes;
+    clkv_context_destroy(ctx0);
+
+    char src[512];
+    snprintf(src, sizeof src,
+             "__kernel void big(__global float *x, __local float *scratch) {\n"
+             "  __local float arr[%llu];\n"
+             "  arr[get_local_id(0)] = x[0]; scratch[0] = 1.0f;\n"
+             "  barrier(CLK_LOCAL_MEM_FENCE);\n"
+             "  x[get_local_id(0)] = arr[0] + arr[%llu - 1] + scratch[0];\n"
+             "}\n",
+             static_limit / 4 + 256, static_limit / 4 + 256);
+    kernel_dir_with("big_local.cl", src);
+    setenv("CLKV_CACHE", "0", 1);
+    clkv_context *ctx = tu_context_create();
+    cl_kernel k = NULL;
+    clkv_status st = clkv__get_kernel(ctx, "big_local.cl", NULL, "big", &k);
+    unsetenv("CLKV_KERNEL_DIR");
+    unsetenv("CLKV_CACHE");
+    if (st == CL_BUILD_PROGRAM_FAILURE && clkv_context_device_info(ctx)->nvidia_ptx) {
+        /* NVIDIA's compiler itself refuses static local beyond the hardware limit. */
+        clkv_context_destroy(ctx);
+        return;
+    }
+    TU_CHECK_OK(ctx, st);
+    cl_mem buf = tu_buffer_create(ctx, 4096);
+    TU_CHECK_CL(clSetKernelArg(k, 0, sizeof buf, &buf));
+    TU_CHECK_CL(clSetKernelArg(k, 1, 64, NULL));
+    size_t g = 1;
+    st = clkv__launch(ctx, k, "big_local", 1, &g, &g, 64, NULL);
+    assert_int_equal(st, CLKV_ERR_LOCAL_MEMORY);
+    assert_non_null(strstr(clkv_last_error(ctx), "big_local"));
+    /* A dynamic request beyond the dynamic limit is refused by itself. */
+    st = clkv__check_local_mem(ctx, k, "big_local", (size_t)dyn_limit + 1);
+    assert_int_equal(st, CLKV_ERR_LOCAL_MEMORY);
+    /* Nothing was enqueued: the buffer still holds its poison. */
+    uint8_t img[16];
+    tu_buffer_read(ctx, buf, 0, img, sizeof img);
+    assert_true(tu_is_poison(img, 0, sizeof img));
+    tu_release(buf);
+    clkv_context_destroy(ctx);
+}
+
+int main(void) {
+    snprintf(tmp_root, sizeof tmp_root, "/tmp/clkv_test_cache_%ld", (long)getpid());
+    mkdir(tmp_root, 0755);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_memory_hit_and_option_order),
+        cmocka_unit_test(test_disk_hit_and_rebuilds),
+        cmocka_unit_test(test_disk_cache_off),
+        cmocka_unit_test(test_build_failure_keeps_log),
+        cmocka_unit_test(test_local_memory_budget),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_root);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmp_root);
+    return rc;
+}
