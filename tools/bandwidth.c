@@ -1,0 +1,137 @@
+/* Streaming-read bandwidth probe. */
+#include <math.h>
+
+#include "bandwidth.h"
+#include "bench_util.h"
+#include "runtime/internal.h"
+#include "tool_data.h"
+
+#define MIB (1024ull * 1024ull)
+
+uint64_t tool_bandwidth_buffer_bytes(const clkv_device_info *info) {
+    uint64_t cap = info->kind == CLKV_DEVICE_KIND_GPU ? 1024 * MIB : 256 * MIB;
+    uint64_t b = cap;
+    if (info->max_alloc_bytes / 2 < b) {
+        b = info->max_alloc_bytes / 2;
+    }
+    if (info->global_mem_bytes / 4 < b) {
+        b = info->global_mem_bytes / 4;
+    }
+    b &= ~(uint64_t)(MIB - 1); /* whole MiB */
+    if (b < MIB) {
+        b = MIB;
+    }
+    return b;
+}
+
+typedef struct bw_launch {
+    cl_kernel kernel;
+    size_t global;
+    size_t local;
+} bw_launch;
+
+static clkv_status bw_setup(clkv_context *ctx, cl_mem src, cl_mem out, uint64_t bytes, int is_gpu,
+                            size_t items, size_t local, bw_launch *l) {
+    clkv_defs defs;
+    clkv__defs_init(&defs);
+    const char *name = is_gpu ? "clkv_tool_read_strided" : "clkv_tool_read_blocked";
+    clkv_status st = clkv__get_kernel(ctx, "bandwidth.cl", &defs, name, &l->kernel);
+    if (st != CLKV_OK) {
+        return st;
+    }
+    cl_uint n4 = (cl_uint)(bytes / 16);
+    if (is_gpu) {
+        st = clkv__set_args(ctx, l->kernel, name, 3, CLKV_ARG(src), CLKV_ARG(n4), CLKV_ARG(out));
+    } else {
+        cl_uint per_item = (cl_uint)((n4 + items - 1) / items);
+        st = clkv__set_args(ctx, l->kernel, name, 4, CLKV_ARG(src), CLKV_ARG(n4),
+                            CLKV_ARG(per_item), CLKV_ARG(out));
+    }
+    l->global = items;
+    l->local = local;
+    return st;
+}
+
+static clkv_status bw_time(clkv_context *ctx, const bw_launch *l, int launches, double *secs) {
+    double t0 = tool_now();
+    for (int i = 0; i < launches; i++) {
+        clkv_status st =
+            clkv__launch(ctx, l->kernel, "bandwidth read", 1, &l->global, &l->local, 0, NULL);
+        if (st != CLKV_OK) {
+            return st;
+        }
+    }
+    clkv_status st = clkv_context_finish(ctx);
+    *secs = (tool_now() - t0) / launches;
+    return st;
+}
+
+clkv_status tool_measure_bandwidth(clkv_context *ctx, int runs, tool_bandwidth *out) {
+    const clkv_device_info *info = clkv_context_device_info(ctx);
+    int is_gpu = info->kind == CLKV_DEVICE_KIND_GPU;
+    uint64_t bytes = tool_bandwidth_buffer_bytes(info);
+    if (runs < 1) {
+        runs = 1;
+    }
+    if (runs > 64) {
+        runs = 64;
+    }
+    size_t local, items;
+    uint32_t cus = info->compute_units ? info->compute_units : 1;
+    if (is_gpu) {
+        local = 256 <= info->max_work_group_size ? 256 : (size_t)info->max_work_group_size;
+        items = (size_t)cus * 8 * local; /* 8 groups of 256 per compute unit */
+    } else {
+        local = 1;
+        items = (size_t)cus * 4;
+    }
+    out->bytes = bytes;
+    out->runs = runs;
+    out->method = is_gpu ? "strided" : "blocked";
+    out->gbps_median = NAN;
+    out->gbps_best = NAN;
+    out->launches_per_run = 1;
+
+    cl_mem src = NULL, sink = NULL;
+    clkv_status st = tool_buffer(ctx, "bandwidth source", bytes, &src);
+    if (st == CLKV_OK) {
+        st = tool_buffer(ctx, "bandwidth sink", (uint64_t)items * sizeof(float), &sink);
+    }
+    if (st == CLKV_OK) {
+        /* Touch every page (a never-written buffer may read from a shared zero page). */
+        cl_float one = 1.0f;
+        cl_int err = clEnqueueFillBuffer(clkv_context_queue(ctx), src, &one, sizeof one, 0,
+                                         (size_t)bytes, 0, NULL, NULL);
+        st = err == CL_SUCCESS ? CLKV_OK : clkv__fail_cl(ctx, err, "clEnqueueFillBuffer");
+    }
+    bw_launch l = {0};
+    if (st == CLKV_OK) {
+        st = bw_setup(ctx, src, sink, bytes, is_gpu, items, local, &l);
+    }
+    double first = 0.0;
+    if (st == CLKV_OK) {
+        st = bw_time(ctx, &l, 1, &first); /* warm-up (code generation on CPUs) */
+    }
+    if (st == CLKV_OK) {
+        st = bw_time(ctx, &l, 1, &first);
+    }
+    if (st == CLKV_OK) {
+        int launches = first > 0.0 ? (int)ceil(0.02 / first) : 20;
+        launches = launches < 1 ? 1 : (launches > 50 ? 50 : launches);
+        out->launches_per_run = launches;
+        double gbps[64];
+        for (int r = 0; r < runs && st == CLKV_OK; r++) {
+            double secs = 0.0;
+            st = bw_time(ctx, &l, launches, &secs);
+            gbps[r] = (double)bytes / secs * 1e-9;
+        }
+        if (st == CLKV_OK) {
+            out->gbps_median = tool_median(gbps, runs);
+            out->gbps_best = tool_max(gbps, runs);
+        }
+    }
+    clkv_context_finish(ctx);
+    tool_release(&src);
+    tool_release(&sink);
+    return st;
+}

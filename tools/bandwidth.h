@@ -1,0 +1,29 @@
+/* Streaming-read bandwidth of a device, measured with cl_kernels/bandwidth.cl, as the
+ * yardstick benchmarks report their achieved bandwidth against. */
+#ifndef CLKV_TOOLS_BANDWIDTH_H
+#define CLKV_TOOLS_BANDWIDTH_H
+
+#include <stdint.h>
+
+#include "clkv.h"
+
+typedef struct tool_bandwidth {
+    uint64_t bytes;       /* buffer size read per launch */
+    int runs;             /* timed batches */
+    int launches_per_run; /* back-to-back launches per timed batch */
+    double gbps_median;   /* 1e9 bytes/s, median over runs */
+    double gbps_best;     /* best run */
+    const char *method;   /* "strided" (GPU) or "blocked" (CPU) */
+} tool_bandwidth;
+
+/* Buffer size: min(1 GiB, max_alloc/2, global/4) on GPUs (at least 8x a 60 MB L2 when
+ * the device allows it), min(256 MiB, ...) on CPUs (far beyond their caches, and keeps
+ * the measurement short). */
+uint64_t tool_bandwidth_buffer_bytes(const clkv_device_info *info);
+
+/* Measure the device's float4 streaming-read bandwidth: fill the buffer, warm up, then
+ * `runs` timed batches (host wall clock around back-to-back launches + clFinish; the
+ * batch length is chosen to last >= ~20 ms). Releases everything it allocates. */
+clkv_status tool_measure_bandwidth(clkv_context *ctx, int runs, tool_bandwidth *out);
+
+#endif /* CLKV_TOOLS_BANDWIDTH_H */

@@ -1,0 +1,381 @@
+/* `clkv bench ...`: operator benchmarks. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bandwidth.h"
+#include "bench_util.h"
+#include "cli.h"
+#include "decode_setup.h"
+#include "reference.h"
+
+#define MAX_LIST 16
+
+void usage_bench(FILE *f) {
+    fprintf(f, "usage: clkv bench <benchmark> [options]\n"
+               "\n"
+               "benchmarks:\n"
+               "  attention-decode   decode attention (SPEC 1.1) vs. the device's streaming-read\n"
+               "                     bandwidth; see clkv bench attention-decode --help\n");
+}
+
+void usage_bench_decode(FILE *f) {
+    fprintf(f,
+            "usage: clkv bench attention-decode [options]\n"
+            "\n"
+            "Times clkv_attention_decode on random data and reports the K+V read bandwidth it\n"
+            "achieves, also as a percentage of the device's streaming-read bandwidth measured in\n"
+            "the same run (float4 read kernel, cl_kernels/bandwidth.cl).\n"
+            "\n"
+            "options (lists are comma-separated; every (batch, len) pair is run):\n"
+            "  --batch N[,N..]     sequences B                           (default 1)\n"
+            "  --len N[,N..]       cache length L = len[b] of every sequence (default 32768)\n"
+            "  --q-heads N         query heads Hq                        (default 32)\n"
+            "  --kv-heads N        KV heads Hkv (Hq %% Hkv == 0)           (default 8)\n"
+            "  --dim N             head dim D: 64, 128, 256              (default 128)\n"
+            "  --dtype T           f32 | f16 | bf16 for q, K, V and o    (default bf16)\n"
+            "  --layout L          hnd ([B,H,L,D]) | nhd ([B,L,H,D])      (default hnd)\n"
+            "  --splits N          force the split-K count, 0 = auto      (default 0)\n"
+            "  --lse               also compute the LSE output\n"
+            "  --iters N           back-to-back calls per timed batch     (default 100)\n"
+            "  --repeats N         timed batches; the median is reported  (default 15)\n"
+            "  --warmup N          untimed calls after the first          (default 10)\n"
+            "  --bw-runs N         timed runs of the bandwidth probe      (default 7)\n"
+            "  --no-check          skip the CPU reference check of the last sequence's first\n"
+            "                      and last KV head\n"
+            "  --device SEL        \"P:D\", \"gpu\", \"cpu\" or a name substring (default:\n"
+            "                      $CLKV_DEVICE, else the first GPU, else the first CPU)\n"
+            "  --format F          text | json | csv                      (default text)\n"
+            "\n"
+            "Time per call: the host clock around each batch of --iters calls and a finish,\n"
+            "divided by --iters; median (and min) over --repeats batches. Bytes: B*Hkv*L*D*2*\n"
+            "element size (K and V once). Progress goes to stderr, results to stdout.\n");
+}
+
+typedef struct decode_opts {
+    int64_t batch[MAX_LIST], len[MAX_LIST];
+    int nbatch, nlen;
+    int64_t hq, hkv, dim;
+    clkv_dtype dtype;
+    int nhd;
+    int64_t splits, iters, repeats, warmup, bw_runs;
+    int lse, check;
+    const char *device;
+    tool_format format;
+} decode_opts;
+
+static int parse_decode_opts(int argc, char **argv, decode_opts *o) {
+    o->batch[0] = 1;
+    o->nbatch = 1;
+    o->len[0] = 32768;
+    o->nlen = 1;
+    o->hq = 32;
+    o->hkv = 8;
+    o->dim = 128;
+    o->dtype = CLKV_BF16;
+    o->nhd = 0;
+    o->splits = 0;
+    o->iters = 100;
+    o->repeats = 15;
+    o->warmup = 10;
+    o->bw_runs = 7;
+    o->lse = 0;
+    o->check = 1;
+    o->device = NULL;
+    o->format = TOOL_FMT_TEXT;
+    const int64_t big = (int64_t)1 << 40;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        int m, bad = 0;
+        if (opt_is_help(argv[i])) {
+            usage_bench_decode(stdout);
+            return 1;
+        } else if ((m = opt_value(argc, argv, &i, "--batch", &v)) != 0) {
+            bad = m < 0 ||
+                  (o->nbatch = parse_int_list("--batch", v, 1, 1 << 20, o->batch, MAX_LIST)) < 0;
+        } else if ((m = opt_value(argc, argv, &i, "--len", &v)) != 0) {
+            bad = m < 0 || (o->nlen = parse_int_list("--len", v, 1, big, o->len, MAX_LIST)) < 0;
+        } else if ((m = opt_value(argc, argv, &i, "--q-heads", &v)) != 0) {
+            bad = m < 0 || parse_int("--q-heads", v, 1, 4096, &o->hq) != 0;
+        } else if ((m = opt_value(argc, argv, &i, "--kv-heads", &v)) != 0) {
+            bad = m < 0 || parse_int("--kv-heads", v, 1, 4096, &o->hkv) != 0;
+        } else if ((m = opt_value(argc, argv, &i, "--dim", &v)) != 0) {
+            bad = m < 0 || parse_int("--dim", v, 1, 4096, &o->dim) != 0;
+        } else if ((m = opt_value(argc, argv, &i, "--dtype", &v)) != 0) {
+            bad = m < 0 || parse_float_dtype("--dtype", v, &o->dtype) != 0;
+        } else if ((m = opt_value(argc, argv, &i, "--layout", &v)) != 0) {
+            if (m > 0 && (strcmp(v, "hnd") == 0 || strcmp(v, "nhd") == 0)) {
+                o->nhd = strcmp(v, "nhd") == 0;
+            } else {
+                if (m > 0) {
+                    fprintf(stderr, "clkv: --layout: '%s' is not one of hnd, nhd\n", v);
+                }
+                bad = 1;
+            }
+        } else if ((m = opt_value(argc, argv, &i, "--splits", &v)) != 0) {
+            bad = m < 0 || parse_int("--splits", v, 0, 1 << 20, &o->splits) != 0;
+        } else if ((m = opt_value(argc, argv, &i, "--iters", &v)) != 0) {
+            bad = m < 0 || parse_int("--iters", v, 1, 1000000, &o->iters) != 0;
+        } else if ((m = opt_value(argc, argv, &i, "--repeats", &v)) != 0) {
+            bad = m < 0 || parse_int("--repeats", v, 1, 1000, &o->repeats) != 0;
+        } else if ((m = opt_value(argc, argv, &i, "--warmup", &v)) != 0) {
+            bad = m < 0 || parse_int("--warmup", v, 0, 1000000, &o->warmup) != 0;
+        } else if ((m = opt_value(argc, argv, &i, "--bw-runs", &v)) != 0) {
+            bad = m < 0 || parse_int("--bw-runs", v, 1, 64, &o->bw_runs) != 0;
+        } else if ((m = opt_value(argc, argv, &i, "--device", &v)) != 0) {
+            bad = m < 0;
+            o->device = v;
+        } else if ((m = opt_value(argc, argv, &i, "--format", &v)) != 0) {
+            bad = m < 0 || tool_parse_format("--format", v, &o->format) != 0;
+        } else if (strcmp(argv[i], "--lse") == 0) {
+            o->lse = 1;
+        } else if (strcmp(argv[i], "--no-check") == 0) {
+            o->check = 0;
+        } else {
+            fprintf(stderr, "clkv bench attention-decode: unknown option '%s'\n", argv[i]);
+            bad = 1;
+        }
+        if (bad) {
+            return -1;
+        }
+    }
+    if (o->hq % o->hkv != 0) {
+        fprintf(stderr, "clkv: --q-heads %lld is not a multiple of --kv-heads %lld\n",
+                (long long)o->hq, (long long)o->hkv);
+        return -1;
+    }
+    return 0;
+}
+
+typedef struct shape_result {
+    int64_t B, L;
+    clkv_status status;
+    char error[256];
+    tool_timing t;
+    uint64_t kv_bytes;
+    double gbps, gbps_best, pct;
+    const char *check; /* "pass", "fail", "skipped" */
+    double check_err;
+    uint64_t workspace_bytes;
+} shape_result;
+
+static void run_shape(clkv_context *ctx, const decode_opts *o, const tool_bandwidth *bw,
+                      shape_result *r) {
+    tool_decode_shape s = {.B = r->B,
+                           .Hq = o->hq,
+                           .Hkv = o->hkv,
+                           .D = o->dim,
+                           .L = r->L,
+                           .q_dtype = o->dtype,
+                           .kv_dtype = o->dtype,
+                           .o_dtype = o->dtype,
+                           .nhd = o->nhd};
+    tool_decode_bufs bufs;
+    int32_t *lengths = malloc((size_t)r->B * sizeof *lengths);
+    r->status = CLKV_OK;
+    r->error[0] = '\0';
+    r->check = "skipped";
+    r->check_err = NAN;
+    r->gbps = r->gbps_best = r->pct = NAN;
+    r->kv_bytes = 0;
+    if (!lengths) {
+        r->status = CLKV_ERR_OUT_OF_HOST_MEMORY;
+        snprintf(r->error, sizeof r->error, "out of host memory");
+        return;
+    }
+    if (r->L > INT32_MAX) {
+        r->status = CLKV_ERR_ARG_RANGE;
+        snprintf(r->error, sizeof r->error, "len %lld does not fit the i32 lengths",
+                 (long long)r->L);
+        free(lengths);
+        return;
+    }
+    for (int64_t b = 0; b < r->B; b++) {
+        lengths[b] = (int32_t)r->L;
+    }
+    r->kv_bytes = tool_decode_kv_bytes_read(&s, lengths);
+    const char *what = "allocation";
+    clkv_status st = tool_decode_alloc(ctx, &s, o->lse, &bufs);
+    if (st == CLKV_OK) {
+        what = "random fill";
+        st = tool_decode_fill_device(ctx, &s, &bufs, lengths);
+        clkv_attention_decode_args a;
+        tool_decode_args(&s, &bufs, r->L, (int32_t)o->splits, &a);
+        char label[96];
+        snprintf(label, sizeof label, "[bench] B=%lld L=%lld", (long long)r->B, (long long)r->L);
+        size_t ws = 0;
+        if (st == CLKV_OK) {
+            what = "clkv_attention_decode_workspace_size";
+            st = clkv_attention_decode_workspace_size(ctx, &a, &ws);
+            r->workspace_bytes = ws;
+        }
+        if (st == CLKV_OK) {
+            what = "clkv_attention_decode";
+            st = tool_decode_time(ctx, &a, (int)o->warmup, (int)o->iters, (int)o->repeats, label,
+                                  &r->t);
+        }
+        if (st == CLKV_OK && o->check) {
+            what = "check";
+            tool_compare c;
+            tool_compare_init(&c, s.o_dtype);
+            int64_t bl[1] = {r->B - 1};
+            int64_t hl[2] = {0, o->hkv - 1};
+            st = tool_decode_check(ctx, &s, &bufs, lengths, bl, 1, hl, o->hkv > 1 ? 2 : 1, &c);
+            if (st == CLKV_OK) {
+                r->check = tool_compare_pass(&c) ? "pass" : "fail";
+                r->check_err = c.max_abs_err;
+            }
+        }
+        tool_decode_free(&bufs);
+    }
+    free(lengths);
+    if (st != CLKV_OK) {
+        const char *msg = clkv_last_error(ctx);
+        r->status = st;
+        snprintf(r->error, sizeof r->error, "%s: %s: %s", what, clkv_status_string(st),
+                 msg ? msg : "");
+        return;
+    }
+    r->gbps = (double)r->kv_bytes / r->t.median_s * 1e-9;
+    r->gbps_best = (double)r->kv_bytes / r->t.min_s * 1e-9;
+    r->pct = 100.0 * r->gbps / bw->gbps_median;
+}
+
+static void fill_record(tool_record *rec, const clkv_device_info *info, const decode_opts *o,
+                        const tool_bandwidth *bw, const shape_result *r) {
+    tool_record_init(rec);
+    tool_record_str(rec, "op", "attention-decode");
+    tool_record_str(rec, "device", info->device_name);
+    tool_record_str(rec, "platform", info->platform_name);
+    tool_record_str(rec, "dtype", clkv_dtype_name(o->dtype));
+    tool_record_str(rec, "layout", o->nhd ? "nhd" : "hnd");
+    tool_record_int(rec, "batch", r->B);
+    tool_record_int(rec, "q_heads", o->hq);
+    tool_record_int(rec, "kv_heads", o->hkv);
+    tool_record_int(rec, "dim", o->dim);
+    tool_record_int(rec, "len", r->L);
+    tool_record_int(rec, "splits", o->splits);
+    tool_record_int(rec, "lse", o->lse);
+    tool_record_int(rec, "iters", o->iters);
+    tool_record_int(rec, "repeats", o->repeats);
+    tool_record_num(rec, "median_us", r->t.median_s * 1e6);
+    tool_record_num(rec, "min_us", r->t.min_s * 1e6);
+    tool_record_num(rec, "first_call_ms", r->t.first_call_s * 1e3);
+    tool_record_int(rec, "kv_bytes", (long long)r->kv_bytes);
+    tool_record_int(rec, "workspace_bytes", (long long)r->workspace_bytes);
+    tool_record_num(rec, "gbps", r->gbps);
+    tool_record_num(rec, "gbps_best", r->gbps_best);
+    tool_record_num(rec, "read_bw_gbps", bw->gbps_median);
+    tool_record_num(rec, "pct_read_bw", r->pct);
+    tool_record_str(rec, "check", r->check);
+    tool_record_num(rec, "check_max_abs_err", r->check_err);
+    tool_record_str(rec, "status", r->status == CLKV_OK ? "ok" : "error");
+    tool_record_str(rec, "error", r->error);
+}
+
+static int bench_decode(int argc, char **argv) {
+    decode_opts o;
+    int pr = parse_decode_opts(argc, argv, &o);
+    if (pr != 0) {
+        if (pr < 0) {
+            usage_bench_decode(stderr);
+        }
+        return pr > 0 ? TOOL_EXIT_OK : TOOL_EXIT_USAGE;
+    }
+    clkv_context *ctx = NULL;
+    clkv_status st = clkv_context_create(o.device, &ctx);
+    if (st != CLKV_OK) {
+        return report_failure(NULL, st, "clkv_context_create");
+    }
+    const clkv_device_info *info = clkv_context_device_info(ctx);
+    fprintf(stderr, "[bench] device: %s (%s); measuring streaming-read bandwidth...\n",
+            info->device_name, info->platform_name);
+    tool_bandwidth bw;
+    st = tool_measure_bandwidth(ctx, (int)o.bw_runs, &bw);
+    if (st != CLKV_OK) {
+        int rc = report_failure(ctx, st, "bandwidth measurement");
+        clkv_context_destroy(ctx);
+        return rc;
+    }
+    if (o.format == TOOL_FMT_TEXT) {
+        printf("device: %s | %s | driver %s | %u CUs\n", info->device_name, info->platform_name,
+               info->driver_version, info->compute_units);
+        printf("streaming read: %.1f GB/s (median of %d runs x %d launches over %.0f MiB, "
+               "%s; best %.1f)\n",
+               bw.gbps_median, bw.runs, bw.launches_per_run, (double)bw.bytes / (1024.0 * 1024.0),
+               bw.method, bw.gbps_best);
+        printf("attention-decode: %s %s, Hq=%lld Hkv=%lld D=%lld, splits=%s%s, %lld iters x "
+               "%lld repeats\n",
+               clkv_dtype_name(o.dtype), o.nhd ? "nhd" : "hnd", (long long)o.hq, (long long)o.hkv,
+               (long long)o.dim, o.splits ? "forced" : "auto", o.lse ? ", +lse" : "",
+               (long long)o.iters, (long long)o.repeats);
+        if (o.splits) {
+            printf("forced splits: %lld\n", (long long)o.splits);
+        }
+        printf("%5s %8s %11s %11s %9s %9s %9s %9s %6s\n", "B", "L", "median_us", "min_us", "KV_MB",
+               "GB/s", "%readBW", "first_ms", "check");
+        fflush(stdout);
+    }
+    int failed = 0, index = 0;
+    tool_record rec;
+    for (int ib = 0; ib < o.nbatch; ib++) {
+        for (int il = 0; il < o.nlen; il++) {
+            shape_result r;
+            memset(&r, 0, sizeof r);
+            r.B = o.batch[ib];
+            r.L = o.len[il];
+            r.t.median_s = r.t.min_s = r.t.first_call_s = NAN;
+            run_shape(ctx, &o, &bw, &r);
+            if (r.status != CLKV_OK || strcmp(r.check, "fail") == 0) {
+                failed = 1;
+            }
+            if (r.status != CLKV_OK) {
+                fprintf(stderr, "clkv: B=%lld L=%lld failed: %s\n", (long long)r.B, (long long)r.L,
+                        r.error);
+            }
+            fill_record(&rec, info, &o, &bw, &r);
+            if (o.format == TOOL_FMT_JSON) {
+                if (index == 0) {
+                    tool_json_begin(stdout);
+                }
+                tool_json_item(stdout, &rec, index);
+            } else if (o.format == TOOL_FMT_CSV) {
+                if (index == 0) {
+                    tool_csv_header(stdout, &rec);
+                }
+                tool_csv_row(stdout, &rec);
+            } else if (r.status == CLKV_OK) {
+                printf("%5lld %8lld %11.2f %11.2f %9.2f %9.1f %9.1f %9.1f %6s\n", (long long)r.B,
+                       (long long)r.L, r.t.median_s * 1e6, r.t.min_s * 1e6,
+                       (double)r.kv_bytes * 1e-6, r.gbps, r.pct, r.t.first_call_s * 1e3, r.check);
+            } else {
+                printf("%5lld %8lld  error: %s\n", (long long)r.B, (long long)r.L, r.error);
+            }
+            fflush(stdout);
+            index++;
+        }
+    }
+    if (o.format == TOOL_FMT_JSON) {
+        tool_json_end(stdout);
+    }
+    clkv_context_destroy(ctx);
+    return failed ? TOOL_EXIT_FAIL : TOOL_EXIT_OK;
+}
+
+int cmd_bench(int argc, char **argv) {
+    if (argc < 2) {
+        usage_bench(stderr);
+        return TOOL_EXIT_USAGE;
+    }
+    if (opt_is_help(argv[1])) {
+        usage_bench(stdout);
+        return TOOL_EXIT_OK;
+    }
+    if (strcmp(argv[1], "attention-decode") == 0) {
+        return bench_decode(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "clkv bench: unknown benchmark '%s'\n", argv[1]);
+    usage_bench(stderr);
+    return TOOL_EXIT_USAGE;
+}
