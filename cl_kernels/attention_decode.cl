@@ -9,7 +9,10 @@
  *   WG_SIZE                     work-group size; NRG = WG_SIZE / TPR rows in flight
  *   UNROLL                      rows per row-group per loop iteration
  *   VEC_ALIGNED                 1: K/V rows are 16-byte aligned (vector loads)
- *   MERGE_WG                    work-group size of the merge kernel
+ *   CP_ASYNC, STAGES            NVIDIA only: stream K/V tiles of NRG * UNROLL rows into
+ *                               shared memory with cp.async, STAGES tiles in flight, so
+ *                               the bytes in flight do not depend on register pressure
+ *   MERGE_WG, MAX_SPLITS        merge kernel work-group size; most splits per sequence
  *
  * A work-group handles one (sequence, KV head, head group, split): it reads each K/V row
  * of its token range once and uses it for all GROUP query heads (the GQA saving). Each
@@ -66,6 +69,40 @@ inline uint4 load_chunk(__global const KV_T *p, long row, int c, int ln) {
 }
 #endif
 
+#if CP_ASYNC
+#if !defined(CLKV_NVIDIA_PTX) || !VEC_ALIGNED || TPR == 1
+#error "CP_ASYNC needs the NVIDIA PTX path with 16-byte aligned rows"
+#endif
+#define TILE (NRG * UNROLL)
+#define ROW_U4 (HEAD_DIM * (int)sizeof(KV_T) / 16) /* 16-byte chunks per row */
+
+inline void cp_async16(__local uint4 *dst, __global const uchar *src) {
+    const uint d = (uint)(size_t)dst;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+
+inline void cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+inline void cp_async_wait_stages(void) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 1) : "memory");
+}
+
+/* Issue the copies of tile rows [first, first + TILE) of K and V into one stage; rows at
+ * or past `end` copy row `start` instead (valid memory, masked later). */
+inline void issue_tile(__local uint4 *sk, __local uint4 *sv, __global const KV_T *k,
+                       __global const KV_T *v, long kb, long vb, long k_sl, long v_sl,
+                       int first, int start, int end, int lid) {
+    for (int i = lid; i < TILE * ROW_U4; i += WG_SIZE) {
+        const int r = i / ROW_U4, c = i % ROW_U4;
+        const int j = first + r < end ? first + r : start;
+        cp_async16(sk + i, (__global const uchar *)(k + kb + (long)j * k_sl) + c * 16);
+        cp_async16(sv + i, (__global const uchar *)(v + vb + (long)j * v_sl) + c * 16);
+    }
+}
+#endif
+
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 attention_decode_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh,
                          __global const KV_T *k, long k_off, long k_sb, long k_sh, long k_sl,
@@ -115,7 +152,30 @@ attention_decode_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
 
     const long kb = k_off + (long)b * k_sb + (long)kvh * k_sh;
     const long vb = v_off + (long)b * v_sb + (long)kvh * v_sh;
+#if CP_ASYNC
+    __local uint4 stage_k[STAGES][TILE * ROW_U4];
+    __local uint4 stage_v[STAGES][TILE * ROW_U4];
+    const int ntiles = end > start ? (end - start + TILE - 1) / TILE : 0;
+    for (int t = 0; t < STAGES - 1; t++) {
+        if (t < ntiles)
+            issue_tile(stage_k[t], stage_v[t], k, v, kb, vb, k_sl, v_sl, start + t * TILE, start,
+                       end, lid);
+        cp_async_commit(); /* empty groups keep the group count uniform */
+    }
+    for (int t = 0; t < ntiles; t++) {
+        const int ahead = t + STAGES - 1;
+        if (ahead < ntiles)
+            issue_tile(stage_k[ahead % STAGES], stage_v[ahead % STAGES], k, v, kb, vb, k_sl, v_sl,
+                       start + ahead * TILE, start, end, lid);
+        cp_async_commit();
+        cp_async_wait_stages(); /* tile t has landed (for this thread's copies) */
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int base = start + t * TILE;
+        __local const uint4 *tk = stage_k[t % STAGES];
+        __local const uint4 *tv = stage_v[t % STAGES];
+#else
     for (int base = start; base < end; base += NRG * UNROLL) {
+#endif
         float s[UNROLL][GROUP];
         int valid[UNROLL];
 #if TPR > 1
@@ -124,12 +184,20 @@ attention_decode_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
         for (int u = 0; u < UNROLL; u++) {
             const int j = base + u * NRG + rg;
             valid[u] = j < end;
+#if CP_ASYNC
+            UNROLL_LOOP
+            for (int c = 0; c < NCH; c++) {
+                kr[u][c] = tk[(u * NRG + rg) * ROW_U4 + c * TPR + ln];
+                vr[u][c] = tv[(u * NRG + rg) * ROW_U4 + c * TPR + ln];
+            }
+#else
             const int jj = valid[u] ? j : start; /* keep loads in bounds and uniform */
             UNROLL_LOOP
             for (int c = 0; c < NCH; c++) {
                 kr[u][c] = load_chunk(k, kb + (long)jj * k_sl, c, ln);
                 vr[u][c] = load_chunk(v, vb + (long)jj * v_sl, c, ln);
             }
+#endif
         }
         UNROLL_LOOP
         for (int u = 0; u < UNROLL; u++) {
@@ -212,6 +280,9 @@ attention_decode_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
             }
 #endif
         }
+#if CP_ASYNC
+        barrier(CLK_LOCAL_MEM_FENCE); /* the stage is refilled next iteration */
+#endif
     }
 
     /* Merge the NRG row-group states: common max per head, then a tree sum of acc. */
@@ -283,36 +354,74 @@ attention_decode_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
     }
 }
 
-/* One work-group per (query head, sequence): combine the splits' (m, l, acc). */
+/* One work-group per (query head, sequence) combines the splits' (m, l, acc). The split
+ * weights exp2(m_s - m*) / l* are computed once into local memory; then MERGE_WG / (D/4)
+ * "split lanes" each sum a strided subset of the splits' acc rows with float4 loads, and
+ * the lanes are added up in local memory. Every loop is short, so a single sequence with
+ * hundreds of splits does not serialize on memory latency. */
+#define MERGE_Q (HEAD_DIM / 4)         /* float4 columns per acc row */
+#define MERGE_LANES (MERGE_WG / MERGE_Q) /* splits summed in parallel */
+
 __kernel __attribute__((reqd_work_group_size(MERGE_WG, 1, 1))) void
-attention_decode_merge(__global const float *part_acc, long ml_off,
-                       int num_splits, int Hq, __global O_T *o, long o_off, long o_sb, long o_sh,
-                       __global float *lse, long lse_off, long lse_sb, long lse_sh,
-                       int has_lse) {
+attention_decode_merge(__global const float *part_acc, long ml_off, int num_splits, int Hq,
+                       __global O_T *o, long o_off, long o_sb, long o_sh, __global float *lse,
+                       long lse_off, long lse_sb, long lse_sh, int has_lse) {
     __global const float *part_ml = part_acc + ml_off;
     const int h = (int)get_group_id(0);
     const int b = (int)get_group_id(1);
     const int lid = (int)get_local_id(0);
     const long base = ((long)b * Hq + h) * num_splits;
+    __local float weight[MAX_SPLITS];
+    __local float red[MERGE_WG];
+    __local float4 lanes[MERGE_LANES][MERGE_Q];
 
     float mx = -INFINITY;
-    for (int s = 0; s < num_splits; s++)
+    for (int s = lid; s < num_splits; s += MERGE_WG)
         mx = fmax(mx, part_ml[(base + s) * 2]);
-    float sum = 0.0f;
-    for (int s = 0; s < num_splits; s++) {
-        const float ms = part_ml[(base + s) * 2];
-        sum += ms == -INFINITY ? 0.0f : part_ml[(base + s) * 2 + 1] * exp2(ms - mx);
+    red[lid] = mx;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int span = MERGE_WG / 2; span > 0; span >>= 1) {
+        if (lid < span)
+            red[lid] = fmax(red[lid], red[lid + span]);
+        barrier(CLK_LOCAL_MEM_FENCE);
     }
+    mx = red[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float sum = 0.0f;
+    for (int s = lid; s < num_splits; s += MERGE_WG) {
+        const float ms = part_ml[(base + s) * 2];
+        const float w = ms == -INFINITY ? 0.0f : exp2(ms - mx);
+        weight[s] = w;
+        sum += part_ml[(base + s) * 2 + 1] * w;
+    }
+    red[lid] = sum;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int span = MERGE_WG / 2; span > 0; span >>= 1) {
+        if (lid < span)
+            red[lid] += red[lid + span];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    sum = red[0];
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    const long orow = o_off + (long)b * o_sb + (long)h * o_sh;
-    for (int d = lid; d < HEAD_DIM; d += MERGE_WG) {
-        float a = 0.0f;
-        for (int s = 0; s < num_splits; s++) {
-            const float ms = part_ml[(base + s) * 2];
-            if (ms != -INFINITY)
-                a = fma(exp2(ms - mx), part_acc[(base + s) * HEAD_DIM + d], a);
-        }
-        CLKV_STORE(O_DTYPE)(o, orow + d, a * inv);
+
+    const int lane = lid / MERGE_Q, col = lid % MERGE_Q;
+    float4 a = (float4)(0.0f);
+    for (int s = lane; s < num_splits; s += MERGE_LANES) {
+        const float w = weight[s];
+        if (w != 0.0f)
+            a = fma((float4)(w), vload4(col, part_acc + (base + s) * HEAD_DIM), a);
+    }
+    lanes[lane][col] = a;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lane == 0) {
+        for (int r = 1; r < MERGE_LANES; r++)
+            a += lanes[r][col];
+        a *= inv;
+        const long orow = o_off + (long)b * o_sb + (long)h * o_sh + col * 4;
+        CLKV_STORE(O_DTYPE)(o, orow, a.x);
+        CLKV_STORE(O_DTYPE)(o, orow + 1, a.y);
+        CLKV_STORE(O_DTYPE)(o, orow + 2, a.z);
+        CLKV_STORE(O_DTYPE)(o, orow + 3, a.w);
     }
     if (has_lse && lid == 0)
         lse[lse_off + (long)b * lse_sb + (long)h * lse_sh] =

@@ -8,7 +8,8 @@
 
 #define KERNEL_FILE "attention_decode.cl"
 #define MAX_GROUP 8
-#define MERGE_WG 64
+#define MERGE_WG 256
+#define MAX_SPLITS 1024 /* local weight table of the merge kernel */
 
 /* Everything the launch needs, derived from validated arguments. */
 typedef struct decode_plan {
@@ -19,6 +20,8 @@ typedef struct decode_plan {
     int epl, tpr;    /* elements per lane, lanes per row */
     int wg, unroll;  /* work-group size, rows per row-group per iteration */
     int vec_aligned; /* K/V rows 16-byte aligned */
+    int cp_async;    /* NVIDIA: K/V tiles streamed into shared memory with cp.async */
+    int stages;      /* tiles in flight per work-group (cp_async only) */
     int splits, chunk;
     size_t part_acc_bytes, part_ml_bytes;
 } decode_plan;
@@ -89,11 +92,22 @@ static int env_int(const char *name, int fallback) {
     return (s && *s) ? atoi(s) : fallback;
 }
 
-static size_t partial_local_bytes(const decode_plan *p) {
+static size_t reduction_local_bytes(const decode_plan *p) {
     int nrg = p->wg / p->tpr;
     int red_rows = nrg > 1 ? nrg / 2 : 1;
     return (size_t)nrg * p->group * 2 * 4 + (size_t)red_rows * p->group * p->D * 4;
 }
+
+/* Shared memory of the cp.async stages: K and V tiles of NRG * UNROLL rows each. */
+static size_t stage_local_bytes(const decode_plan *p, uint32_t esize) {
+    if (!p->cp_async)
+        return 0;
+    return (size_t)p->stages * 2 * (size_t)(p->wg / p->tpr) * p->unroll * (size_t)p->D * esize;
+}
+
+/* Per-work-group stage budget: large enough to keep HBM busy, small enough for two or
+ * more work-groups per multiprocessor. */
+#define STAGE_BUDGET (96 * 1024)
 
 static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_decode_args *a,
                                decode_plan *p) {
@@ -128,7 +142,7 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_decode_ar
         return clkv__fail(ctx, CLKV_ERR_INTERNAL,
                           "decode attention: bad tuning EPL=%d WG=%d UNROLL=%d for D=%lld", p->epl,
                           p->wg, p->unroll, (long long)p->D);
-    while (partial_local_bytes(p) > dev->local_mem_bytes && p->wg > p->tpr * 2)
+    while (reduction_local_bytes(p) > dev->local_mem_bytes && p->wg > p->tpr * 2)
         p->wg /= 2;
     if ((size_t)p->wg > dev->max_work_group_size)
         p->wg = (int)dev->max_work_group_size / p->tpr * p->tpr;
@@ -136,15 +150,30 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_decode_ar
     const uint32_t esize = clkv_dtype_size(a->k.dtype);
     const int64_t vw = 16 / esize;
     p->vec_aligned = clkv__rows_aligned(&a->k, vw) && clkv__rows_aligned(&a->v, vw);
+    p->cp_async =
+        dev->nvidia_ptx && p->tpr > 1 && p->vec_aligned && env_int("CLKV_DECODE_CPASYNC", 1) != 0;
+    p->stages = env_int("CLKV_DECODE_STAGES", 3);
+    if (p->stages < 2)
+        p->stages = 2;
+    while (p->cp_async && p->unroll > 1 && stage_local_bytes(p, esize) > STAGE_BUDGET)
+        p->unroll /= 2;
+    while (p->cp_async && p->stages > 2 && stage_local_bytes(p, esize) > STAGE_BUDGET)
+        p->stages--;
 
-    /* Split-K: enough work-groups to fill the device several times over, but at least a
-     * few loop iterations of rows per work-group. */
+    /* Split-K: on a GPU, many work-groups per compute unit, so that the last partial wave
+     * of resident work-groups is a small fraction of the run (a few work-groups per unit
+     * leaves the device half idle in the last wave); each still gets several loop
+     * iterations so the final row-group reduction stays cheap. */
     const int nrg = p->wg / p->tpr;
     const int64_t rows_per_iter = (int64_t)nrg * p->unroll;
     const int64_t units = p->B * p->Hkv * p->nhg;
-    const int64_t waves = dev->kind == CLKV_DEVICE_KIND_GPU ? 4 : 2;
+    const int gpu = dev->kind == CLKV_DEVICE_KIND_GPU;
+    const int64_t waves = env_int("CLKV_DECODE_WAVES", gpu ? 16 : 2);
     const int64_t target = (int64_t)dev->compute_units * waves;
-    const int64_t min_chunk = rows_per_iter * 4;
+    const int64_t min_rows = env_int("CLKV_DECODE_MIN_CHUNK", gpu ? 256 : 64);
+    const int64_t min_chunk = rows_per_iter * 4 > min_rows
+                                  ? rows_per_iter * 4
+                                  : (min_rows + rows_per_iter - 1) / rows_per_iter * rows_per_iter;
     const int64_t len = p->max_len > 0 ? p->max_len : 1;
     int64_t splits = a->num_splits > 0 ? a->num_splits : (target + units - 1) / (units ? units : 1);
     if (a->num_splits <= 0) {
@@ -154,6 +183,8 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_decode_ar
     }
     if (splits > len)
         splits = len;
+    if (splits > MAX_SPLITS)
+        splits = MAX_SPLITS;
     if (splits < 1)
         splits = 1;
     int64_t chunk = (len + splits - 1) / splits;
@@ -215,7 +246,10 @@ clkv_status clkv_attention_decode(clkv_context *ctx, const clkv_attention_decode
     clkv__defs_int(&defs, "WG_SIZE", p.wg);
     clkv__defs_int(&defs, "UNROLL", p.unroll);
     clkv__defs_int(&defs, "VEC_ALIGNED", p.vec_aligned);
+    clkv__defs_int(&defs, "CP_ASYNC", p.cp_async);
+    clkv__defs_int(&defs, "STAGES", p.cp_async ? p.stages : 0);
     clkv__defs_int(&defs, "MERGE_WG", MERGE_WG);
+    clkv__defs_int(&defs, "MAX_SPLITS", MAX_SPLITS);
     cl_kernel kp, km;
     if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_decode_partial", &kp)) ||
         (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_decode_merge", &km)))
@@ -263,9 +297,10 @@ clkv_status clkv_attention_decode(clkv_context *ctx, const clkv_attention_decode
         const size_t lp[3] = {(size_t)p.wg, 1, 1};
         clkv__log(ctx,
                   "attention_decode: B=%lld Hq=%lld Hkv=%lld D=%lld max_len=%d group=%d epl=%d "
-                  "wg=%d unroll=%d aligned=%d splits=%d chunk=%d",
+                  "wg=%d unroll=%d aligned=%d cp_async=%d stages=%d splits=%d chunk=%d",
                   (long long)p.B, (long long)p.Hq, (long long)p.Hkv, (long long)p.D, p.max_len,
-                  p.group, p.epl, p.wg, p.unroll, p.vec_aligned, p.splits, p.chunk);
+                  p.group, p.epl, p.wg, p.unroll, p.vec_aligned, p.cp_async, p.stages, p.splits,
+                  p.chunk);
         st = clkv__launch(ctx, kp, "attention_decode_partial", 3, gp, lp, 0, NULL);
     }
     if (st == CLKV_OK) {

@@ -46,7 +46,10 @@ static void get_probe_kernel(clkv_context *ctx, long tag, cl_kernel *k) {
     clkv__defs_int(&defs, "WG_SIZE", 16);
     clkv__defs_int(&defs, "UNROLL", 1);
     clkv__defs_int(&defs, "VEC_ALIGNED", 0);
+    clkv__defs_int(&defs, "CP_ASYNC", 0);
+    clkv__defs_int(&defs, "STAGES", 0);
     clkv__defs_int(&defs, "MERGE_WG", 64);
+    clkv__defs_int(&defs, "MAX_SPLITS", 64);
     clkv__defs_int(&defs, "CLKV_TEST_TAG", tag); /* a program no other test builds */
     TU_CHECK_OK(ctx,
                 clkv__get_kernel(ctx, "attention_decode.cl", &defs, "attention_decode_merge", k));
@@ -64,7 +67,10 @@ static void probe_path(clkv_context *ctx, long tag, char *path, size_t cap) {
     clkv__defs_int(&defs, "WG_SIZE", 16);
     clkv__defs_int(&defs, "UNROLL", 1);
     clkv__defs_int(&defs, "VEC_ALIGNED", 0);
+    clkv__defs_int(&defs, "CP_ASYNC", 0);
+    clkv__defs_int(&defs, "STAGES", 0);
     clkv__defs_int(&defs, "MERGE_WG", 64);
+    clkv__defs_int(&defs, "MAX_SPLITS", 64);
     clkv__defs_int(&defs, "CLKV_TEST_TAG", tag);
     assert_int_equal(clkv__disk_cache_path(ctx, "attention_decode.cl", &defs, path, cap), 0);
 }
@@ -88,7 +94,10 @@ static void test_memory_hit_and_option_order(void **state) {
     clkv__defs_init(&defs);
     clkv__defs_int(&defs, "CLKV_TEST_TAG", 1);
     clkv__defs_int(&defs, "MERGE_WG", 64);
+    clkv__defs_int(&defs, "MAX_SPLITS", 64);
     clkv__defs_int(&defs, "VEC_ALIGNED", 0);
+    clkv__defs_int(&defs, "CP_ASYNC", 0);
+    clkv__defs_int(&defs, "STAGES", 0);
     clkv__defs_int(&defs, "UNROLL", 1);
     clkv__defs_int(&defs, "WG_SIZE", 16);
     clkv__defs_int(&defs, "EPL", 64);
