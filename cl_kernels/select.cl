@@ -1,0 +1,306 @@
+/* Top-k selection per (b, h) row (SPEC §2.4), host side in host/select.c.
+ *
+ * Keys: a score maps to an order-preserving uint32 (larger key = better): -0.0 becomes
+ * +0.0, the sign bit is flipped for non-negatives and all bits inverted for negatives;
+ * SELECT_SMALLEST inverts the key; NaN maps to 0, below every number in both modes.
+ * Numbers never map to 0 or 0xFFFFFFFF (the keys of -inf / +inf are 0x007FFFFF /
+ * 0xFF800000, or the inverse), so T = 0xFFFFFFFF selects nothing.
+ *
+ * Row state (4 uints per row in the workspace): [0] prefix / threshold key T,
+ * [1] rank still wanted inside the prefix (after the last pass: ties at T to take),
+ * [2] c = min(k_row, n), [3] done (1: T and take are final).
+ *
+ * Pipeline: init; 3 x (hist, scan) radix passes of 11/11/10 bits; count (per chunk:
+ * keys > T, keys == T); offsets (per row exclusive scan over chunks); write (ordered
+ * compaction, position order). Rows are split into chunks of CHUNK elements, one
+ * work-group per (chunk, row).
+ *
+ * -D: SEL_WG (work-group size, power of two <= 256), SELECT_SMALLEST (0/1),
+ * PER_ITEM (consecutive elements per work-item in the write kernel).
+ */
+
+#define BINS 2048
+
+inline uint sel_key(float f) {
+    uint u = as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return 0u;
+    if (u == 0x80000000u)
+        u = 0u;
+    uint k = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+#if SELECT_SMALLEST
+    k = ~k;
+#endif
+    return k;
+}
+
+/* Exclusive prefix sum of x over the work-group; *total receives the sum. Every
+ * work-item must call it. s has SEL_WG entries. */
+inline uint sel_scan(uint x, __local uint *s, uint *total) {
+    const uint lid = get_local_id(0);
+    s[lid] = x;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint off = 1; off < SEL_WG; off <<= 1) {
+        uint v = lid >= off ? s[lid - off] : 0u;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        s[lid] += v;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    uint incl = s[lid];
+    *total = s[SEL_WG - 1];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return incl - x;
+}
+
+__kernel void select_init(__global const int *lens, long len_off, int has_len, int max_len,
+                          __global const int *kbuf, long k_off, long k_sb, long k_sh, int has_krow,
+                          int K, int H, __global uint *ws, long st_off, long h_off) {
+    __global uint *state = ws + st_off, *hist = ws + h_off;
+    const uint row = get_global_id(1);
+    const uint lid = get_local_id(0);
+    for (uint i = lid; i < BINS; i += SEL_WG)
+        hist[(size_t)row * BINS + i] = 0u;
+    if (lid != 0)
+        return;
+    const int b = (int)(row / (uint)H), h = (int)(row % (uint)H);
+    int n = max_len;
+    if (has_len)
+        n = clamp(lens[len_off + b], 0, max_len);
+    int kr = K;
+    if (has_krow)
+        kr = clamp(kbuf[k_off + b * k_sb + h * k_sh], 0, K);
+    const int c = min(kr, n);
+    __global uint *st = state + (size_t)row * 4;
+    st[2] = (uint)c;
+    if (c == 0) { /* nothing: T above every key */
+        st[0] = 0xffffffffu;
+        st[1] = 0u;
+        st[3] = 1u;
+    } else if (c == n) { /* everything: T = 0 (lowest key), take all ties */
+        st[0] = 0u;
+        st[1] = (uint)n;
+        st[3] = 1u;
+    } else {
+        st[0] = 0u;
+        st[1] = (uint)c;
+        st[3] = 0u;
+    }
+}
+
+/* Histogram of the digit (key >> shift) & (2^nbits - 1) of the keys whose bits above
+ * shift + nbits equal the row's prefix. Global: (nchunks * SEL_WG, rows). */
+__kernel void select_hist(__global const float *scores, long s_off, long s_sb, long s_sh, int H,
+                          __global uint *ws, long st_off, long h_off, __global const int *lens,
+                          long len_off, int has_len, int max_len, int chunk, int shift,
+                          int nbits) {
+    __local uint lh[BINS];
+    __global const uint *state = ws + st_off;
+    __global uint *hist = ws + h_off;
+    const uint row = get_global_id(1);
+    const uint lid = get_local_id(0);
+    __global const uint *st = state + (size_t)row * 4;
+    if (st[3])
+        return; /* uniform over the work-group */
+    const int b = (int)(row / (uint)H), h = (int)(row % (uint)H);
+    int n = max_len;
+    if (has_len)
+        n = clamp(lens[len_off + b], 0, max_len);
+    const long start = (long)get_group_id(0) * chunk;
+    const long end = min((long)n, start + chunk);
+    if (start >= end)
+        return;
+    for (uint i = lid; i < BINS; i += SEL_WG)
+        lh[i] = 0u;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const uint prefix = st[0];
+    const uint top = (uint)(shift + nbits);
+    const uint mask = top >= 32u ? 0u : ~((1u << top) - 1u);
+    const uint dmask = (1u << nbits) - 1u;
+    __global const float *p = scores + s_off + b * s_sb + h * s_sh;
+    for (long i = start + lid; i < end; i += SEL_WG) {
+        uint key = sel_key(p[i]);
+        if ((key & mask) == prefix)
+            atomic_inc(&lh[(key >> shift) & dmask]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __global uint *gh = hist + (size_t)row * BINS;
+    for (uint i = lid; i < BINS; i += SEL_WG) {
+        uint v = lh[i];
+        if (v)
+            atomic_add(&gh[i], v);
+    }
+}
+
+/* Finds the digit holding the wanted rank (counting from the top), extends the prefix,
+ * reduces the rank by the count above it, and clears the histogram. One work-group per
+ * row. Global: (SEL_WG, rows). */
+__kernel void select_scan(__global uint *ws, long st_off, long h_off, int shift, int last) {
+    __global uint *state = ws + st_off, *hist = ws + h_off;
+    __local uint s[SEL_WG];
+    const uint row = get_global_id(1);
+    const uint lid = get_local_id(0);
+    __global uint *st = state + (size_t)row * 4;
+    if (st[3])
+        return;
+    const uint r = st[1];
+    __global uint *gh = hist + (size_t)row * BINS;
+    const uint per = BINS / SEL_WG;
+    /* item lid owns positions lid*per .. lid*per + per - 1 of the descending bin order */
+    uint h[BINS / SEL_WG];
+    uint sum = 0u;
+    for (uint j = 0; j < per; j++) {
+        uint bin = BINS - 1u - (lid * per + j);
+        h[j] = gh[bin];
+        gh[bin] = 0u;
+        sum += h[j];
+    }
+    uint total;
+    uint cum = sel_scan(sum, s, &total);
+    for (uint j = 0; j < per; j++) {
+        uint bin = BINS - 1u - (lid * per + j);
+        if (cum < r && r <= cum + h[j]) {
+            st[0] |= bin << shift;
+            st[1] = r - cum;
+            if (last)
+                st[3] = 1u;
+        }
+        cum += h[j];
+    }
+}
+
+/* Per chunk: the number of keys > T and == T. Global: (nchunks * SEL_WG, rows). */
+__kernel void select_count(__global const float *scores, long s_off, long s_sb, long s_sh, int H,
+                           __global uint *ws, long st_off, long cc_off, __global const int *lens,
+                           long len_off, int has_len, int max_len, int chunk, int nchunks) {
+    __local uint s[SEL_WG];
+    __global const uint *state = ws + st_off;
+    __global uint *cc = ws + cc_off;
+    const uint row = get_global_id(1);
+    const uint lid = get_local_id(0);
+    const int b = (int)(row / (uint)H), h = (int)(row % (uint)H);
+    int n = max_len;
+    if (has_len)
+        n = clamp(lens[len_off + b], 0, max_len);
+    const long start = (long)get_group_id(0) * chunk;
+    const long end = min((long)n, start + chunk);
+    const uint T = state[(size_t)row * 4];
+    __global const float *p = scores + s_off + b * s_sb + h * s_sh;
+    uint gt = 0u, eq = 0u;
+    for (long i = start + lid; i < end; i += SEL_WG) {
+        uint key = sel_key(p[i]);
+        gt += key > T;
+        eq += key == T;
+    }
+    uint tgt, teq;
+    sel_scan(gt, s, &tgt);
+    sel_scan(eq, s, &teq);
+    if (lid == 0) {
+        size_t o = ((size_t)row * nchunks + get_group_id(0)) * 2;
+        cc[o] = tgt;
+        cc[o + 1] = teq;
+    }
+}
+
+/* Per row: exclusive scans over the chunks of (selected count, ties before), and the
+ * row's count. Global: (SEL_WG, rows). */
+__kernel void select_offsets(__global uint *ws, long st_off, long cc_off, int nchunks,
+                             __global int *counts, long c_off, long c_sb, long c_sh,
+                             int has_counts, int H) {
+    __local uint s[SEL_WG];
+    __global const uint *state = ws + st_off;
+    __global uint *cc = ws + cc_off;
+    const uint row = get_global_id(1);
+    const uint lid = get_local_id(0);
+    __global const uint *st = state + (size_t)row * 4;
+    const uint take = st[1];
+    uint gt_base = 0u, eq_base = 0u;
+    for (int t0 = 0; t0 < nchunks; t0 += SEL_WG) {
+        const int j = t0 + (int)lid;
+        size_t o = ((size_t)row * nchunks + (size_t)j) * 2;
+        uint gt = 0u, eq = 0u;
+        if (j < nchunks) {
+            gt = cc[o];
+            eq = cc[o + 1];
+        }
+        uint tgt, teq;
+        uint gt_ex = sel_scan(gt, s, &tgt) + gt_base;
+        uint eq_ex = sel_scan(eq, s, &teq) + eq_base;
+        if (j < nchunks) {
+            cc[o] = gt_ex + min(eq_ex, take); /* output offset of the chunk */
+            cc[o + 1] = eq_ex;                /* ties at T before the chunk */
+        }
+        gt_base += tgt;
+        eq_base += teq;
+    }
+    if (has_counts && lid == 0) {
+        const int b = (int)(row / (uint)H), h = (int)(row % (uint)H);
+        counts[c_off + b * c_sb + h * c_sh] = (int)st[2];
+    }
+}
+
+/* Ordered compaction: each work-group writes its chunk's selected indices at the
+ * chunk's offset, in position order; then fills the row's slots [c, K) with -1.
+ * Global: (nchunks * SEL_WG, rows). */
+__kernel void select_write(__global const float *scores, long s_off, long s_sb, long s_sh, int H,
+                           __global const uint *ws, long st_off, long cc_off,
+                           __global const int *lens, long len_off, int has_len, int max_len,
+                           int chunk, int nchunks, __global int *idx, long i_off, long i_sb,
+                           long i_sh, int K) {
+    __local uint s[SEL_WG];
+    __global const uint *state = ws + st_off, *cc = ws + cc_off;
+    const uint row = get_global_id(1);
+    const uint lid = get_local_id(0);
+    const uint g = get_group_id(0);
+    const int b = (int)(row / (uint)H), h = (int)(row % (uint)H);
+    int n = max_len;
+    if (has_len)
+        n = clamp(lens[len_off + b], 0, max_len);
+    __global const uint *st = state + (size_t)row * 4;
+    const uint T = st[0], take = st[1], c = st[2];
+    const size_t o = ((size_t)row * nchunks + g) * 2;
+    uint out = cc[o], eq_before = cc[o + 1];
+    const long start = (long)g * chunk;
+    const long end = min((long)n, start + chunk);
+    __global const float *p = scores + s_off + b * s_sb + h * s_sh;
+    __global int *dst = idx + i_off + b * i_sb + h * i_sh;
+    /* Tiles of SEL_WG * PER_ITEM elements; item lid owns PER_ITEM consecutive ones.
+     * gt and eq counts of a tile are < 2^16, packed into one scan. */
+    for (long t0 = start; t0 < end; t0 += (long)SEL_WG * PER_ITEM) {
+        const long i0 = t0 + (long)lid * PER_ITEM;
+        uint keys[PER_ITEM];
+        uint gt = 0u, eq = 0u;
+        for (int j = 0; j < PER_ITEM; j++) {
+            long i = i0 + j;
+            uint key = i < end ? sel_key(p[i]) : 0u;
+            keys[j] = key;
+            if (i < end) {
+                gt += key > T;
+                eq += key == T;
+            }
+        }
+        uint tot;
+        uint ex = sel_scan(gt | (eq << 16), s, &tot);
+        uint gt_ex = ex & 0xffffu, eq_ex = ex >> 16;
+        /* ties already taken before this item, and the output position of its first pick */
+        uint eq_rank = eq_before + eq_ex;
+        uint pos = out + gt_ex + (min(eq_rank, take) - min(eq_before, take));
+        for (int j = 0; j < PER_ITEM; j++) {
+            long i = i0 + j;
+            if (i >= end)
+                break;
+            uint key = keys[j];
+            int sel = key > T;
+            if (key == T) {
+                sel = eq_rank < take;
+                eq_rank++;
+            }
+            if (sel)
+                dst[pos++] = (int)i;
+        }
+        uint tgt = tot & 0xffffu, teq = tot >> 16;
+        out += tgt + (min(eq_before + teq, take) - min(eq_before, take));
+        eq_before += teq;
+    }
+    for (long sl = (long)c + (long)g * SEL_WG + lid; sl < K; sl += (long)nchunks * SEL_WG)
+        dst[sl] = -1;
+}

@@ -1,0 +1,227 @@
+/* clkv_select_topk: validation, chunking, the radix-select pipeline (cl_kernels/select.cl). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clkv/select.h"
+#include "runtime/internal.h"
+
+#define KERNEL_FILE "select.cl"
+#define SEL_BINS 2048
+#define PER_ITEM 8
+
+typedef struct select_plan {
+    int64_t B, H, N, rows;
+    int max_len, K;
+    int wg, chunk, nchunks;
+    size_t state_bytes, hist_bytes, cc_bytes;
+} select_plan;
+
+static clkv_status validate(clkv_context *ctx, const clkv_select_topk_args *a) {
+    clkv_status st;
+    const uint32_t i32 = CLKV_DTYPE_BIT(CLKV_I32);
+    if ((st = clkv__check_tensor(ctx, &a->scores, "scores", 3, CLKV_DTYPE_BIT(CLKV_F32))) ||
+        (st = clkv__check_tensor(ctx, &a->indices, "indices", 3, i32)) ||
+        (st = clkv__check_optional_tensor(ctx, &a->lengths, "lengths", 1, i32)) ||
+        (st = clkv__check_optional_tensor(ctx, &a->k_per_row, "k_per_row", 2, i32)) ||
+        (st = clkv__check_optional_tensor(ctx, &a->counts, "counts", 2, i32)))
+        return st;
+    const int64_t B = a->scores.dims[0], H = a->scores.dims[1], N = a->scores.dims[2];
+    if (a->k < 0 || a->k > INT32_MAX)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "k: %lld is outside [0, 2^31-1]",
+                          (long long)a->k);
+    if ((st = clkv__check_dim(ctx, &a->indices, "indices", 0, B, "batch of scores")) ||
+        (st = clkv__check_dim(ctx, &a->indices, "indices", 1, H, "heads of scores")) ||
+        (st = clkv__check_dim(ctx, &a->indices, "indices", 2, a->k, "k")))
+        return st;
+    if (a->lengths.buf &&
+        (st = clkv__check_dim(ctx, &a->lengths, "lengths", 0, B, "batch of scores")))
+        return st;
+    if (a->k_per_row.buf &&
+        ((st = clkv__check_dim(ctx, &a->k_per_row, "k_per_row", 0, B, "batch of scores")) ||
+         (st = clkv__check_dim(ctx, &a->k_per_row, "k_per_row", 1, H, "heads of scores"))))
+        return st;
+    if (a->counts.buf &&
+        ((st = clkv__check_dim(ctx, &a->counts, "counts", 0, B, "batch of scores")) ||
+         (st = clkv__check_dim(ctx, &a->counts, "counts", 1, H, "heads of scores"))))
+        return st;
+    if (a->max_length < -1 || a->max_length > N)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "max_length: %lld is outside [-1, N = %lld]",
+                          (long long)a->max_length, (long long)N);
+    if (N > INT32_MAX || B * H > INT32_MAX || (H > 0 && B > INT32_MAX / H))
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE,
+                          "scores: N = %lld or B*H = %lld*%lld exceeds 2^31-1", (long long)N,
+                          (long long)B, (long long)H);
+    if (a->largest != 0 && a->largest != 1)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "largest: %d, expected 0 or 1", (int)a->largest);
+    return CLKV_OK;
+}
+
+static void plan_launch(clkv_context *ctx, const clkv_select_topk_args *a, select_plan *p) {
+    memset(p, 0, sizeof *p);
+    p->B = a->scores.dims[0];
+    p->H = a->scores.dims[1];
+    p->N = a->scores.dims[2];
+    p->rows = p->B * p->H;
+    p->max_len = (int)(a->max_length < 0 ? p->N : a->max_length);
+    p->K = (int)a->k;
+    int wg = 256;
+    while ((uint64_t)wg > ctx->info.max_work_group_size && wg > 1)
+        wg /= 2;
+    p->wg = wg;
+    /* Enough work-groups to fill the device even for one row; each chunk at least one
+     * write tile, and a whole number of tiles. */
+    const int gpu = ctx->info.kind == CLKV_DEVICE_KIND_GPU;
+    const int64_t target =
+        (int64_t)(ctx->info.compute_units ? ctx->info.compute_units : 1) * (gpu ? 8 : 2);
+    const int64_t tile = (int64_t)wg * PER_ITEM;
+    const int64_t len = p->max_len > 0 ? p->max_len : 1;
+    int64_t per_row = p->rows ? (target + p->rows - 1) / p->rows : 1;
+    if (per_row < 1)
+        per_row = 1;
+    int64_t chunk = (len + per_row - 1) / per_row;
+    /* CLKV_SELECT_CHUNK forces the chunk length (tests: many chunks per row on any device) */
+    const char *force = getenv("CLKV_SELECT_CHUNK");
+    if (force && *force && atoll(force) > 0)
+        chunk = atoll(force);
+    chunk = (chunk + tile - 1) / tile * tile;
+    if (chunk < tile)
+        chunk = tile;
+    p->chunk = (int)(chunk > INT32_MAX / 2 ? INT32_MAX / 2 / tile * tile : chunk);
+    p->nchunks = (int)((len + p->chunk - 1) / p->chunk);
+    p->state_bytes = clkv__ws_align((size_t)p->rows * 4 * 4);
+    p->hist_bytes = clkv__ws_align((size_t)p->rows * SEL_BINS * 4);
+    p->cc_bytes = clkv__ws_align((size_t)p->rows * (size_t)p->nchunks * 2 * 4);
+}
+
+static clkv_status check_common(clkv_context *ctx, const clkv_select_topk_args *args) {
+    if (!ctx)
+        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
+    if (!args)
+        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    return validate(ctx, args);
+}
+
+clkv_status clkv_select_topk_workspace_size(clkv_context *ctx, const clkv_select_topk_args *args,
+                                            size_t *bytes) {
+    clkv_status st = check_common(ctx, args);
+    if (st != CLKV_OK)
+        return st;
+    if (!bytes)
+        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "bytes: output pointer is NULL");
+    select_plan p;
+    plan_launch(ctx, args, &p);
+    *bytes = p.rows ? p.state_bytes + p.hist_bytes + p.cc_bytes : 0;
+    return CLKV_OK;
+}
+
+clkv_status clkv_select_topk(clkv_context *ctx, const clkv_select_topk_args *args, cl_event *done) {
+    clkv_status st = check_common(ctx, args);
+    if (st != CLKV_OK)
+        return st;
+    select_plan p;
+    plan_launch(ctx, args, &p);
+    if (p.rows == 0) {
+        if (!done)
+            return CLKV_OK;
+        cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, done);
+        return err == CL_SUCCESS ? CLKV_OK : clkv__fail_cl(ctx, err, "clEnqueueMarker");
+    }
+
+    clkv_defs defs;
+    clkv__defs_init(&defs);
+    clkv__defs_int(&defs, "SEL_WG", p.wg);
+    clkv__defs_int(&defs, "SELECT_SMALLEST", args->largest ? 0 : 1);
+    clkv__defs_int(&defs, "PER_ITEM", PER_ITEM);
+    cl_kernel k_init, k_hist, k_scan, k_count, k_offs, k_write;
+    if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_init", &k_init)) ||
+        (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_hist", &k_hist)) ||
+        (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_scan", &k_scan)) ||
+        (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_count", &k_count)) ||
+        (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_offsets", &k_offs)) ||
+        (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_write", &k_write)))
+        return st;
+    if ((st = clkv__check_local_mem(ctx, k_hist, "select_hist", 0)) ||
+        (st = clkv__check_local_mem(ctx, k_write, "select_write", 0)))
+        return st;
+    cl_mem ws;
+    if ((st = clkv__workspace(ctx, p.state_bytes + p.hist_bytes + p.cc_bytes, &ws)))
+        return st;
+    /* The three scratch arrays live in the one workspace buffer, addressed by element
+     * offsets (sub-buffers would need CL_DEVICE_MEM_BASE_ADDR_ALIGN alignment). */
+    const cl_long st_off = 0, h_off = (cl_long)(p.state_bytes / 4),
+                  cc_off = (cl_long)((p.state_bytes + p.hist_bytes) / 4);
+    const clkv_tensor *sc = &args->scores;
+    const cl_mem s_buf = sc->buf, len_buf = args->lengths.buf, k_buf = args->k_per_row.buf,
+                 i_buf = args->indices.buf, c_buf = args->counts.buf;
+    const cl_long s_off = clkv__elem_offset(sc), s_sb = sc->strides[0], s_sh = sc->strides[1];
+    const cl_long len_off = len_buf ? clkv__elem_offset(&args->lengths) : 0;
+    const cl_long k_off = k_buf ? clkv__elem_offset(&args->k_per_row) : 0,
+                  k_sb = k_buf ? args->k_per_row.strides[0] : 0,
+                  k_sh = k_buf ? args->k_per_row.strides[1] : 0;
+    const cl_long i_off = clkv__elem_offset(&args->indices), i_sb = args->indices.strides[0],
+                  i_sh = args->indices.strides[1];
+    const cl_long c_off = c_buf ? clkv__elem_offset(&args->counts) : 0,
+                  c_sb = c_buf ? args->counts.strides[0] : 0,
+                  c_sh = c_buf ? args->counts.strides[1] : 0;
+    const cl_int has_len = len_buf != NULL, has_krow = k_buf != NULL, has_counts = c_buf != NULL;
+    const cl_int max_len = p.max_len, K = p.K, H = (cl_int)p.H, chunk = p.chunk,
+                 nchunks = p.nchunks;
+
+    clkv__log(ctx,
+              "select_topk: B=%lld H=%lld N=%lld max_len=%d k=%d largest=%d wg=%d chunk=%d "
+              "nchunks=%d",
+              (long long)p.B, (long long)p.H, (long long)p.N, p.max_len, p.K, (int)args->largest,
+              p.wg, p.chunk, p.nchunks);
+
+    const size_t row_g[2] = {(size_t)p.wg, (size_t)p.rows};
+    const size_t chunk_g[2] = {(size_t)p.nchunks * p.wg, (size_t)p.rows};
+    const size_t loc[2] = {(size_t)p.wg, 1};
+
+    st = clkv__set_args(ctx, k_init, "select_init", 14, CLKV_ARG(len_buf), CLKV_ARG(len_off),
+                        CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(k_buf), CLKV_ARG(k_off),
+                        CLKV_ARG(k_sb), CLKV_ARG(k_sh), CLKV_ARG(has_krow), CLKV_ARG(K),
+                        CLKV_ARG(H), CLKV_ARG(ws), CLKV_ARG(st_off), CLKV_ARG(h_off));
+    if (st == CLKV_OK)
+        st = clkv__launch(ctx, k_init, "select_init", 2, row_g, loc, 0, NULL);
+    static const cl_int shifts[3] = {21, 10, 0}, bits[3] = {11, 11, 10};
+    for (int pass = 0; pass < 3 && st == CLKV_OK; pass++) {
+        const cl_int shift = shifts[pass], nbits = bits[pass], last = pass == 2;
+        st = clkv__set_args(ctx, k_hist, "select_hist", 15, CLKV_ARG(s_buf), CLKV_ARG(s_off),
+                            CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(ws),
+                            CLKV_ARG(st_off), CLKV_ARG(h_off), CLKV_ARG(len_buf), CLKV_ARG(len_off),
+                            CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(chunk), CLKV_ARG(shift),
+                            CLKV_ARG(nbits));
+        if (st == CLKV_OK)
+            st = clkv__launch(ctx, k_hist, "select_hist", 2, chunk_g, loc, 0, NULL);
+        if (st == CLKV_OK)
+            st = clkv__set_args(ctx, k_scan, "select_scan", 5, CLKV_ARG(ws), CLKV_ARG(st_off),
+                                CLKV_ARG(h_off), CLKV_ARG(shift), CLKV_ARG(last));
+        if (st == CLKV_OK)
+            st = clkv__launch(ctx, k_scan, "select_scan", 2, row_g, loc, 0, NULL);
+    }
+    if (st == CLKV_OK)
+        st = clkv__set_args(ctx, k_count, "select_count", 14, CLKV_ARG(s_buf), CLKV_ARG(s_off),
+                            CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(ws),
+                            CLKV_ARG(st_off), CLKV_ARG(cc_off), CLKV_ARG(len_buf),
+                            CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len),
+                            CLKV_ARG(chunk), CLKV_ARG(nchunks));
+    if (st == CLKV_OK)
+        st = clkv__launch(ctx, k_count, "select_count", 2, chunk_g, loc, 0, NULL);
+    if (st == CLKV_OK)
+        st = clkv__set_args(ctx, k_offs, "select_offsets", 10, CLKV_ARG(ws), CLKV_ARG(st_off),
+                            CLKV_ARG(cc_off), CLKV_ARG(nchunks), CLKV_ARG(c_buf), CLKV_ARG(c_off),
+                            CLKV_ARG(c_sb), CLKV_ARG(c_sh), CLKV_ARG(has_counts), CLKV_ARG(H));
+    if (st == CLKV_OK)
+        st = clkv__launch(ctx, k_offs, "select_offsets", 2, row_g, loc, 0, NULL);
+    if (st == CLKV_OK)
+        st = clkv__set_args(ctx, k_write, "select_write", 19, CLKV_ARG(s_buf), CLKV_ARG(s_off),
+                            CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(ws),
+                            CLKV_ARG(st_off), CLKV_ARG(cc_off), CLKV_ARG(len_buf),
+                            CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len),
+                            CLKV_ARG(chunk), CLKV_ARG(nchunks), CLKV_ARG(i_buf), CLKV_ARG(i_off),
+                            CLKV_ARG(i_sb), CLKV_ARG(i_sh), CLKV_ARG(K));
+    if (st == CLKV_OK)
+        st = clkv__launch(ctx, k_write, "select_write", 2, chunk_g, loc, 0, done);
+    return st;
+}
