@@ -1,0 +1,250 @@
+/* KIVI-style asymmetric b-bit quantization (SPEC §3); see include/clkv/quant.h.
+ *
+ * -D X_DTYPE     dtype code of the float tensor: the input of quant_*, the output of
+ *                dequant_* (0 f32, 1 f16, 2 bf16)
+ * -D META_DTYPE  dtype code of scale/min (0 f32, 1 f16)
+ * bits and group are kernel arguments (one program serves every (bits, group)).
+ * Launches are 1-D over all work items (padded to the work-group size); the fastest
+ * index is the channel (keys) or the word/group of a token (values), so neighbouring
+ * work items touch neighbouring addresses. */
+
+/* x^ = q*s + m must be two roundings, as the rule and the host reference say. */
+#pragma OPENCL FP_CONTRACT OFF
+
+#ifndef X_DTYPE
+#error "X_DTYPE must be defined"
+#endif
+#ifndef META_DTYPE
+#error "META_DTYPE must be defined"
+#endif
+
+typedef CLKV_STORAGE(X_DTYPE) x_t;
+typedef CLKV_STORAGE(META_DTYPE) meta_t;
+#define LOAD_X CLKV_LOAD(X_DTYPE)
+#define STORE_X CLKV_STORE(X_DTYPE)
+#define LOAD_META CLKV_LOAD(META_DTYPE)
+#define STORE_META CLKV_STORE(META_DTYPE)
+
+#define FLAG_F16_RANGE 1
+#define FLAG_NONFINITE 2
+
+/* Correctly rounded a / b (round to nearest) for finite a, b with b != 0. `/` may be off
+ * by a few ulps (NVIDIA's default); the candidates around it are compared by their
+ * residuals a - q*b, computed with fma (one rounding). Within one ulp of a/b the residual
+ * is exact (no underflow), and exact halfway quotients do not exist for division, so the
+ * candidate with the smaller |residual| is the correctly rounded quotient. */
+inline float quant_div_rn(float a, float b) {
+    float q = a / b;
+    if (!isfinite(q))
+        return q;
+    for (int it = 0; it < 4; it++) {
+        float r = fabs(fma(-q, b, a));
+        float up = nextafter(q, INFINITY), dn = nextafter(q, -INFINITY);
+        float ru = fabs(fma(-up, b, a)), rd = fabs(fma(-dn, b, a));
+        if (ru < r)
+            q = up;
+        else if (rd < r)
+            q = dn;
+        else
+            break;
+    }
+    return q;
+}
+
+/* The f32 value of the stored metadata (f16: RNE round trip). */
+inline float quant_meta_round(float x) {
+#if META_DTYPE == CLKV_DT_F16
+    ushort h;
+    vstore_half_rte(x, 0, (__private half *)&h);
+    return vload_half(0, (const __private half *)&h);
+#else
+    return x;
+#endif
+}
+
+/* Flag bits of one input value. */
+inline uint quant_check(float v) {
+    if (!isfinite(v))
+        return FLAG_NONFINITE;
+#if META_DTYPE == CLKV_DT_F16
+    if (fabs(v) > 65504.0f)
+        return FLAG_F16_RANGE;
+#endif
+    return 0;
+}
+
+/* Group parameters from (mn, mx, flags so far): the stored s and m as f32 (0, 0 for a
+ * flagged group). Returns the final flags. */
+inline uint quant_params(float mn, float mx, uint bad, float qmax, float *s, float *m) {
+    float range = mx - mn;
+    if (!bad && !isfinite(range))
+        bad = FLAG_NONFINITE;
+    if (bad) {
+        *s = 0.0f;
+        *m = 0.0f;
+        return bad;
+    }
+    *s = quant_meta_round(quant_div_rn(range, qmax));
+    *m = quant_meta_round(mn);
+    return 0;
+}
+
+inline uint quant_code(float x, float s, float m, float qmax) {
+    if (s == 0.0f)
+        return 0u;
+    float q = rint(quant_div_rn(x - m, s));
+    q = fmin(fmax(q, 0.0f), qmax); /* fmax(NaN, 0) = 0 */
+    return (uint)q;
+}
+
+inline void quant_raise(__global int *flags, long f_off, int has_flags, uint bad) {
+    if (bad && has_flags)
+        atomic_or(flags + f_off, (int)bad);
+}
+
+/* Keys, per channel. Item (bh, g, d): group g (tokens [g*group, (g+1)*group)) of
+ * channel d. total = B*H * (N/group) * D. */
+__kernel void quant_keys(__global const x_t *x, long x_off, long x_sb, long x_sh, long x_sn,
+                         __global uint *codes, long c_off, long c_sb, long c_sh, long c_sn,
+                         __global meta_t *scale, long s_off, long s_sb, long s_sh, long s_sn,
+                         __global meta_t *minv, long m_off, long m_sb, long m_sh, long m_sn,
+                         __global int *flags, long f_off, int has_flags, long total, int H,
+                         int D, int NG, int bits, int group) {
+    const long idx = get_global_id(0);
+    if (idx >= total)
+        return;
+    const int d = (int)(idx % D);
+    const long rest = idx / D;
+    const int g = (int)(rest % NG);
+    const int bh = (int)(rest / NG);
+    const int b = bh / H, h = bh % H;
+    const int per = 32 / bits;
+    const float qmax = (float)((1 << bits) - 1);
+
+    const long xb = x_off + b * x_sb + h * x_sh + (long)g * group * x_sn + d;
+    float mn = INFINITY, mx = -INFINITY;
+    uint bad = 0;
+    for (int t = 0; t < group; t++) {
+        float v = LOAD_X(x, xb + t * x_sn);
+        bad |= quant_check(v);
+        mn = fmin(mn, v);
+        mx = fmax(mx, v);
+    }
+    float s, m;
+    bad = quant_params(mn, mx, bad, qmax, &s, &m);
+    STORE_META(scale, s_off + b * s_sb + h * s_sh + g * s_sn + d, s);
+    STORE_META(minv, m_off + b * m_sb + h * m_sh + g * m_sn + d, m);
+
+    const long cb = c_off + b * c_sb + h * c_sh + (long)(g * (group / per)) * c_sn + d;
+    for (int w = 0; w < group / per; w++) {
+        uint word = 0;
+        for (int i = 0; i < per; i++) {
+            float v = LOAD_X(x, xb + (long)(w * per + i) * x_sn);
+            word |= quant_code(v, s, m, qmax) << (bits * i);
+        }
+        codes[cb + w * c_sn] = word;
+    }
+    quant_raise(flags, f_off, has_flags, bad);
+}
+
+/* Values (and DiffKV tokens), per token. Item (bh, n, j): channel group j of token n.
+ * total = B*H * N * (D/group). */
+__kernel void quant_values(__global const x_t *x, long x_off, long x_sb, long x_sh, long x_sn,
+                           __global uint *codes, long c_off, long c_sb, long c_sh, long c_sn,
+                           __global meta_t *scale, long s_off, long s_sb, long s_sh, long s_sn,
+                           __global meta_t *minv, long m_off, long m_sb, long m_sh, long m_sn,
+                           __global int *flags, long f_off, int has_flags, long total, int H,
+                           int N, int DG, int bits, int group) {
+    const long idx = get_global_id(0);
+    if (idx >= total)
+        return;
+    const int j = (int)(idx % DG);
+    const long rest = idx / DG;
+    const int n = (int)(rest % N);
+    const int bh = (int)(rest / N);
+    const int b = bh / H, h = bh % H;
+    const int per = 32 / bits;
+    const float qmax = (float)((1 << bits) - 1);
+
+    const long xb = x_off + b * x_sb + h * x_sh + n * x_sn + (long)j * group;
+    float mn = INFINITY, mx = -INFINITY;
+    uint bad = 0;
+    for (int t = 0; t < group; t++) {
+        float v = LOAD_X(x, xb + t);
+        bad |= quant_check(v);
+        mn = fmin(mn, v);
+        mx = fmax(mx, v);
+    }
+    float s, m;
+    bad = quant_params(mn, mx, bad, qmax, &s, &m);
+    STORE_META(scale, s_off + b * s_sb + h * s_sh + n * s_sn + j, s);
+    STORE_META(minv, m_off + b * m_sb + h * m_sh + n * m_sn + j, m);
+
+    const long cb = c_off + b * c_sb + h * c_sh + n * c_sn + (long)j * (group / per);
+    for (int w = 0; w < group / per; w++) {
+        uint word = 0;
+        for (int i = 0; i < per; i++) {
+            float v = LOAD_X(x, xb + w * per + i);
+            word |= quant_code(v, s, m, qmax) << (bits * i);
+        }
+        codes[cb + w] = word;
+    }
+    quant_raise(flags, f_off, has_flags, bad);
+}
+
+inline float dequant_one(uint word, int i, int bits, float s, float m) {
+    const uint mask = (1u << bits) - 1u;
+    float q = (float)((word >> (bits * i)) & mask);
+    float qs = q * s;
+    return qs + m;
+}
+
+/* Keys: item (bh, w, d) expands word w of channel d (P tokens). total = B*H*(N/P)*D. */
+__kernel void dequant_keys(__global const uint *codes, long c_off, long c_sb, long c_sh,
+                           long c_sn, __global const meta_t *scale, long s_off, long s_sb,
+                           long s_sh, long s_sn, __global const meta_t *minv, long m_off,
+                           long m_sb, long m_sh, long m_sn, __global x_t *out, long o_off,
+                           long o_sb, long o_sh, long o_sn, long total, int H, int D, int NW,
+                           int bits, int group) {
+    const long idx = get_global_id(0);
+    if (idx >= total)
+        return;
+    const int d = (int)(idx % D);
+    const long rest = idx / D;
+    const int w = (int)(rest % NW);
+    const int bh = (int)(rest / NW);
+    const int b = bh / H, h = bh % H;
+    const int per = 32 / bits;
+    const int g = w * per / group;
+    const float s = LOAD_META(scale, s_off + b * s_sb + h * s_sh + g * s_sn + d);
+    const float m = LOAD_META(minv, m_off + b * m_sb + h * m_sh + g * m_sn + d);
+    const uint word = codes[c_off + b * c_sb + h * c_sh + w * c_sn + d];
+    const long ob = o_off + b * o_sb + h * o_sh + (long)w * per * o_sn + d;
+    for (int i = 0; i < per; i++)
+        STORE_X(out, ob + i * o_sn, dequant_one(word, i, bits, s, m));
+}
+
+/* Values: item (bh, n, w) expands word w of token n (P channels). total = B*H*N*(D/P). */
+__kernel void dequant_values(__global const uint *codes, long c_off, long c_sb, long c_sh,
+                             long c_sn, __global const meta_t *scale, long s_off, long s_sb,
+                             long s_sh, long s_sn, __global const meta_t *minv, long m_off,
+                             long m_sb, long m_sh, long m_sn, __global x_t *out, long o_off,
+                             long o_sb, long o_sh, long o_sn, long total, int H, int N, int NW,
+                             int bits, int group) {
+    const long idx = get_global_id(0);
+    if (idx >= total)
+        return;
+    const int w = (int)(idx % NW);
+    const long rest = idx / NW;
+    const int n = (int)(rest % N);
+    const int bh = (int)(rest / N);
+    const int b = bh / H, h = bh % H;
+    const int per = 32 / bits;
+    const int j = w * per / group;
+    const float s = LOAD_META(scale, s_off + b * s_sb + h * s_sh + n * s_sn + j);
+    const float m = LOAD_META(minv, m_off + b * m_sb + h * m_sh + n * m_sn + j);
+    const uint word = codes[c_off + b * c_sb + h * c_sh + n * c_sn + w];
+    const long ob = o_off + b * o_sb + h * o_sh + n * o_sn + (long)w * per;
+    for (int i = 0; i < per; i++)
+        STORE_X(out, ob + i, dequant_one(word, i, bits, s, m));
+}
