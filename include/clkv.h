@@ -11,6 +11,9 @@
 #include "clkv/tensor.h"
 #include "clkv/context.h"
 #include "clkv/attention.h"
+#include "clkv/select.h"
+#include "clkv/quant.h"
+#include "clkv/pariskv.h"
 
 #ifdef __cplusplus
 extern "C" {
