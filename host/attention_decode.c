@@ -168,7 +168,7 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_decode_ar
     const int64_t rows_per_iter = (int64_t)nrg * p->unroll;
     const int64_t units = p->B * p->Hkv * p->nhg;
     const int gpu = dev->kind == CLKV_DEVICE_KIND_GPU;
-    const int64_t waves = env_int("CLKV_DECODE_WAVES", gpu ? 16 : 2);
+    const int64_t waves = env_int("CLKV_DECODE_WAVES", gpu ? 8 : 2);
     const int64_t target = (int64_t)dev->compute_units * waves;
     const int64_t min_rows = env_int("CLKV_DECODE_MIN_CHUNK", gpu ? 256 : 64);
     const int64_t min_chunk = rows_per_iter * 4 > min_rows
