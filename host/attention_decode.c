@@ -160,26 +160,34 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_decode_ar
     while (p->cp_async && p->stages > 2 && stage_local_bytes(p, esize) > STAGE_BUDGET)
         p->stages--;
 
-    /* Split-K: on a GPU, many work-groups per compute unit, so that the last partial wave
-     * of resident work-groups is a small fraction of the run (a few work-groups per unit
-     * leaves the device half idle in the last wave); each still gets several loop
-     * iterations so the final row-group reduction stays cheap. */
+    /* Split-K: on a GPU, several work-groups per compute unit (waves), bounded by a
+     * minimum chunk length and by at least one work-group per compute unit. */
     const int nrg = p->wg / p->tpr;
     const int64_t rows_per_iter = (int64_t)nrg * p->unroll;
     const int64_t units = p->B * p->Hkv * p->nhg;
     const int gpu = dev->kind == CLKV_DEVICE_KIND_GPU;
     const int64_t waves = env_int("CLKV_DECODE_WAVES", gpu ? 8 : 2);
     const int64_t target = (int64_t)dev->compute_units * waves;
-    const int64_t min_rows = env_int("CLKV_DECODE_MIN_CHUNK", gpu ? 256 : 64);
-    const int64_t min_chunk = rows_per_iter * 4 > min_rows
-                                  ? rows_per_iter * 4
-                                  : (min_rows + rows_per_iter - 1) / rows_per_iter * rows_per_iter;
+    const int64_t round_rows = rows_per_iter * 4; /* chunks are whole loop iterations */
+    const int64_t min_rows = env_int("CLKV_DECODE_MIN_CHUNK", gpu ? 1024 : 64);
+    const int64_t chunk_rows = ((min_rows > round_rows ? min_rows : round_rows) + round_rows - 1) /
+                               round_rows * round_rows;
     const int64_t len = p->max_len > 0 ? p->max_len : 1;
     int64_t splits = a->num_splits > 0 ? a->num_splits : (target + units - 1) / (units ? units : 1);
     if (a->num_splits <= 0) {
-        int64_t cap = (len + min_chunk - 1) / min_chunk;
+        /* Long chunks amortize the per-work-group merge of row-group states (on an H100,
+         * 1024 rows beat 256 and 512 at 134 MB of K+V) ... */
+        const int64_t cap = (len + chunk_rows - 1) / chunk_rows;
         if (splits > cap)
             splits = cap;
+        /* ... but a short cache must still give every compute unit a work-group, with
+         * chunks of at least four loop iterations. */
+        int64_t floor_splits = ((int64_t)dev->compute_units + units - 1) / units;
+        const int64_t small_cap = (len + round_rows - 1) / round_rows;
+        if (floor_splits > small_cap)
+            floor_splits = small_cap;
+        if (splits < floor_splits)
+            splits = floor_splits;
     }
     if (splits > len)
         splits = len;
