@@ -34,44 +34,35 @@ static clkv_context *context_with_cache(const char *sub) {
     return ctx;
 }
 
+/* The -D set of a decode-attention program that no other test builds (tag). */
+static void probe_defs(long tag, clkv_defs *defs) {
+    clkv__defs_init(defs);
+    clkv__defs_int(defs, "Q_DTYPE", 0);
+    clkv__defs_int(defs, "KV_DTYPE", 2);
+    clkv__defs_int(defs, "O_DTYPE", 0);
+    clkv__defs_int(defs, "HEAD_DIM", 64);
+    clkv__defs_int(defs, "GROUP", 1);
+    clkv__defs_int(defs, "EPL", 64);
+    clkv__defs_int(defs, "WG_SIZE", 16);
+    clkv__defs_int(defs, "UNROLL", 1);
+    clkv__defs_int(defs, "VEC_ALIGNED", 0);
+    clkv__defs_int(defs, "CP_ASYNC", 0);
+    clkv__defs_int(defs, "STAGES", 0);
+    clkv__defs_int(defs, "MERGE_WG", 64);
+    clkv__defs_int(defs, "MAX_SPLITS", 64);
+    clkv__defs_int(defs, "CLKV_TEST_TAG", tag);
+}
+
 static void get_probe_kernel(clkv_context *ctx, long tag, cl_kernel *k) {
     clkv_defs defs;
-    clkv__defs_init(&defs);
-    clkv__defs_int(&defs, "Q_DTYPE", 0);
-    clkv__defs_int(&defs, "KV_DTYPE", 2);
-    clkv__defs_int(&defs, "O_DTYPE", 0);
-    clkv__defs_int(&defs, "HEAD_DIM", 64);
-    clkv__defs_int(&defs, "GROUP", 1);
-    clkv__defs_int(&defs, "EPL", 64);
-    clkv__defs_int(&defs, "WG_SIZE", 16);
-    clkv__defs_int(&defs, "UNROLL", 1);
-    clkv__defs_int(&defs, "VEC_ALIGNED", 0);
-    clkv__defs_int(&defs, "CP_ASYNC", 0);
-    clkv__defs_int(&defs, "STAGES", 0);
-    clkv__defs_int(&defs, "MERGE_WG", 64);
-    clkv__defs_int(&defs, "MAX_SPLITS", 64);
-    clkv__defs_int(&defs, "CLKV_TEST_TAG", tag); /* a program no other test builds */
+    probe_defs(tag, &defs);
     TU_CHECK_OK(ctx,
                 clkv__get_kernel(ctx, "attention_decode.cl", &defs, "attention_decode_merge", k));
 }
 
 static void probe_path(clkv_context *ctx, long tag, char *path, size_t cap) {
     clkv_defs defs;
-    clkv__defs_init(&defs);
-    clkv__defs_int(&defs, "Q_DTYPE", 0);
-    clkv__defs_int(&defs, "KV_DTYPE", 2);
-    clkv__defs_int(&defs, "O_DTYPE", 0);
-    clkv__defs_int(&defs, "HEAD_DIM", 64);
-    clkv__defs_int(&defs, "GROUP", 1);
-    clkv__defs_int(&defs, "EPL", 64);
-    clkv__defs_int(&defs, "WG_SIZE", 16);
-    clkv__defs_int(&defs, "UNROLL", 1);
-    clkv__defs_int(&defs, "VEC_ALIGNED", 0);
-    clkv__defs_int(&defs, "CP_ASYNC", 0);
-    clkv__defs_int(&defs, "STAGES", 0);
-    clkv__defs_int(&defs, "MERGE_WG", 64);
-    clkv__defs_int(&defs, "MAX_SPLITS", 64);
-    clkv__defs_int(&defs, "CLKV_TEST_TAG", tag);
+    probe_defs(tag, &defs);
     assert_int_equal(clkv__disk_cache_path(ctx, "attention_decode.cl", &defs, path, cap), 0);
 }
 
