@@ -87,9 +87,9 @@ static clkv_status validate(clkv_context *ctx, const clkv_attention_decode_args 
     return CLKV_OK;
 }
 
-static int env_int(const char *name, int fallback) {
-    const char *s = getenv(name);
-    return (s && *s) ? atoi(s) : fallback;
+/* A tuning override from the context (see clkv_decode_tuning), else the default. */
+static int tuned(int override, int fallback) {
+    return override >= 0 ? override : fallback;
 }
 
 static size_t reduction_local_bytes(const decode_plan *p) {
@@ -126,12 +126,13 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_decode_ar
     p->nhg = (int)((p->G + p->group - 1) / p->group);
 
     const clkv_device_info *dev = &ctx->info;
+    const clkv_decode_tuning *tune = &ctx->decode_tuning;
     if (dev->nvidia_ptx) {
         /* Fewer, fatter lanes when few heads share a row (fewer shuffles per row); more
          * lanes for large groups so q and acc fit in registers. */
-        p->epl = env_int("CLKV_DECODE_EPL", p->group <= 4 ? 16 : 8);
-        p->wg = env_int("CLKV_DECODE_WG", 128);
-        p->unroll = env_int("CLKV_DECODE_UNROLL", 2);
+        p->epl = tuned(tune->epl, p->group <= 4 ? 16 : 8);
+        p->wg = tuned(tune->wg, 128);
+        p->unroll = tuned(tune->unroll, 2);
     } else {
         p->epl = (int)p->D;
         p->wg = dev->kind == CLKV_DEVICE_KIND_CPU ? 16 : 64;
@@ -150,9 +151,8 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_decode_ar
     const uint32_t esize = clkv_dtype_size(a->k.dtype);
     const int64_t vw = 16 / esize;
     p->vec_aligned = clkv__rows_aligned(&a->k, vw) && clkv__rows_aligned(&a->v, vw);
-    p->cp_async =
-        dev->nvidia_ptx && p->tpr > 1 && p->vec_aligned && env_int("CLKV_DECODE_CPASYNC", 1) != 0;
-    p->stages = env_int("CLKV_DECODE_STAGES", 3);
+    p->cp_async = dev->nvidia_ptx && p->tpr > 1 && p->vec_aligned && tuned(tune->cp_async, 1) != 0;
+    p->stages = tuned(tune->stages, 3);
     if (p->stages < 2)
         p->stages = 2;
     while (p->cp_async && p->unroll > 1 && stage_local_bytes(p, esize) > STAGE_BUDGET)
@@ -166,10 +166,10 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_decode_ar
     const int64_t rows_per_iter = (int64_t)nrg * p->unroll;
     const int64_t units = p->B * p->Hkv * p->nhg;
     const int gpu = dev->kind == CLKV_DEVICE_KIND_GPU;
-    const int64_t waves = env_int("CLKV_DECODE_WAVES", gpu ? 8 : 2);
+    const int64_t waves = tuned(tune->waves, gpu ? 8 : 2);
     const int64_t target = (int64_t)dev->compute_units * waves;
     const int64_t round_rows = rows_per_iter * 4; /* chunks are whole loop iterations */
-    const int64_t min_rows = env_int("CLKV_DECODE_MIN_CHUNK", gpu ? 1024 : 64);
+    const int64_t min_rows = tuned(tune->min_chunk, gpu ? 1024 : 64);
     const int64_t chunk_rows = ((min_rows > round_rows ? min_rows : round_rows) + round_rows - 1) /
                                round_rows * round_rows;
     const int64_t len = p->max_len > 0 ? p->max_len : 1;
@@ -299,8 +299,11 @@ clkv_status clkv_attention_decode(clkv_context *ctx, const clkv_attention_decode
                             CLKV_ARG(splits), CLKV_ARG(Hq), CLKV_ARG(o_buf), CLKV_ARG(o_off),
                             CLKV_ARG(o_sb), CLKV_ARG(o_sh), CLKV_ARG(lse_buf), CLKV_ARG(lse_off),
                             CLKV_ARG(lse_sb), CLKV_ARG(lse_sh), CLKV_ARG(has_lse));
+    /* Both kernels pass the local-memory check before either is enqueued. */
     if (st == CLKV_OK &&
-        (st = clkv__check_local_mem(ctx, kp, "attention_decode_partial", 0)) == CLKV_OK) {
+        (st = clkv__check_local_mem(ctx, kp, "attention_decode_partial", 0)) == CLKV_OK)
+        st = clkv__check_local_mem(ctx, km, "attention_decode_merge", 0);
+    if (st == CLKV_OK) {
         const size_t gp[3] = {(size_t)p.splits * p.wg, (size_t)(p.Hkv * p.nhg), (size_t)p.B};
         const size_t lp[3] = {(size_t)p.wg, 1, 1};
         clkv__log(ctx,
@@ -309,12 +312,12 @@ clkv_status clkv_attention_decode(clkv_context *ctx, const clkv_attention_decode
                   (long long)p.B, (long long)p.Hq, (long long)p.Hkv, (long long)p.D, p.max_len,
                   p.group, p.epl, p.wg, p.unroll, p.vec_aligned, p.cp_async, p.stages, p.splits,
                   p.chunk);
-        st = clkv__launch(ctx, kp, "attention_decode_partial", 3, gp, lp, 0, NULL);
+        st = clkv__enqueue(ctx, kp, "attention_decode_partial", 3, gp, lp, NULL);
     }
     if (st == CLKV_OK) {
         const size_t gm[2] = {(size_t)p.Hq * MERGE_WG, (size_t)p.B};
         const size_t lm[2] = {MERGE_WG, 1};
-        st = clkv__launch(ctx, km, "attention_decode_merge", 2, gm, lm, 0, done);
+        st = clkv__enqueue(ctx, km, "attention_decode_merge", 2, gm, lm, done);
     }
     return st;
 }

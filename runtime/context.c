@@ -24,6 +24,21 @@ static void configure_cache(clkv_context *ctx) {
         ctx->disk_cache_enabled = 0;
 }
 
+static int env_int_or(const char *name, int fallback) {
+    const char *s = getenv(name);
+    return (s && *s) ? atoi(s) : fallback;
+}
+
+static void read_decode_tuning(clkv_decode_tuning *t) {
+    t->epl = env_int_or("CLKV_DECODE_EPL", -1);
+    t->wg = env_int_or("CLKV_DECODE_WG", -1);
+    t->unroll = env_int_or("CLKV_DECODE_UNROLL", -1);
+    t->stages = env_int_or("CLKV_DECODE_STAGES", -1);
+    t->cp_async = env_int_or("CLKV_DECODE_CPASYNC", -1);
+    t->waves = env_int_or("CLKV_DECODE_WAVES", -1);
+    t->min_chunk = env_int_or("CLKV_DECODE_MIN_CHUNK", -1);
+}
+
 static clkv_context *context_alloc(void) {
     clkv_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
@@ -31,6 +46,7 @@ static clkv_context *context_alloc(void) {
     const char *log = getenv("CLKV_LOG");
     ctx->log_enabled = log && *log && strcmp(log, "0") != 0;
     configure_cache(ctx);
+    read_decode_tuning(&ctx->decode_tuning);
     return ctx;
 }
 

@@ -23,6 +23,12 @@ extern "C" {
 
 struct clkv_program_entry; /* runtime/program_cache.c */
 
+/* Launch-parameter overrides for decode attention, read from CLKV_DECODE_* once per
+ * context (benchmarks and tuning; not API). -1: the library's choice. */
+typedef struct clkv_decode_tuning {
+    int epl, wg, unroll, stages, cp_async, waves, min_chunk;
+} clkv_decode_tuning;
+
 struct clkv_context {
     cl_platform_id platform;
     cl_device_id device;
@@ -42,6 +48,7 @@ struct clkv_context {
     size_t workspace_bytes;
 
     int log_enabled;
+    clkv_decode_tuning decode_tuning;
 };
 
 /* ---- errors and logging (runtime/status.c) ---- */
@@ -110,6 +117,11 @@ clkv_status clkv__set_args(clkv_context *ctx, cl_kernel kernel, const char *labe
 clkv_status clkv__launch(clkv_context *ctx, cl_kernel kernel, const char *label, cl_uint dims,
                          const size_t *global, const size_t *local, size_t dynamic_local,
                          cl_event *done);
+
+/* Enqueue without the local-memory check, for operators that checked every kernel of a
+ * launch sequence up front (so a failing check never leaves it half enqueued). */
+clkv_status clkv__enqueue(clkv_context *ctx, cl_kernel kernel, const char *label, cl_uint dims,
+                          const size_t *global, const size_t *local, cl_event *done);
 
 /* Local-memory check alone. */
 clkv_status clkv__check_local_mem(clkv_context *ctx, cl_kernel kernel, const char *label,

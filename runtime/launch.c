@@ -40,12 +40,8 @@ clkv_status clkv__check_local_mem(clkv_context *ctx, cl_kernel kernel, const cha
     return CLKV_OK;
 }
 
-clkv_status clkv__launch(clkv_context *ctx, cl_kernel kernel, const char *label, cl_uint dims,
-                         const size_t *global, const size_t *local, size_t dynamic_local,
-                         cl_event *done) {
-    clkv_status st = clkv__check_local_mem(ctx, kernel, label, dynamic_local);
-    if (st != CLKV_OK)
-        return st;
+clkv_status clkv__enqueue(clkv_context *ctx, cl_kernel kernel, const char *label, cl_uint dims,
+                          const size_t *global, const size_t *local, cl_event *done) {
     if (ctx->log_enabled)
         clkv__log(ctx, "launch %s: global [%zu %zu %zu] local [%zu %zu %zu]", label, global[0],
                   dims > 1 ? global[1] : 1, dims > 2 ? global[2] : 1, local ? local[0] : 0,
@@ -58,4 +54,13 @@ clkv_status clkv__launch(clkv_context *ctx, cl_kernel kernel, const char *label,
         return clkv__fail_cl(ctx, err, what);
     }
     return CLKV_OK;
+}
+
+clkv_status clkv__launch(clkv_context *ctx, cl_kernel kernel, const char *label, cl_uint dims,
+                         const size_t *global, const size_t *local, size_t dynamic_local,
+                         cl_event *done) {
+    clkv_status st = clkv__check_local_mem(ctx, kernel, label, dynamic_local);
+    if (st != CLKV_OK)
+        return st;
+    return clkv__enqueue(ctx, kernel, label, dims, global, local, done);
 }

@@ -59,8 +59,11 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* "-cl-std=CL1.2 -DA=1 -DB=2 ..." with the caller's defines sorted, plus the context's. */
-static char *options_string(const clkv_context *ctx, const clkv_defs *defs) {
+/* "-cl-std=CL1.2 -DA=1 -DB=2 ..." with the caller's defines sorted, plus the context's,
+ * written into `out` (on the caller's stack: this runs on every kernel lookup). */
+#define OPTIONS_MAX (32 + (CLKV_DEFS_MAX + 4) * (CLKV_DEF_LEN + 3))
+
+static void options_string(const clkv_context *ctx, const clkv_defs *defs, char out[OPTIONS_MAX]) {
     const char *items[CLKV_DEFS_MAX + 4];
     int n = 0;
     for (int i = 0; defs && i < defs->count; i++)
@@ -68,18 +71,9 @@ static char *options_string(const clkv_context *ctx, const clkv_defs *defs) {
     if (ctx->info.nvidia_ptx)
         items[n++] = "CLKV_NVIDIA_PTX=1";
     qsort(items, (size_t)n, sizeof items[0], cmp_str);
-    size_t cap = 32;
+    size_t len = (size_t)snprintf(out, OPTIONS_MAX, "-cl-std=CL1.2");
     for (int i = 0; i < n; i++)
-        cap += strlen(items[i]) + 4;
-    char *s = malloc(cap);
-    if (!s)
-        return NULL;
-    strcpy(s, "-cl-std=CL1.2");
-    for (int i = 0; i < n; i++) {
-        strcat(s, " -D");
-        strcat(s, items[i]);
-    }
-    return s;
+        len += (size_t)snprintf(out + len, OPTIONS_MAX - len, " -D%s", items[i]);
 }
 
 /* ---- sources and keys ---- */
@@ -337,17 +331,15 @@ int clkv__disk_cache_path(clkv_context *ctx, const char *file, const clkv_defs *
                           size_t cap) {
     if (!ctx->disk_cache_enabled)
         return -1;
-    char *options = options_string(ctx, defs);
+    char options[OPTIONS_MAX];
+    options_string(ctx, defs, options);
     program_source s;
-    if (!options || source_load(ctx, file, &s) != CLKV_OK) {
-        free(options);
+    if (source_load(ctx, file, &s) != CLKV_OK)
         return -1;
-    }
     uint8_t key[32];
     disk_key(ctx, &s, options, key);
     entry_path(ctx, key, path, cap);
     source_free(&s);
-    free(options);
     return 0;
 }
 
@@ -374,24 +366,24 @@ void clkv__program_cache_clear(clkv_context *ctx) {
 
 static clkv_status find_or_build(clkv_context *ctx, const char *file, const clkv_defs *defs,
                                  struct clkv_program_entry **out) {
-    char *options = options_string(ctx, defs);
-    if (!options)
-        return clkv__fail(ctx, CLKV_ERR_OUT_OF_HOST_MEMORY, "program options for %s", file);
+    char options[OPTIONS_MAX];
+    options_string(ctx, defs, options);
     for (struct clkv_program_entry *e = ctx->programs; e; e = e->next) {
         if (strcmp(e->file, file) == 0 && strcmp(e->options, options) == 0) {
             ctx->stats.memory_hits++;
-            free(options);
             *out = e;
             return CLKV_OK;
         }
     }
     struct clkv_program_entry *e = calloc(1, sizeof *e);
-    if (!e) {
-        free(options);
+    char *kept = strdup(options);
+    if (!e || !kept) {
+        free(e);
+        free(kept);
         return clkv__fail(ctx, CLKV_ERR_OUT_OF_HOST_MEMORY, "program cache entry for %s", file);
     }
     snprintf(e->file, sizeof e->file, "%s", file);
-    e->options = options;
+    e->options = kept;
     clkv_status st = load_program(ctx, file, options, &e->program);
     if (st != CLKV_OK) {
         entry_free(e);

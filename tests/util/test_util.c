@@ -382,18 +382,7 @@ float tu_bf16_to_f32(uint16_t b) {
 }
 
 size_t tu_dtype_size(clkv_dtype dt) {
-    switch (dt) {
-    case CLKV_F32:
-    case CLKV_I32:
-    case CLKV_U32:
-        return 4;
-    case CLKV_F16:
-    case CLKV_BF16:
-        return 2;
-    case CLKV_U8:
-        return 1;
-    }
-    return 0;
+    return clkv_dtype_size(dt);
 }
 
 float tu_round_dtype(clkv_dtype dt, float x) {
