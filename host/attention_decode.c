@@ -132,7 +132,7 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_decode_ar
          * lanes for large groups so q and acc fit in registers. */
         p->epl = tuned(tune->epl, p->group <= 4 ? 16 : 8);
         p->wg = tuned(tune->wg, 128);
-        p->unroll = tuned(tune->unroll, 2);
+        p->unroll = tuned(tune->unroll, 4);
     } else {
         p->epl = (int)p->D;
         p->wg = dev->kind == CLKV_DEVICE_KIND_CPU ? 16 : 64;
