@@ -236,12 +236,8 @@ clkv_status clkv_attention_decode(clkv_context *ctx, const clkv_attention_decode
     decode_plan p;
     if ((st = plan_launch(ctx, args, &p)) != CLKV_OK)
         return st;
-    if (p.B == 0 || p.Hq == 0) { /* nothing to compute; still hand back a completion event */
-        if (!done)
-            return CLKV_OK;
-        cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, done);
-        return err == CL_SUCCESS ? CLKV_OK : clkv__fail_cl(ctx, err, "clEnqueueMarker");
-    }
+    if (p.B == 0 || p.Hq == 0) /* nothing to compute; still hand back a completion event */
+        return clkv__marker(ctx, done);
 
     clkv_defs defs;
     clkv__defs_init(&defs);

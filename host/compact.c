@@ -153,12 +153,8 @@ clkv_status clkv_compact_kv(clkv_context *ctx, const clkv_compact_kv_args *args,
         return st;
     const int64_t B = args->k_src.dims[0], H = args->k_src.dims[1], K = args->indices.dims[2];
     const int64_t rows = B * H;
-    if (rows == 0) {
-        if (!done)
-            return CLKV_OK;
-        cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, done);
-        return err == CL_SUCCESS ? CLKV_OK : clkv__fail_cl(ctx, err, "clEnqueueMarker");
-    }
+    if (rows == 0)
+        return clkv__marker(ctx, done);
     clkv_defs defs;
     clkv__defs_init(&defs);
     clkv__defs_int(&defs, "ESIZE", 4);
@@ -189,11 +185,8 @@ clkv_status clkv_compact_kv(clkv_context *ctx, const clkv_compact_kv_args *args,
     if (st == CLKV_OK)
         st = clkv__launch(ctx, kl, "compact_lengths", 2, gl, ll, 0, NULL);
     if (K == 0 || st != CLKV_OK) { /* nothing to copy */
-        if (st == CLKV_OK && done) {
-            cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, done);
-            if (err != CL_SUCCESS)
-                st = clkv__fail_cl(ctx, err, "clEnqueueMarker");
-        }
+        if (st == CLKV_OK)
+            st = clkv__marker(ctx, done);
         return st;
     }
     const int has_meta = args->meta_src.buf != NULL;
@@ -203,10 +196,7 @@ clkv_status clkv_compact_kv(clkv_context *ctx, const clkv_compact_kv_args *args,
         st = launch_copy(ctx, &args->v_src, &args->v_dst, args, ws, 0, NULL);
     if (st == CLKV_OK && has_meta)
         st = launch_copy(ctx, &args->meta_src, &args->meta_dst, args, ws, 1, NULL);
-    if (st == CLKV_OK && done) {
-        cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, done);
-        if (err != CL_SUCCESS)
-            st = clkv__fail_cl(ctx, err, "clEnqueueMarker");
-    }
+    if (st == CLKV_OK)
+        st = clkv__marker(ctx, done);
     return st;
 }

@@ -66,6 +66,23 @@ static clkv_status check_levels(clkv_context *ctx, const clkv_pariskv_levels *l,
 /* Encode                                                                             */
 /* ---------------------------------------------------------------------------------- */
 
+/* D/2 work-items transform one vector; a work-group takes `kpw` vectors (about
+ * TARGET_WG work-items, within the device's limit). */
+static clkv_status vectors_per_group(clkv_context *ctx, const char *name, int64_t D, int *kpw,
+                                     int *wg) {
+    const int tpk = (int)(D / 2);
+    if ((size_t)tpk > ctx->info.max_work_group_size)
+        return clkv__fail(ctx, CLKV_ERR_DEVICE_LIMIT,
+                          "%s: D = %lld needs work-groups of %d, the device allows %zu", name,
+                          (long long)D, tpk, (size_t)ctx->info.max_work_group_size);
+    int k = TARGET_WG / tpk > 0 ? TARGET_WG / tpk : 1;
+    while (k > 1 && (size_t)(k * tpk) > ctx->info.max_work_group_size)
+        k /= 2;
+    *kpw = k;
+    *wg = k * tpk;
+    return CLKV_OK;
+}
+
 static clkv_status validate_encode(clkv_context *ctx, const clkv_pariskv_encode_args *a) {
     clkv_status st;
     if ((st = clkv__check_tensor(ctx, &a->k, "k", 4, CLKV_FLOAT_DTYPES)) ||
@@ -146,22 +163,12 @@ clkv_status clkv_pariskv_encode(clkv_context *ctx, const clkv_pariskv_encode_arg
 
     const int64_t end = args->end < 0 ? L : args->end;
     const int64_t n = end - args->start;
-    if (B == 0 || Hkv == 0 || n == 0) {
-        if (!done)
-            return CLKV_OK;
-        cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, done);
-        return err == CL_SUCCESS ? CLKV_OK : clkv__fail_cl(ctx, err, "clEnqueueMarker");
-    }
+    if (B == 0 || Hkv == 0 || n == 0)
+        return clkv__marker(ctx, done);
 
-    const int tpk = (int)(D / 2);
-    int kpw = TARGET_WG / tpk > 0 ? TARGET_WG / tpk : 1;
-    while (kpw > 1 && (size_t)(kpw * tpk) > ctx->info.max_work_group_size)
-        kpw /= 2;
-    if ((size_t)tpk > ctx->info.max_work_group_size)
-        return clkv__fail(ctx, CLKV_ERR_DEVICE_LIMIT,
-                          "k: D = %lld needs work-groups of %d, the device allows %zu",
-                          (long long)D, tpk, (size_t)ctx->info.max_work_group_size);
-    const int wg = kpw * tpk;
+    int kpw, wg;
+    if ((st = vectors_per_group(ctx, "k", D, &kpw, &wg)))
+        return st;
 
     clkv_defs defs;
     clkv__defs_init(&defs);
@@ -267,21 +274,11 @@ clkv_status clkv_pariskv_query_transform(clkv_context *ctx, const clkv_pariskv_q
     cl_uint8 signs;
     if ((st = pack_signs(ctx, args->signs, args->seed, D, &signs)))
         return st;
-    if (B == 0 || Hkv == 0) {
-        if (!done)
-            return CLKV_OK;
-        cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, done);
-        return err == CL_SUCCESS ? CLKV_OK : clkv__fail_cl(ctx, err, "clEnqueueMarker");
-    }
-    const int tpk = (int)(D / 2);
-    int kpw = TARGET_WG / tpk > 0 ? TARGET_WG / tpk : 1;
-    while (kpw > 1 && (size_t)(kpw * tpk) > ctx->info.max_work_group_size)
-        kpw /= 2;
-    if ((size_t)tpk > ctx->info.max_work_group_size)
-        return clkv__fail(ctx, CLKV_ERR_DEVICE_LIMIT,
-                          "q: D = %lld needs work-groups of %d, the device allows %zu",
-                          (long long)D, tpk, (size_t)ctx->info.max_work_group_size);
-    const int wg = kpw * tpk;
+    if (B == 0 || Hkv == 0)
+        return clkv__marker(ctx, done);
+    int kpw, wg;
+    if ((st = vectors_per_group(ctx, "q", D, &kpw, &wg)))
+        return st;
     clkv_defs defs;
     clkv__defs_init(&defs);
     clkv__defs_int(&defs, "PARISKV_QUERY", 1);

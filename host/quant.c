@@ -115,19 +115,12 @@ static int64_t op_items(const qop *op) {
                     : op->B * op->H * op->N * (op->D / op->group);
 }
 
-static clkv_status marker(clkv_context *ctx, cl_event *done) {
-    if (!done)
-        return CLKV_OK;
-    cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, done);
-    return err == CL_SUCCESS ? CLKV_OK : clkv__fail_cl(ctx, err, "clEnqueueMarker");
-}
-
 /* Enqueue one validated operation. */
 static clkv_status launch_op(clkv_context *ctx, const qop *op, const clkv_tensor *flags,
                              cl_event *done) {
     const int64_t items = op_items(op);
     if (items == 0)
-        return marker(ctx, done);
+        return clkv__marker(ctx, done);
     clkv_defs defs;
     clkv__defs_init(&defs);
     clkv__defs_int(&defs, "X_DTYPE", op->x->dtype);

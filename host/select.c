@@ -121,12 +121,8 @@ clkv_status clkv_select_topk(clkv_context *ctx, const clkv_select_topk_args *arg
         return st;
     select_plan p;
     plan_launch(ctx, args, &p);
-    if (p.rows == 0) {
-        if (!done)
-            return CLKV_OK;
-        cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, done);
-        return err == CL_SUCCESS ? CLKV_OK : clkv__fail_cl(ctx, err, "clEnqueueMarker");
-    }
+    if (p.rows == 0)
+        return clkv__marker(ctx, done);
 
     clkv_defs defs;
     clkv__defs_init(&defs);

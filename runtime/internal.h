@@ -123,6 +123,11 @@ clkv_status clkv__launch(clkv_context *ctx, cl_kernel kernel, const char *label,
 clkv_status clkv__enqueue(clkv_context *ctx, cl_kernel kernel, const char *label, cl_uint dims,
                           const size_t *global, const size_t *local, cl_event *done);
 
+/* When `done` is not NULL, enqueue a marker that completes after all work enqueued so far
+ * and return it there: the completion event of a call that enqueued nothing of its own,
+ * or of a sequence whose last kernel is not the natural one to hand back. */
+clkv_status clkv__marker(clkv_context *ctx, cl_event *done);
+
 /* Local-memory check alone. */
 clkv_status clkv__check_local_mem(clkv_context *ctx, cl_kernel kernel, const char *label,
                                   size_t dynamic_local);

@@ -64,3 +64,10 @@ clkv_status clkv__launch(clkv_context *ctx, cl_kernel kernel, const char *label,
         return st;
     return clkv__enqueue(ctx, kernel, label, dims, global, local, done);
 }
+
+clkv_status clkv__marker(clkv_context *ctx, cl_event *done) {
+    if (!done)
+        return CLKV_OK;
+    cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, done);
+    return err == CL_SUCCESS ? CLKV_OK : clkv__fail_cl(ctx, err, "clEnqueueMarker");
+}
