@@ -82,6 +82,58 @@ clkv_status clkv_attention_decode_workspace_size(clkv_context *ctx,
                                                  const clkv_attention_decode_args *args,
                                                  size_t *bytes);
 
+/* Window / prefill attention with LSE (SPEC §1.2), causal, GQA-native, memory-linear.
+ *
+ * The T query rows of sequence b are its LAST T positions: row t has position
+ *   pos(b, t) = len[b] - T + t
+ * and sees the keys j <= pos(b, t) (j < len[b]). A row with pos < 0 (a sequence shorter
+ * than T) has no key: o = 0 and lse = -inf. For every query head h (KV head h / G):
+ *   z_j = scale * <Q[b,h,t], K[b,h/G,j]>,  LSE = log(sum_{j<=pos} exp(z_j)),
+ *   O[b,h,t] = sum_{j<=pos} exp(z_j - LSE) * V[b,h/G,j]
+ * T = W (an observation window, up to 64 and beyond) is the memory-bound case DropKV,
+ * SnapKV and the other window scorers start from; T = len is full causal prefill.
+ *
+ * Tensors (strides in elements, last dim contiguous):
+ *   q       [B, Hq, T, D]    f32 | f16 | bf16 (HND, NHD-style [B,T,Hq,D] storage via
+ *                            strides, or any strides)
+ *   k, v    [B, Hkv, L, D]   f32 | f16 | bf16, same dtype for both, any strides
+ *   lengths [B]              i32, device, optional, 0 <= lengths[b] <= max_length.
+ *                            Absent: every sequence has max_length tokens.
+ *   o       [B, Hq, T, D]    f32 | f16 | bf16, any strides
+ *   lse     [B, Hq, T]       f32, optional
+ * D must be 64, 128 or 256; Hq a multiple of Hkv.
+ */
+typedef struct clkv_attention_window_args {
+    clkv_tensor q;
+    clkv_tensor k;
+    clkv_tensor v;
+    clkv_tensor lengths;
+    clkv_tensor o;
+    clkv_tensor lse;
+    /* Host-side upper bound of lengths[] (<= L). -1: L. */
+    int64_t max_length;
+    /* Softmax scale; 0 means 1/sqrt(D). Must be finite. */
+    float scale;
+    /* Key-split count; 0 chooses from the device, T and max_length. */
+    int32_t num_splits;
+} clkv_attention_window_args;
+
+#define CLKV_ATTENTION_WINDOW_ARGS_INIT                                                            \
+    {                                                                                              \
+        .q = {0}, .k = {0}, .v = {0}, .lengths = {0}, .o = {0}, .lse = {0}, .max_length = -1,      \
+        .scale = 0.0f, .num_splits = 0                                                             \
+    }
+
+/* Validate `args` and enqueue window attention. Errors as clkv_attention_decode, plus
+ * CLKV_ERR_ARG_SHAPE when q and o disagree on T. */
+clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window_args *args,
+                                  cl_event *done);
+
+/* Bytes of workspace clkv_attention_window(ctx, args) will use. */
+clkv_status clkv_attention_window_workspace_size(clkv_context *ctx,
+                                                 const clkv_attention_window_args *args,
+                                                 size_t *bytes);
+
 #ifdef __cplusplus
 }
 #endif
