@@ -134,6 +134,60 @@ clkv_status clkv_attention_window_workspace_size(clkv_context *ctx,
                                                  const clkv_attention_window_args *args,
                                                  size_t *bytes);
 
+/* Sparse decode attention (SPEC §1.3): one query per (b, query head) over a token SET of
+ * its KV head instead of the whole prefix.
+ *
+ * For sequence b (n = len[b]) and KV head g = h / G, the attended set is the union of
+ *   the sink range   [0, min(sink, n)),
+ *   the local range  [max(0, n - local), n),
+ *   the index list   idx[b, g, 0 .. n_idx): entries < 0 are unused slots; entries >= n are
+ *                    ignored; an entry inside a dense range or repeated in the list
+ *                    counts once (the set is a set).
+ * Over that set S: z_j = scale * <q[b,h], K[b,g,j]>, LSE = log(sum_{j in S} exp(z_j)),
+ * o[b,h] = sum_{j in S} exp(z_j - LSE) V[b,g,j]. An empty set gives o = 0, lse = -inf.
+ *
+ * Tensors (strides in elements, last dim contiguous):
+ *   q       [B, Hq, D]       f32 | f16 | bf16
+ *   k, v    [B, Hkv, L, D]   f32 | f16 | bf16, same dtype, any strides
+ *   lengths [B]              i32, device, optional (absent: max_length for all)
+ *   idx     [B, Hkv, NI]     i32, device, any order (optional: absent = dense ranges only)
+ *   o       [B, Hq, D]       f32 | f16 | bf16
+ *   lse     [B, Hq]          f32, optional
+ * D must be 64, 128 or 256; Hq a multiple of Hkv.
+ */
+typedef struct clkv_attention_sparse_args {
+    clkv_tensor q;
+    clkv_tensor k;
+    clkv_tensor v;
+    clkv_tensor lengths;
+    clkv_tensor idx;
+    clkv_tensor o;
+    clkv_tensor lse;
+    /* Host-side upper bound of lengths[] (<= L). -1: L. */
+    int64_t max_length;
+    /* Dense ranges: the first `sink` and the last `local` tokens (>= 0). */
+    int64_t sink;
+    int64_t local;
+    /* Softmax scale; 0 means 1/sqrt(D). Must be finite. */
+    float scale;
+} clkv_attention_sparse_args;
+
+#define CLKV_ATTENTION_SPARSE_ARGS_INIT                                                            \
+    {                                                                                              \
+        .q = {0}, .k = {0}, .v = {0}, .lengths = {0}, .idx = {0}, .o = {0}, .lse = {0},            \
+        .max_length = -1, .sink = 0, .local = 0, .scale = 0.0f                                     \
+    }
+
+/* Validate `args` and enqueue sparse decode attention. Errors as clkv_attention_decode,
+ * plus CLKV_ERR_ARG_RANGE for negative sink/local. */
+clkv_status clkv_attention_sparse(clkv_context *ctx, const clkv_attention_sparse_args *args,
+                                  cl_event *done);
+
+/* Bytes of workspace clkv_attention_sparse(ctx, args) will use. */
+clkv_status clkv_attention_sparse_workspace_size(clkv_context *ctx,
+                                                 const clkv_attention_sparse_args *args,
+                                                 size_t *bytes);
+
 #ifdef __cplusplus
 }
 #endif
