@@ -2,8 +2,8 @@
  * a dense [B, H, Lout, D] tensor; host side in host/compact.c.
  *
  * -D: ESIZE (element bytes: 1, 2 or 4; the copy is a bit copy), CWG (work-group size of
- * compact_lengths, compact_copy and compact_inplace, a power of two), PER (elements each
- * work-item of compact_inplace holds per chunk). */
+ * compact_lengths and compact_copy, a power of two), PER (elements each work-item of
+ * compact_inplace holds per chunk; that kernel takes any work-group size). */
 
 /* Bit of the optional flags word (same value as in include/clkv/select.h). */
 #define CLKV_COMPACT_FLAG_NOT_ASCENDING 1
@@ -94,36 +94,40 @@ __kernel void compact_copy(__global const ELEM *src, long s_off, long s_sb, long
 /* In place (dst and src are the same view): dst[b, h, i, :] = src[b, h, idx[b, h, i], :]
  * for i < m[row], with idx strictly ascending (checked by compact_lengths, which sets m =
  * 0 otherwise), hence i <= idx[i]. One work-group per row walks the row's m * D
- * destination elements in ascending chunks of CWG * PER: every work-item loads its
+ * destination elements in ascending chunks of (work-group size) * PER: every work-item loads its
  * elements of the chunk into registers, a barrier, then stores them. A store of chunk c
  * goes to rows <= the last row r of c, and every later load reads rows idx[i'] >= i' >= r
  * (row r itself only in elements c did not store), so no load sees a stored value and no
- * store overwrites a value not yet loaded. Global: (CWG, rows). */
-__kernel __attribute__((reqd_work_group_size(CWG, 1, 1))) void
-compact_inplace(__global ELEM *buf, long off, long sb, long sh, long sl, __global const int *idx,
-                long i_off, long i_sb, long i_sh, __global const int *m_in, int D, int H) {
+ * store overwrites a value not yet loaded. Global: (WG, rows), any work-group size WG. */
+__kernel void compact_inplace(__global ELEM *buf, long off, long sb, long sh, long sl,
+                              __global const int *idx, long i_off, long i_sb, long i_sh,
+                              __global const int *m_in, int D, int H) {
     const uint row = get_global_id(1);
     const int lid = (int)get_local_id(0);
+    const int wg = (int)get_local_size(0);
     const int m = m_in[row];
     const int b = (int)(row / (uint)H), h = (int)(row % (uint)H);
     __global const int *p = idx + i_off + b * i_sb + h * i_sh;
     __global ELEM *base = buf + off + b * sb + h * sh;
     const long total = (long)m * D;
-    for (long c0 = 0; c0 < total; c0 += CWG * PER) {
+    for (long c0 = 0; c0 < total; c0 += (long)wg * PER) {
         ELEM val[PER];
         for (int u = 0; u < PER; u++) {
-            const long t = c0 + (long)u * CWG + lid;
+            const long t = c0 + (long)u * wg + lid;
             if (t < total) {
                 const int i = (int)(t / D), e = (int)(t % D);
-                val[u] = base[(long)p[i] * sl + e];
+                const int j = p[i];
+                if (j != i) /* rows already in place (e.g. a kept prefix) are not moved */
+                    val[u] = base[(long)j * sl + e];
             }
         }
         barrier(CLK_GLOBAL_MEM_FENCE);
         for (int u = 0; u < PER; u++) {
-            const long t = c0 + (long)u * CWG + lid;
+            const long t = c0 + (long)u * wg + lid;
             if (t < total) {
                 const int i = (int)(t / D), e = (int)(t % D);
-                base[(long)i * sl + e] = val[u];
+                if (p[i] != i)
+                    base[(long)i * sl + e] = val[u];
             }
         }
     }

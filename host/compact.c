@@ -7,7 +7,8 @@
 
 #define KERNEL_FILE "compact.cl"
 #define CWG 64
-#define PER 8 /* elements per work-item per chunk of the in-place copy */
+#define IWG 256 /* work-group size of the in-place copy (one work-group per row) */
+#define PER 4   /* elements per work-item per chunk of the in-place copy */
 
 #define ANY_DTYPES                                                                                 \
     (CLKV_FLOAT_DTYPES | CLKV_DTYPE_BIT(CLKV_I32) | CLKV_DTYPE_BIT(CLKV_U8) |                      \
@@ -174,7 +175,10 @@ static clkv_status launch_inplace(clkv_context *ctx, const clkv_tensor *t,
                         CLKV_ARG(Hc));
     if (st != CLKV_OK)
         return st;
-    const size_t g[2] = {CWG, (size_t)(B * H)}, l[2] = {CWG, 1};
+    size_t wg = IWG;
+    while (wg > ctx->info.max_work_group_size && wg > 1)
+        wg /= 2;
+    const size_t g[2] = {wg, (size_t)(B * H)}, l[2] = {wg, 1};
     return clkv__launch(ctx, kc, "compact_inplace", 2, g, l, 0, NULL);
 }
 
