@@ -16,6 +16,7 @@
 int cmd_devices(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int bench_compress(int argc, char **argv); /* tools/bench_compress.c */
 
 void usage_devices(FILE *f);
 void usage_bench(FILE *f);
