@@ -166,8 +166,9 @@ typedef struct clkv_score_args {
  * completes with the last kernel; the caller releases it.
  * Errors (nothing enqueued, nothing written): CLKV_ERR_ARG_NULL (ctx, args, a tensor the
  * method needs), CLKV_ERR_ARG_DTYPE, CLKV_ERR_ARG_SHAPE (dims disagree, Hq % Hkv != 0,
- * pbar or w_o given to a method that has no use for them), CLKV_ERR_ARG_UNSUPPORTED (D
- * not in {64, 128, 256} for a window method), CLKV_ERR_ARG_RANGE (unknown method or
+ * W < 1), CLKV_ERR_ARG_UNSUPPORTED (D not in {64, 128, 256} for a window method, D
+ * outside 1..1024 for KNORM/KEYDIFF, pbar or w_o given to a method without them),
+ * CLKV_ERR_ARG_RANGE (unknown method or
  * pool mode, even or out-of-range pool_kernel, protect < -1, sink/recent < 0, eps not
  * positive and finite, max_length outside [-1, L], non-finite scale),
  * CLKV_ERR_ARG_STRIDE, CLKV_ERR_ARG_ALIGNMENT, CLKV_ERR_ARG_BUFFER_SIZE,
