@@ -17,6 +17,7 @@
  * Reproduce a failure with CLKV_TEST_SEED=<seed printed>.
  */
 #include "util/test_util.h"
+#include "ref/ref_attention.h"
 #include "ref/ref_score.h"
 #include "ref/ref_select.h"
 
@@ -205,9 +206,9 @@ static void setup_case(const scase *c, uint64_t stream, score_io *io) {
         a.q = tu_tensor_upload(g_ctx, io->q, c->dt, 4, qd, 16, 8);
         double *lse = (double *)tu_malloc((size_t)(B * Hq * W) * sizeof(double));
         double *o = (double *)tu_malloc(nq * sizeof(double));
-        assert_int_equal(
-            ref_window_attention(B, Hq, Hkv, L, D, W, io->q, io->k, io->v, io->lens, scale, o, lse),
-            0);
+        assert_int_equal(ref_attention_window(B, Hq, Hkv, W, L, D, io->q, io->k, io->v, io->lens,
+                                              scale, o, lse, NULL),
+                         0);
         io->lse = (float *)tu_malloc((size_t)(B * Hq * W) * sizeof(float));
         io->a = (float *)tu_malloc(nq * sizeof(float));
         for (size_t i = 0; i < (size_t)(B * Hq * W); i++)
@@ -530,7 +531,7 @@ static void test_dropkv_planted(void **state) {
         v[10 * D + e] = (float)(s / 63.0);
     }
     double a[64], lse[1];
-    assert_int_equal(ref_window_attention(1, 1, 1, L, D, W, q, k, v, NULL, 0.125, a, lse), 0);
+    assert_int_equal(ref_attention_window(1, 1, 1, W, L, D, q, k, v, NULL, 0.125, a, lse, NULL), 0);
     float af[64], lf = (float)lse[0];
     for (int64_t e = 0; e < D; e++)
         af[e] = (float)a[e];

@@ -7,53 +7,6 @@
 
 #include "util/test_util.h"
 
-int ref_window_attention(int64_t B, int64_t Hq, int64_t Hkv, int64_t L, int64_t D, int64_t T,
-                         const float *q, const float *k, const float *v, const int32_t *len,
-                         double scale, double *o, double *lse) {
-    if (B < 0 || Hkv <= 0 || Hq % Hkv != 0 || D <= 0 || T < 0)
-        return -1;
-    const int64_t G = Hq / Hkv;
-    double *z = (double *)malloc((size_t)(L > 0 ? L : 1) * sizeof(double));
-    if (!z)
-        return -1;
-    for (int64_t b = 0; b < B; b++) {
-        const int64_t n = len ? len[b] : L;
-        for (int64_t h = 0; h < Hq; h++) {
-            const float *kb = k + ((b * Hkv + h / G) * L) * D;
-            const float *vb = v ? v + ((b * Hkv + h / G) * L) * D : NULL;
-            for (int64_t t = 0; t < T; t++) {
-                const float *qr = q + ((b * Hq + h) * T + t) * D;
-                const int64_t pos = n - T + t;
-                double m = -INFINITY;
-                for (int64_t j = 0; j <= pos; j++) {
-                    double s = 0;
-                    for (int64_t e = 0; e < D; e++)
-                        s += (double)qr[e] * kb[j * D + e];
-                    z[j] = s * scale;
-                    if (z[j] > m)
-                        m = z[j];
-                }
-                double sum = 0;
-                for (int64_t j = 0; j <= pos; j++)
-                    sum += exp(z[j] - m);
-                const int64_t row = (b * Hq + h) * T + t;
-                if (lse)
-                    lse[row] = pos >= 0 ? m + log(sum) : -INFINITY;
-                if (o) {
-                    for (int64_t e = 0; e < D; e++) {
-                        double acc = 0;
-                        for (int64_t j = 0; j <= pos; j++)
-                            acc += exp(z[j] - m) / sum * vb[j * D + e];
-                        o[row * D + e] = pos >= 0 ? acc : 0.0;
-                    }
-                }
-            }
-        }
-    }
-    free(z);
-    return 0;
-}
-
 static double dot(const float *x, const float *y, int64_t D) {
     double s = 0;
     for (int64_t e = 0; e < D; e++)

@@ -13,13 +13,6 @@
 extern "C" {
 #endif
 
-/* Causal window attention (SPEC §1.2) in double: q [B, Hq, T, D] are the last T
- * positions; o [B, Hq, T, D] (may be NULL), lse [B, Hq, T] (-inf for a row without
- * keys). Returns 0 or -1 on bad arguments. */
-int ref_window_attention(int64_t B, int64_t Hq, int64_t Hkv, int64_t L, int64_t D, int64_t T,
-                         const float *q, const float *k, const float *v, const int32_t *len,
-                         double scale, double *o, double *lse);
-
 typedef struct ref_score_cfg {
     clkv_score_method method;
     int64_t B, Hq, Hkv, L, D, W; /* W = rows of q (window methods) */
