@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "clkv/score.h"
+#include "host/score_internal.h"
 #include "runtime/internal.h"
 
 #define SMALL_WG 64
@@ -204,6 +205,13 @@ static int env_int(const char *name, int fallback) {
     return s && *s ? atoi(s) : fallback;
 }
 
+int64_t clkv__score_protect(const clkv_score_args *a) {
+    if (a->protect >= 0)
+        return a->protect;
+    const int win = clkv_score_method_uses_window(a->method);
+    return win && a->method != CLKV_SCORE_H2O ? a->q.dims[2] : 0;
+}
+
 static void plan_launch(clkv_context *ctx, const clkv_score_args *a, score_plan *p) {
     memset(p, 0, sizeof *p);
     const clkv_score_method m = a->method;
@@ -239,8 +247,7 @@ static void plan_launch(clkv_context *ctx, const clkv_score_args *a, score_plan 
         pool = CLKV_POOL_NONE;
     p->pool = pool;
     p->pool_k = pool == CLKV_POOL_NONE ? 1 : pool_k;
-    const int default_protect = p->window && m != CLKV_SCORE_H2O;
-    p->protect = a->protect >= 0 ? a->protect : (default_protect ? p->W : 0);
+    p->protect = clkv__score_protect(a);
 
     const clkv_device_info *dev = &ctx->info;
     if (p->window) {

@@ -232,6 +232,50 @@ clkv_status clkv_keep_set_workspace_size(clkv_context *ctx, const clkv_keep_set_
  * what sizes `indices`). */
 int64_t clkv_keep_count(int64_t n, double ratio, int64_t budget, int64_t window);
 
+/* One eviction step in one call: window attention (clkv_attention_window on the window
+ * queries, giving LSE and, for DROPKV/ANDPRO, the window outputs a), the scorer
+ * (clkv_score), then the keep-set (clkv_keep_set; CriticalKV with its two-stage
+ * selection). Key methods (KNORM, KEYDIFF, STREAMINGLLM) skip the attention.
+ *
+ *   score      the scorer's arguments: method (or method_name), q, k, v, lengths, w_o,
+ *              max_length, scale and the scorer options. score.lse and score.a must be
+ *              absent (computed here); score.scores and score.pbar are optional outputs
+ *              (absent: kept in the workspace only).
+ *   method_name  non-NULL: the method by name (overrides score.method).
+ *   indices, counts, ratio, budget, first_stage_ratio: as clkv_keep_set, whose `window`
+ *              is the scorer's protected count (W for the window methods by default,
+ *              sink + recent for STREAMINGLLM, else 0).
+ *
+ * Intermediates (lse [B, Hq, W], a [B, Hq, W, D] f32, scores and pbar [B, Hkv, L] f32)
+ * live in ONE workspace region above the one the three steps use themselves; see
+ * clkv_evict_keep_set_workspace_size. For the methods that do not need a, the window
+ * attention's output goes to a single discarded D-element row (a stride-0 view), so
+ * H2O's all-query attention stays memory-linear. All steps are validated before anything
+ * is enqueued; errors as the three calls (the messages name their arguments, e.g.
+ * "q", "k", "indices"), plus CLKV_ERR_ARG_UNSUPPORTED when score.lse or score.a is
+ * given and CLKV_ERR_ARG_RANGE for an unknown method_name. */
+typedef struct clkv_evict_args {
+    clkv_score_args score;
+    const char *method_name;
+    clkv_tensor indices;
+    clkv_tensor counts;
+    double ratio;
+    int64_t budget;
+    double first_stage_ratio;
+} clkv_evict_args;
+
+#define CLKV_EVICT_ARGS_INIT                                                                       \
+    {                                                                                              \
+        .score = CLKV_SCORE_ARGS_INIT, .method_name = NULL, .indices = {0}, .counts = {0},         \
+        .ratio = 0.1, .budget = -1, .first_stage_ratio = 0.5                                       \
+    }
+
+clkv_status clkv_evict_keep_set(clkv_context *ctx, const clkv_evict_args *args, cl_event *done);
+
+/* Bytes of workspace clkv_evict_keep_set(ctx, args) will use. */
+clkv_status clkv_evict_keep_set_workspace_size(clkv_context *ctx, const clkv_evict_args *args,
+                                               size_t *bytes);
+
 #ifdef __cplusplus
 }
 #endif
