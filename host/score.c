@@ -255,11 +255,13 @@ static void plan_launch(clkv_context *ctx, const clkv_score_args *a, score_plan 
         if (forced > 0) {
             p->tpr = forced;
             p->wg = 64;
-            p->kpr = 2;
+            p->kpr = forced >= 8 ? 4 : 2;
         } else if (dev->nvidia_ptx) {
+            /* 8 elements per lane; 4 keys per row-group amortize the staging of the query
+             * rows over more keys (32 keys per work-group at D = 128). */
             p->tpr = (int)(p->D / 8);
             p->wg = 128;
-            p->kpr = 2;
+            p->kpr = 4;
         } else {
             p->tpr = 1;
             p->wg = dev->kind == CLKV_DEVICE_KIND_CPU ? 16 : 64;
