@@ -200,9 +200,21 @@ static clkv_status validate(clkv_context *ctx, const clkv_score_args *a) {
     return CLKV_OK;
 }
 
-static int env_int(const char *name, int fallback) {
-    const char *s = getenv(name);
-    return s && *s ? atoi(s) : fallback;
+/* Lanes per key row of the window scorer: -1 = not yet read; 0 = the library's choice.
+ * $CLKV_SCORE_TPR is read once per process (tuning); tests set it with
+ * clkv__score_force_tpr. */
+static int g_force_tpr = -1;
+
+void clkv__score_force_tpr(int tpr) {
+    g_force_tpr = tpr > 0 ? tpr : 0;
+}
+
+static int forced_tpr(void) {
+    if (g_force_tpr < 0) {
+        const char *s = getenv("CLKV_SCORE_TPR");
+        g_force_tpr = s && *s && atoi(s) > 0 ? atoi(s) : 0;
+    }
+    return g_force_tpr;
 }
 
 int64_t clkv__score_protect(const clkv_score_args *a) {
@@ -251,8 +263,8 @@ static void plan_launch(clkv_context *ctx, const clkv_score_args *a, score_plan 
 
     const clkv_device_info *dev = &ctx->info;
     if (p->window) {
-        const int forced = env_int("CLKV_SCORE_TPR", 0); /* tests: the lane-split path */
-        if (forced > 0) {
+        const int forced = forced_tpr();
+        if (forced > 0 && forced <= 32 && (forced & (forced - 1)) == 0 && p->D % forced == 0) {
             p->tpr = forced;
             p->wg = 64;
             p->kpr = forced >= 8 ? 4 : 2;

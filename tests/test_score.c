@@ -22,6 +22,7 @@
 #include "ref/ref_select.h"
 
 #include "clkv/score.h"
+#include "host/score_internal.h"
 
 #include <float.h>
 #include <inttypes.h>
@@ -62,7 +63,7 @@ typedef struct scase {
     int round_p, raw_mean;
     int64_t Dm; /* CriticalKV W_O columns (0: none) */
     int want_pbar;
-    int force_tpr; /* CLKV_SCORE_TPR for this case (0: library choice) */
+    int force_tpr; /* lanes per key row for this case (clkv__score_force_tpr; 0: default) */
     double qscale; /* q ~ qscale * N(0, 1) */
 } scase;
 
@@ -272,16 +273,12 @@ static void run_case(void **state) {
     score_io io;
     setup_case(c, (uint64_t)(c - g_cases) + 1, &io);
     const double t1 = tu_now();
-    char tpr[16];
-    if (c->force_tpr) {
-        snprintf(tpr, sizeof tpr, "%d", c->force_tpr);
-        setenv("CLKV_SCORE_TPR", tpr, 1);
-    }
+    clkv__score_force_tpr(c->force_tpr);
     size_t ws = 0;
     TU_CHECK_OK(g_ctx, clkv_score_workspace_size(g_ctx, &io.args, &ws));
     cl_event ev = NULL;
     clkv_status st = clkv_score(g_ctx, &io.args, &ev);
-    unsetenv("CLKV_SCORE_TPR");
+    clkv__score_force_tpr(0);
     TU_CHECK_OK(g_ctx, st);
     assert_non_null(ev);
     TU_CHECK_CL(clWaitForEvents(1, &ev));
