@@ -82,6 +82,9 @@ static const scase g_cases[] = {
     {"snapkv_h8x8_d64_bf16_nhd_max7", CLKV_SCORE_SNAPKV, 1, 8, 8, 64, 8, 100, BF16, F32, TU_NHD, {100}, 1, -1, CLKV_POOL_MAX, 7, -1, 0, 0, 0, 0, 0, 2.0},
     {"snapkv_d256_bf16", CLKV_SCORE_SNAPKV, 1, 8, 8, 256, 8, 100, BF16, F32, TU_HND, {100}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"snapkv_nolengths_maxlen150", CLKV_SCORE_SNAPKV, 1, 8, 2, 64, 8, 200, F32, F32, TU_HND, {0}, 0, 150, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    {"snapkv_tpr16_d128_f16_nvidia_geometry", CLKV_SCORE_SNAPKV, 2, 8, 2, 128, 16, 300, F16, F32, TU_HND, {300, 20}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 16, 2.0},
+    {"criticalkv_tpr16_d128_bf16_vnorm_lanes", CLKV_SCORE_CRITICALKV, 1, 8, 2, 128, 8, 200, BF16, F32, TU_NHD, {190}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 1, 16, 2.0},
+    {"h2o_tpr8_d64_bf16_T150", CLKV_SCORE_H2O, 1, 4, 2, 64, 150, 150, BF16, F32, TU_HND, {150}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 8, 2.0},
     /* AnDPro */
     {"andpro_h14x2_d128_f32_len100_4101", CLKV_SCORE_ANDPRO, 2, 14, 2, 128, 8, 4101, F32, F32, TU_HND, {100, 4101}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"andpro_protect0_avg3_tpr8_bf16", CLKV_SCORE_ANDPRO, 1, 8, 2, 64, 8, 60, BF16, BF16, TU_HND, {60}, 1, -1, CLKV_POOL_AVG, 3, 0, 0, 0, 0, 0, 8, 2.0},
