@@ -13,6 +13,7 @@
 #include "clkv/attention.h"
 #include "clkv/select.h"
 #include "clkv/budget.h"
+#include "clkv/score.h"
 #include "clkv/quant.h"
 #include "clkv/pariskv.h"
 

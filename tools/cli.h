@@ -24,6 +24,11 @@ void usage_bench_decode(FILE *f);
 void usage_bench_window(FILE *f);
 /* `clkv bench attention-window` (tools/bench_window.c). */
 int bench_window(int argc, char **argv);
+/* `clkv bench score | dropkv | evict` (tools/bench_score.c). */
+void usage_bench_score(FILE *f);
+int bench_score(int argc, char **argv);
+int bench_dropkv(int argc, char **argv);
+int bench_evict(int argc, char **argv);
 void usage_demo(FILE *f);
 
 /* 1 when argv[i] is "-h" or "--help". */

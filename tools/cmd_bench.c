@@ -21,7 +21,9 @@ void usage_bench(FILE *f) {
                "  compress           AdaKV budgets, top-k, compaction (in place too) and decode\n"
                "                     with per-head lengths; see clkv bench compress --help\n"
                "  attention-window   window / prefill attention (SPEC 1.2); see\n"
-               "                     clkv bench attention-window --help\n");
+               "                     clkv bench attention-window --help\n"
+               "  score              one eviction scorer (SPEC 2.1/2.2), --method NAME;\n"
+               "  dropkv, evict      the full eviction step; see clkv bench score --help\n");
 }
 
 void usage_bench_decode(FILE *f) {
@@ -385,6 +387,12 @@ int cmd_bench(int argc, char **argv) {
     if (strcmp(argv[1], "attention-window") == 0) {
         return bench_window(argc - 1, argv + 1);
     }
+    if (strcmp(argv[1], "score") == 0)
+        return bench_score(argc - 1, argv + 1);
+    if (strcmp(argv[1], "dropkv") == 0)
+        return bench_dropkv(argc - 1, argv + 1);
+    if (strcmp(argv[1], "evict") == 0)
+        return bench_evict(argc - 1, argv + 1);
     fprintf(stderr, "clkv bench: unknown benchmark '%s'\n", argv[1]);
     usage_bench(stderr);
     return TOOL_EXIT_USAGE;
