@@ -13,6 +13,7 @@
 #include "clkv/attention.h"
 #include "clkv/select.h"
 #include "clkv/quant.h"
+#include "clkv/quant_cache.h"
 #include "clkv/pariskv.h"
 
 #ifdef __cplusplus
