@@ -108,8 +108,8 @@ __kernel void quant_keys(__global const x_t *x, long x_off, long x_sb, long x_sh
                          __global uint *codes, long c_off, long c_sb, long c_sh, long c_sn,
                          __global meta_t *scale, long s_off, long s_sb, long s_sh, long s_sn,
                          __global meta_t *minv, long m_off, long m_sb, long m_sh, long m_sn,
-                         __global int *flags, long f_off, int has_flags, long total, int H, int D,
-                         int NG, int bits, int group) {
+                         __global int *flags, long f_off, int has_flags, long total, int H,
+                         int D, int NG, int bits, int group) {
     const long idx = get_global_id(0);
     if (idx >= total)
         return;
@@ -153,8 +153,8 @@ __kernel void quant_values(__global const x_t *x, long x_off, long x_sb, long x_
                            __global uint *codes, long c_off, long c_sb, long c_sh, long c_sn,
                            __global meta_t *scale, long s_off, long s_sb, long s_sh, long s_sn,
                            __global meta_t *minv, long m_off, long m_sb, long m_sh, long m_sn,
-                           __global int *flags, long f_off, int has_flags, long total, int H, int N,
-                           int DG, int bits, int group) {
+                           __global int *flags, long f_off, int has_flags, long total, int H,
+                           int N, int DG, int bits, int group) {
     const long idx = get_global_id(0);
     if (idx >= total)
         return;
@@ -200,11 +200,12 @@ inline float dequant_one(uint word, int i, int bits, float s, float m) {
 }
 
 /* Keys: item (bh, w, d) expands word w of channel d (P tokens). total = B*H*(N/P)*D. */
-__kernel void dequant_keys(__global const uint *codes, long c_off, long c_sb, long c_sh, long c_sn,
-                           __global const meta_t *scale, long s_off, long s_sb, long s_sh,
-                           long s_sn, __global const meta_t *minv, long m_off, long m_sb, long m_sh,
-                           long m_sn, __global x_t *out, long o_off, long o_sb, long o_sh,
-                           long o_sn, long total, int H, int D, int NW, int bits, int group) {
+__kernel void dequant_keys(__global const uint *codes, long c_off, long c_sb, long c_sh,
+                           long c_sn, __global const meta_t *scale, long s_off, long s_sb,
+                           long s_sh, long s_sn, __global const meta_t *minv, long m_off,
+                           long m_sb, long m_sh, long m_sn, __global x_t *out, long o_off,
+                           long o_sb, long o_sh, long o_sn, long total, int H, int D, int NW,
+                           int bits, int group) {
     const long idx = get_global_id(0);
     if (idx >= total)
         return;
