@@ -164,7 +164,7 @@ clkv_status clkv_attention_quant_decode(clkv_quant_cache *cache,
     const cl_int B = (cl_int)p.B, Hkv = (cl_int)p.Hkv, NR = cfg->residual, Hq = (cl_int)p.Hq,
                  G = (cl_int)p.G, nhg = p.nhg, chunk = p.chunk, splits = p.splits;
     const cl_float scale_log2 = p.scale * 1.4426950408889634f;
-    st = clkv__set_args(ctx, kp, "attention_quant_partial", 27, CLKV_ARG(args->q.buf),
+    st = clkv__set_args(ctx, kp, "attention_quant_partial", 25, CLKV_ARG(args->q.buf),
                         CLKV_ARG(q_off), CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(cache->k_codes),
                         CLKV_ARG(cache->k_scale), CLKV_ARG(cache->k_min), CLKV_ARG(cache->v_codes),
                         CLKV_ARG(cache->v_scale), CLKV_ARG(cache->v_min), CLKV_ARG(cache->k_res),
