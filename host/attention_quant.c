@@ -75,7 +75,7 @@ static void plan_launch(const clkv_quant_cache *c, const clkv_attention_quant_de
     /* Split-K: enough work-groups to fill the device a few times over, chunks of whole
      * tiles and at least min_rows tokens (the per-work-group merge amortised). */
     const int64_t units = p->B * p->Hkv * p->nhg;
-    const int64_t target = (int64_t)dev->compute_units * (gpu ? 4 : 2);
+    const int64_t target = (int64_t)dev->compute_units * (gpu ? 8 : 2);
     const int64_t min_rows = gpu ? 1024 : 256;
     const int64_t len = p->max_len > 0 ? p->max_len : 1;
     int64_t splits = a->num_splits > 0 ? a->num_splits : (target + units - 1) / units;
@@ -121,17 +121,36 @@ static clkv_status get_merge(clkv_context *ctx, clkv_dtype o_dtype, int64_t D, c
     return clkv__get_kernel(ctx, MERGE_FILE, &defs, "attention_decode_merge", km);
 }
 
+static clkv_status check_common(clkv_quant_cache *cache,
+                                const clkv_attention_quant_decode_args *args) {
+    if (!cache)
+        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "cache: quantized cache is NULL");
+    if (!args)
+        return clkv__fail(cache->ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    return validate(cache, args);
+}
+
+clkv_status clkv_attention_quant_decode_workspace_size(clkv_quant_cache *cache,
+                                                       const clkv_attention_quant_decode_args *args,
+                                                       size_t *bytes) {
+    clkv_status st = check_common(cache, args);
+    if (st)
+        return st;
+    if (!bytes)
+        return clkv__fail(cache->ctx, CLKV_ERR_ARG_NULL, "bytes: output pointer is NULL");
+    quant_plan p;
+    plan_launch(cache, args, &p);
+    *bytes = p.part_acc_bytes + p.part_ml_bytes;
+    return CLKV_OK;
+}
+
 clkv_status clkv_attention_quant_decode(clkv_quant_cache *cache,
                                         const clkv_attention_quant_decode_args *args,
                                         cl_event *done) {
-    if (!cache)
-        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "cache: quantized cache is NULL");
-    clkv_context *ctx = cache->ctx;
-    if (!args)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
-    clkv_status st = validate(cache, args);
+    clkv_status st = check_common(cache, args);
     if (st)
         return st;
+    clkv_context *ctx = cache->ctx;
     quant_plan p;
     plan_launch(cache, args, &p);
     const clkv_quant_cache_create_args *cfg = &cache->cfg;

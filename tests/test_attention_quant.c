@@ -386,7 +386,27 @@ static void test_validation(void **state) {
     BADQ(a.scale = INFINITY, CLKV_ERR_ARG_RANGE, "scale");
     BADQ(a.num_splits = -1, CLKV_ERR_ARG_RANGE, "num_splits");
 #undef BADQ
-    clkv_status st = clkv_attention_quant_decode(NULL, &ok, NULL);
+    /* workspace query: NULL bytes rejected; the size reported covers the call */
+    size_t ws = 0;
+    clkv_status st = clkv_attention_quant_decode_workspace_size(cache, &ok, NULL);
+    if (st != CLKV_ERR_ARG_NULL || !tu_msg_names(clkv_last_error(g_ctx), "bytes"))
+        TU_FAIL("workspace_size NULL bytes: %s \"%s\"", clkv_status_string(st),
+                clkv_last_error(g_ctx));
+    a = ok, a.num_splits = -2;
+    st = clkv_attention_quant_decode_workspace_size(cache, &a, &ws);
+    if (st != CLKV_ERR_ARG_RANGE || !tu_msg_names(clkv_last_error(g_ctx), "num_splits"))
+        TU_FAIL("workspace_size bad args: %s", clkv_status_string(st));
+    a = ok, a.num_splits = 37;
+    TU_CHECK_OK(g_ctx, clkv_attention_quant_decode_workspace_size(cache, &a, &ws));
+    if (ws < (size_t)(2 * 8 * 64 * 4))
+        TU_FAIL("workspace_size %zu is too small for even one split", ws);
+    TU_CHECK_OK(g_ctx, clkv_context_reserve_workspace(g_ctx, ws));
+    const size_t before = clkv_context_workspace_bytes(g_ctx);
+    TU_CHECK_OK(g_ctx, clkv_attention_quant_decode(cache, &a, NULL));
+    TU_CHECK_OK(g_ctx, clkv_context_finish(g_ctx));
+    if (clkv_context_workspace_bytes(g_ctx) != before)
+        TU_FAIL("the call grew the workspace beyond the reported size");
+    st = clkv_attention_quant_decode(NULL, &ok, NULL);
     if (st != CLKV_ERR_ARG_NULL || !tu_msg_names(clkv_last_error(NULL), "cache"))
         TU_FAIL("NULL cache: %s \"%s\"", clkv_status_string(st), clkv_last_error(NULL));
     st = clkv_attention_quant_decode(cache, NULL, NULL);

@@ -204,6 +204,14 @@ clkv_status clkv_attention_quant_decode(clkv_quant_cache *cache,
                                         const clkv_attention_quant_decode_args *args,
                                         cl_event *done);
 
+/* Bytes of context workspace clkv_attention_quant_decode(cache, args) would use now
+ * (they grow with the cache's host-side length bound); validates args the same way.
+ * Pass the result to clkv_context_reserve_workspace to preallocate. Errors: as
+ * clkv_attention_quant_decode, plus CLKV_ERR_ARG_NULL for bytes. */
+clkv_status clkv_attention_quant_decode_workspace_size(clkv_quant_cache *cache,
+                                                       const clkv_attention_quant_decode_args *args,
+                                                       size_t *bytes);
+
 #ifdef __cplusplus
 }
 #endif
