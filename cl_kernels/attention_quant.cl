@@ -9,15 +9,16 @@
  *   HEAD_DIM                        D (64, 128, 256)
  *   KBITS, VBITS, GQ                code widths and the quantization group
  *   GROUP                           query heads per work-group (<= 8)
- *   WG_SIZE                         work-group size = tokens per tile; a multiple of
- *                                   D / (32 / VBITS)
+ *   WG_SIZE                         work-group size (a multiple of D / (32 / VBITS));
+ *                                   a tile is 2 * WG_SIZE tokens
  *
  * A work-group handles one (sequence, KV head, head group, split) and walks its token
- * range in tiles of WG_SIZE tokens. Per tile:
- *   K phase: lane t owns token t of the tile and computes its GROUP logits, dequantising
- *            its key channel by channel (k^ = code*s + m, two roundings as the dequant
- *            rule) from the packed words (the Pk lanes of one word read the same address:
- *            one transaction) or from the residual row; the logits go to local memory.
+ * range in tiles of 2 * WG_SIZE tokens (the range starts at an even token). Per tile:
+ *   K phase: lane t owns tokens 2t, 2t + 1 of the tile and computes their GROUP logits,
+ *            dequantising their keys channel by channel (k^ = code*s + m, two roundings
+ *            as the dequant rule) from the packed words (lanes of one word read the same
+ *            address: one transaction) or from the residual rows; the logits go to local
+ *            memory.
  *   V phase: lane (slice, w) owns value word w (Pv channels) and the tokens
  *            slice, slice + NS, ... of the tile; it keeps an online-softmax state per
  *            head and accumulates p * v^ for its Pv channels. Value words of a token are
@@ -32,10 +33,11 @@
 #define VP (32 / VBITS)
 #define KMASK ((1u << KBITS) - 1u)
 #define VMASK ((1u << VBITS) - 1u)
-#define NW (HEAD_DIM / VP) /* value words per token */
-#define NS (WG_SIZE / NW)  /* token slices of the V phase */
-#define TILE WG_SIZE
-#define DG (HEAD_DIM / GQ) /* value groups per token */
+#define NW (HEAD_DIM / VP)  /* value words per token */
+#define NS (WG_SIZE / NW)   /* token slices of the V phase */
+#define KT 2                /* tokens per lane in the K phase */
+#define TILE (WG_SIZE * KT) /* tokens per tile */
+#define DG (HEAD_DIM / GQ)  /* value groups per token */
 
 #if WG_SIZE % NW != 0
 #error "WG_SIZE must be a multiple of D / (32 / VBITS)"
@@ -119,45 +121,63 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     }
 
     for (int base = start; base < end; base += TILE) {
-        /* ---- K phase: lane lid, token base + lid ---- */
-        const int p = base + lid;
+        /* ---- K phase: lane lid, tokens p and p + 1 (p even relative to the split and
+         * n_quant even, so both share one code word and one key group: the code and
+         * metadata loads and the q reads serve two tokens) ---- */
+        const int p = base + lid * KT;
         if (p < end) {
-            float z[GROUP];
+            float z0[GROUP], z1[GROUP];
             for (int g = 0; g < GROUP; g++)
-                z[g] = 0.0f;
+                z0[g] = z1[g] = 0.0f;
             if (p < nq) {
                 __global const uint *crow = kcb + (long)(p / KP) * HEAD_DIM;
                 __global const meta_t *srow = ksb + (long)(p / GQ) * HEAD_DIM;
                 __global const meta_t *mrow = kmb + (long)(p / GQ) * HEAD_DIM;
-                const int shift = (p % KP) * KBITS;
+                const int sh0 = (p % KP) * KBITS, sh1 = sh0 + KBITS;
                 for (int d = 0; d < HEAD_DIM; d += 4) {
                     const uint4 c4 = vload4(0, crow + d);
                     const float4 s4 = LOAD_META4(srow, d);
                     const float4 m4 = LOAD_META4(mrow, d);
-                    const float x0 = dq(c4.x, shift, KMASK, s4.x, m4.x);
-                    const float x1 = dq(c4.y, shift, KMASK, s4.y, m4.y);
-                    const float x2 = dq(c4.z, shift, KMASK, s4.z, m4.z);
-                    const float x3 = dq(c4.w, shift, KMASK, s4.w, m4.w);
+                    const float a0 = dq(c4.x, sh0, KMASK, s4.x, m4.x);
+                    const float a1 = dq(c4.y, sh0, KMASK, s4.y, m4.y);
+                    const float a2 = dq(c4.z, sh0, KMASK, s4.z, m4.z);
+                    const float a3 = dq(c4.w, sh0, KMASK, s4.w, m4.w);
+                    const float b0 = dq(c4.x, sh1, KMASK, s4.x, m4.x);
+                    const float b1 = dq(c4.y, sh1, KMASK, s4.y, m4.y);
+                    const float b2 = dq(c4.z, sh1, KMASK, s4.z, m4.z);
+                    const float b3 = dq(c4.w, sh1, KMASK, s4.w, m4.w);
                     for (int g = 0; g < GROUP; g++) {
                         const float4 qv = ql4[g][d / 4];
-                        float zz = z[g];
-                        zz = fma(qv.x, x0, zz);
-                        zz = fma(qv.y, x1, zz);
-                        zz = fma(qv.z, x2, zz);
-                        zz = fma(qv.w, x3, zz);
-                        z[g] = zz;
+                        float za = z0[g], zb = z1[g];
+                        za = fma(qv.x, a0, za);
+                        zb = fma(qv.x, b0, zb);
+                        za = fma(qv.y, a1, za);
+                        zb = fma(qv.y, b1, zb);
+                        za = fma(qv.z, a2, za);
+                        zb = fma(qv.z, b2, zb);
+                        za = fma(qv.w, a3, za);
+                        zb = fma(qv.w, b3, zb);
+                        z0[g] = za;
+                        z1[g] = zb;
                     }
                 }
             } else {
-                __global const res_t *row = krb + (long)(p - nq) * HEAD_DIM;
+                /* the second row is clamped into the valid range (its logit is unused) */
+                __global const res_t *row0 = krb + (long)(p - nq) * HEAD_DIM;
+                __global const res_t *row1 = krb + (long)(min(p + 1, end - 1) - nq) * HEAD_DIM;
                 for (int d = 0; d < HEAD_DIM; d++) {
-                    const float x = LOAD_RES(row, d);
-                    for (int g = 0; g < GROUP; g++)
-                        z[g] = fma(ql[g * HEAD_DIM + d], x, z[g]);
+                    const float x0 = LOAD_RES(row0, d), x1 = LOAD_RES(row1, d);
+                    for (int g = 0; g < GROUP; g++) {
+                        const float qd = ql[g * HEAD_DIM + d];
+                        z0[g] = fma(qd, x0, z0[g]);
+                        z1[g] = fma(qd, x1, z1[g]);
+                    }
                 }
             }
-            for (int g = 0; g < GROUP; g++)
-                zl[g][lid] = z[g];
+            for (int g = 0; g < GROUP; g++) {
+                zl[g][lid * KT] = z0[g];
+                zl[g][lid * KT + 1] = z1[g];
+            }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 

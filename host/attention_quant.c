@@ -91,8 +91,10 @@ static void plan_launch(const clkv_quant_cache *c, const clkv_attention_quant_de
     if (splits < 1)
         splits = 1;
     int64_t chunk = (len + splits - 1) / splits;
-    if (a->num_splits <= 0) /* whole tiles per split */
-        chunk = (chunk + p->wg - 1) / p->wg * p->wg;
+    /* whole tiles (2 * wg tokens) per split; forced counts: an even chunk (the kernel's
+     * lanes take token pairs starting at even positions) */
+    const int64_t round = a->num_splits <= 0 ? 2 * (int64_t)p->wg : 2;
+    chunk = (chunk + round - 1) / round * round;
     p->chunk = (int)chunk;
     p->splits = (int)((len + chunk - 1) / chunk);
     p->part_acc_bytes = clkv__ws_align((size_t)(p->B * p->Hq * p->splits * p->D) * 4);

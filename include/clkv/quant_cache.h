@@ -193,8 +193,10 @@ typedef struct clkv_attention_quant_decode_args {
     clkv_tensor q;
     clkv_tensor o;
     clkv_tensor lse;
-    float scale;        /* softmax scale; 0 means 1/sqrt(D). Must be finite. */
-    int32_t num_splits; /* 0: automatic; forced values are clamped to [1, length bound] */
+    float scale; /* softmax scale; 0 means 1/sqrt(D). Must be finite. */
+    /* Split count; 0: automatic. Forced values are clamped to [1, length bound] and the
+     * splits rounded to an even number of tokens, so the count used may be smaller. */
+    int32_t num_splits;
 } clkv_attention_quant_decode_args;
 
 #define CLKV_ATTENTION_QUANT_DECODE_ARGS_INIT                                                      \
