@@ -402,28 +402,30 @@ __kernel void cache_quant_values(__global const x_t *x, long x_off, long x_sb, l
     quant_raise(flags, 0, 1, bad);
 }
 
-/* Item (bh, jn, d): appended token jn goes to the residual when it is past the last
- * completed block. total = B*Hkv * n * D. */
+/* Item (bh, r, d): the appended tokens that end up in the residual are the last
+ * min(c, t_new % NR) of the c appended; item r handles the r-th from the end.
+ * total = B*Hkv * min(n, NR - 1) * D. */
 __kernel void cache_write_residual(__global const x_t *x, long x_off, long x_sb, long x_sh,
                                    long x_sn, __global const int *cnt, long cnt_off, int has_cnt,
                                    int n, __global const int *counts, __global res_t *res,
-                                   long total, int B, int H, int D, int NR) {
+                                   long total, int B, int H, int D, int NR, int NRW) {
     const long idx = get_global_id(0);
     if (idx >= total)
         return;
     const int d = (int)(idx % D);
     const long rest = idx / D;
-    const int jn = (int)(rest % n);
-    const int bh = (int)(rest / n);
+    const int r = (int)(rest % NRW);
+    const int bh = (int)(rest / NRW);
     const int b = bh / H, h = bh % H;
     int nq, t_old, t_new;
     cache_state(counts, cnt, cnt_off, has_cnt, n, B, b, &nq, &t_old, &t_new);
-    const int p = t_old + jn;
-    const int nq_new = t_new - t_new % NR;
-    if (p >= t_new || p < nq_new)
+    const int c = t_new - t_old, nres = t_new % NR;
+    if (r >= min(c, nres))
         return;
+    const int jn = c - 1 - r;      /* appended token */
+    const int slot = nres - 1 - r; /* = t_old + jn - (t_new - nres) */
     const float v = cache_round_res(LOAD_X(x, x_off + b * x_sb + h * x_sh + jn * x_sn + d));
-    STORE_RES(res, ((long)bh * NR + (p - nq_new)) * D + d, v);
+    STORE_RES(res, ((long)bh * NR + slot) * D + d, v);
 }
 
 /* Item b: advance the counters (the last kernel of an append). */

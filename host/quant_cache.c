@@ -302,18 +302,23 @@ static clkv_status launch_residual(clkv_quant_cache *c, const clkv_quant_cache_a
                                    int keys, cl_kernel kern) {
     const clkv_quant_cache_create_args *cfg = &c->cfg;
     const clkv_tensor *x = keys ? &a->k : &a->v;
-    const int64_t items = cfg->batch * cfg->kv_heads * x->dims[2] * cfg->head_dim;
+    /* the residual receives at most n_r - 1 of the appended tokens, the last ones */
+    const int64_t nrw = x->dims[2] < cfg->residual - 1 ? x->dims[2] : cfg->residual - 1;
+    const int64_t items = cfg->batch * cfg->kv_heads * nrw * cfg->head_dim;
+    if (items == 0)
+        return CLKV_OK;
     const cl_long x_off = clkv__elem_offset(x), x_sb = x->strides[0], x_sh = x->strides[1],
                   x_sn = x->strides[2];
     const cl_mem cnt = a->counts.buf, res = keys ? c->k_res : c->v_res;
     const cl_long cnt_off = cnt ? clkv__elem_offset(&a->counts) : 0, total = items;
     const cl_int has_cnt = cnt != NULL, n = (cl_int)x->dims[2], B = (cl_int)cfg->batch,
-                 H = (cl_int)cfg->kv_heads, D = (cl_int)cfg->head_dim, NR = cfg->residual;
+                 H = (cl_int)cfg->kv_heads, D = (cl_int)cfg->head_dim, NR = cfg->residual,
+                 NRW = (cl_int)nrw;
     clkv_status st = clkv__set_args(
-        c->ctx, kern, "cache_write_residual", 16, CLKV_ARG(x->buf), CLKV_ARG(x_off), CLKV_ARG(x_sb),
+        c->ctx, kern, "cache_write_residual", 17, CLKV_ARG(x->buf), CLKV_ARG(x_off), CLKV_ARG(x_sb),
         CLKV_ARG(x_sh), CLKV_ARG(x_sn), CLKV_ARG(cnt), CLKV_ARG(cnt_off), CLKV_ARG(has_cnt),
         CLKV_ARG(n), CLKV_ARG(c->counts), CLKV_ARG(res), CLKV_ARG(total), CLKV_ARG(B), CLKV_ARG(H),
-        CLKV_ARG(D), CLKV_ARG(NR));
+        CLKV_ARG(D), CLKV_ARG(NR), CLKV_ARG(NRW));
     if (st)
         return st;
     return launch_1d(c->ctx, kern, "cache_write_residual", items, NULL);
