@@ -248,3 +248,195 @@ __kernel void dequant_values(__global const uint *codes, long c_off, long c_sb, 
     for (int i = 0; i < per; i++)
         STORE_X(out, ob + i, dequant_one(word, i, bits, s, m));
 }
+
+/* ---- quantized KV cache appends (include/clkv/quant_cache.h) ----
+ *
+ * Built with -D RES_DTYPE (residual storage dtype) besides X_DTYPE (the appended k or v)
+ * and META_DTYPE. The cache's own buffers are contiguous in the layouts of the header,
+ * indexed here from (sequence*Hkv + head) = bh. counts is [2, B]: n_quant, then n_res.
+ * Sequence b appends c = clamp(cnt[b], 0, n) tokens (n without cnt) after its
+ * t_old = n_quant + n_res tokens; n_quant is a multiple of NR, so the blocks completed by
+ * the append are blocks n_quant/NR + blk with (blk + 1)*NR <= t_new - n_quant. Their
+ * tokens come from the residual (positions < t_old, slot p - n_quant) or from the input
+ * (rounded to the residual dtype first, so the result does not depend on how the token
+ * history was cut into appends). The kernels run in this order on the in-order queue:
+ * keys, values (both read the old residual), residual writes, counters. */
+#ifdef RES_DTYPE
+typedef CLKV_STORAGE(RES_DTYPE) res_t;
+#define LOAD_RES CLKV_LOAD(RES_DTYPE)
+#define STORE_RES CLKV_STORE(RES_DTYPE)
+
+/* x rounded to the residual dtype (RNE), as f32. */
+inline float cache_round_res(float x) {
+#if RES_DTYPE == CLKV_DT_F16
+    ushort h;
+    vstore_half_rte(x, 0, (__private half *)&h);
+    return vload_half(0, (const __private half *)&h);
+#elif RES_DTYPE == CLKV_DT_BF16
+    return clkv_bf16_to_f32(clkv_f32_to_bf16(x));
+#else
+    return x;
+#endif
+}
+
+/* Channel c of token p: from the residual row (p < t_old) or the input row. */
+inline float cache_src(__global const x_t *x, long xrow, long x_sn, __global const res_t *res,
+                       long rrow, int p, int t_old, int nq, int D, int c) {
+    if (p < t_old)
+        return LOAD_RES(res, rrow + (long)(p - nq) * D + c);
+    return cache_round_res(LOAD_X(x, xrow + (long)(p - t_old) * x_sn + c));
+}
+
+/* Per-sequence state: n_quant, t_old and t_new. */
+inline void cache_state(__global const int *counts, __global const int *cnt, long cnt_off,
+                        int has_cnt, int n, int B, int b, int *nq, int *t_old, int *t_new) {
+    *nq = counts[b];
+    *t_old = *nq + counts[B + b];
+    *t_new = *t_old + (has_cnt ? clamp(cnt[cnt_off + b], 0, n) : n);
+}
+
+/* Item (bh, blk, kg, d): key group kg (GQ tokens) of channel d in completed block blk.
+ * total = B*Hkv * NB * (NR/group) * D. */
+__kernel void cache_quant_keys(__global const x_t *x, long x_off, long x_sb, long x_sh, long x_sn,
+                               __global const int *cnt, long cnt_off, int has_cnt, int n,
+                               __global const int *counts, __global const res_t *res,
+                               __global uint *codes, __global meta_t *scale, __global meta_t *minv,
+                               __global int *flags, long total, int B, int H, int D, int NR, int NB,
+                               long CQ, int bits, int group) {
+    const long idx = get_global_id(0);
+    if (idx >= total)
+        return;
+    const int d = (int)(idx % D);
+    long rest = idx / D;
+    const int kg = (int)(rest % (NR / group));
+    rest /= NR / group;
+    const int blk = (int)(rest % NB);
+    const int bh = (int)(rest / NB);
+    const int b = bh / H, h = bh % H;
+    int nq, t_old, t_new;
+    cache_state(counts, cnt, cnt_off, has_cnt, n, B, b, &nq, &t_old, &t_new);
+    if (nq + (blk + 1) * NR > t_new)
+        return;
+    const int per = 32 / bits;
+    const float qmax = (float)((1 << bits) - 1);
+    const int p0 = nq + blk * NR + kg * group;
+    const long xrow = x_off + b * x_sb + h * x_sh + d;
+    const long rrow = (long)bh * NR * D + d;
+
+    float mn = INFINITY, mx = -INFINITY;
+    uint bad = 0;
+    for (int t = 0; t < group; t++) {
+        const float v = cache_src(x, xrow, x_sn, res, rrow, p0 + t, t_old, nq, D, 0);
+        bad |= quant_check(v);
+        mn = fmin(mn, v);
+        mx = fmax(mx, v);
+    }
+    float s, m;
+    bad = quant_params(mn, mx, bad, qmax, &s, &m);
+    const long mi = ((long)bh * (CQ / group) + p0 / group) * D + d;
+    STORE_META(scale, mi, s);
+    STORE_META(minv, mi, m);
+    const long cb = ((long)bh * (CQ / per) + p0 / per) * D + d;
+    for (int w = 0; w < group / per; w++) {
+        uint word = 0;
+        for (int i = 0; i < per; i++) {
+            const float v = cache_src(x, xrow, x_sn, res, rrow, p0 + w * per + i, t_old, nq, D, 0);
+            word |= quant_code(v, s, m, qmax) << (bits * i);
+        }
+        codes[cb + (long)w * D] = word;
+    }
+    quant_raise(flags, 0, 1, bad);
+}
+
+/* Item (bh, blk, r, j): channel group j of token r of completed block blk.
+ * total = B*Hkv * NB * NR * (D/group). */
+__kernel void cache_quant_values(__global const x_t *x, long x_off, long x_sb, long x_sh, long x_sn,
+                                 __global const int *cnt, long cnt_off, int has_cnt, int n,
+                                 __global const int *counts, __global const res_t *res,
+                                 __global uint *codes, __global meta_t *scale,
+                                 __global meta_t *minv, __global int *flags, long total, int B,
+                                 int H, int D, int NR, int NB, long CQ, int bits, int group) {
+    const long idx = get_global_id(0);
+    if (idx >= total)
+        return;
+    const int DG = D / group;
+    const int j = (int)(idx % DG);
+    long rest = idx / DG;
+    const int r = (int)(rest % NR);
+    rest /= NR;
+    const int blk = (int)(rest % NB);
+    const int bh = (int)(rest / NB);
+    const int b = bh / H, h = bh % H;
+    int nq, t_old, t_new;
+    cache_state(counts, cnt, cnt_off, has_cnt, n, B, b, &nq, &t_old, &t_new);
+    if (nq + (blk + 1) * NR > t_new)
+        return;
+    const int per = 32 / bits;
+    const float qmax = (float)((1 << bits) - 1);
+    const int p = nq + blk * NR + r;
+    const long xrow = x_off + b * x_sb + h * x_sh + (long)j * group;
+    const long rrow = (long)bh * NR * D + (long)j * group;
+
+    float mn = INFINITY, mx = -INFINITY;
+    uint bad = 0;
+    for (int t = 0; t < group; t++) {
+        const float v = cache_src(x, xrow, x_sn, res, rrow, p, t_old, nq, D, t);
+        bad |= quant_check(v);
+        mn = fmin(mn, v);
+        mx = fmax(mx, v);
+    }
+    float s, m;
+    bad = quant_params(mn, mx, bad, qmax, &s, &m);
+    const long mi = ((long)bh * CQ + p) * DG + j;
+    STORE_META(scale, mi, s);
+    STORE_META(minv, mi, m);
+    const long cb = ((long)bh * CQ + p) * (D / per) + (long)j * (group / per);
+    for (int w = 0; w < group / per; w++) {
+        uint word = 0;
+        for (int i = 0; i < per; i++) {
+            const float v = cache_src(x, xrow, x_sn, res, rrow, p, t_old, nq, D, w * per + i);
+            word |= quant_code(v, s, m, qmax) << (bits * i);
+        }
+        codes[cb + w] = word;
+    }
+    quant_raise(flags, 0, 1, bad);
+}
+
+/* Item (bh, r, d): the appended tokens that end up in the residual are the last
+ * min(c, t_new % NR) of the c appended; item r handles the r-th from the end.
+ * total = B*Hkv * min(n, NR - 1) * D. */
+__kernel void cache_write_residual(__global const x_t *x, long x_off, long x_sb, long x_sh,
+                                   long x_sn, __global const int *cnt, long cnt_off, int has_cnt,
+                                   int n, __global const int *counts, __global res_t *res,
+                                   long total, int B, int H, int D, int NR, int NRW) {
+    const long idx = get_global_id(0);
+    if (idx >= total)
+        return;
+    const int d = (int)(idx % D);
+    const long rest = idx / D;
+    const int r = (int)(rest % NRW);
+    const int bh = (int)(rest / NRW);
+    const int b = bh / H, h = bh % H;
+    int nq, t_old, t_new;
+    cache_state(counts, cnt, cnt_off, has_cnt, n, B, b, &nq, &t_old, &t_new);
+    const int c = t_new - t_old, nres = t_new % NR;
+    if (r >= min(c, nres))
+        return;
+    const int jn = c - 1 - r;      /* appended token */
+    const int slot = nres - 1 - r; /* = t_old + jn - (t_new - nres) */
+    const float v = cache_round_res(LOAD_X(x, x_off + b * x_sb + h * x_sh + jn * x_sn + d));
+    STORE_RES(res, ((long)bh * NR + slot) * D + d, v);
+}
+
+/* Item b: advance the counters (the last kernel of an append). */
+__kernel void cache_advance(__global const int *cnt, long cnt_off, int has_cnt, int n,
+                            __global int *counts, int B, int NR) {
+    const int b = (int)get_global_id(0);
+    if (b >= B)
+        return;
+    int nq, t_old, t_new;
+    cache_state(counts, cnt, cnt_off, has_cnt, n, B, b, &nq, &t_old, &t_new);
+    counts[b] = t_new - t_new % NR;
+    counts[B + b] = t_new % NR;
+}
+#endif /* RES_DTYPE */

@@ -15,6 +15,7 @@
 #include "clkv/budget.h"
 #include "clkv/score.h"
 #include "clkv/quant.h"
+#include "clkv/quant_cache.h"
 #include "clkv/pariskv.h"
 
 #ifdef __cplusplus

@@ -23,7 +23,9 @@ void usage_bench(FILE *f) {
                "  attention-window   window / prefill attention (SPEC 1.2); see\n"
                "                     clkv bench attention-window --help\n"
                "  score              one eviction scorer (SPEC 2.1/2.2), --method NAME;\n"
-               "  dropkv, evict      the full eviction step; see clkv bench score --help\n");
+               "  dropkv, evict      the full eviction step; see clkv bench score --help\n"
+               "  attention-quant    decode attention over a quantized KV cache vs. bf16 decode;\n"
+               "                     see clkv bench attention-quant --help\n");
 }
 
 void usage_bench_decode(FILE *f) {
@@ -392,7 +394,10 @@ int cmd_bench(int argc, char **argv) {
     if (strcmp(argv[1], "dropkv") == 0)
         return bench_dropkv(argc - 1, argv + 1);
     if (strcmp(argv[1], "evict") == 0)
-        return bench_evict(argc - 1, argv + 1);
+        return bench_evict(argc - 1, argv + 1
+    if (strcmp(argv[1], "attention-quant") == 0) {
+        return bench_attention_quant(argc - 1, argv + 1);
+    }
     fprintf(stderr, "clkv bench: unknown benchmark '%s'\n", argv[1]);
     usage_bench(stderr);
     return TOOL_EXIT_USAGE;
