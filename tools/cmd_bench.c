@@ -394,7 +394,7 @@ int cmd_bench(int argc, char **argv) {
     if (strcmp(argv[1], "dropkv") == 0)
         return bench_dropkv(argc - 1, argv + 1);
     if (strcmp(argv[1], "evict") == 0)
-        return bench_evict(argc - 1, argv + 1
+        return bench_evict(argc - 1, argv + 1);
     if (strcmp(argv[1], "attention-quant") == 0) {
         return bench_attention_quant(argc - 1, argv + 1);
     }
