@@ -25,7 +25,9 @@ void usage_bench(FILE *f) {
                "  score              one eviction scorer (SPEC 2.1/2.2), --method NAME;\n"
                "  dropkv, evict      the full eviction step; see clkv bench score --help\n"
                "  attention-quant    decode attention over a quantized KV cache vs. bf16 decode;\n"
-               "                     see clkv bench attention-quant --help\n");
+               "                     see clkv bench attention-quant --help\n"
+               "  minikv-prefill     MiniKV two-pass prefill (pass 1, pass 2, total, TFLOP/s);\n"
+               "                     see clkv bench minikv-prefill --help\n");
 }
 
 void usage_bench_decode(FILE *f) {
@@ -395,6 +397,8 @@ int cmd_bench(int argc, char **argv) {
         return bench_dropkv(argc - 1, argv + 1);
     if (strcmp(argv[1], "evict") == 0)
         return bench_evict(argc - 1, argv + 1);
+    if (strcmp(argv[1], "minikv-prefill") == 0)
+        return bench_minikv(argc - 1, argv + 1);
     if (strcmp(argv[1], "attention-quant") == 0) {
         return bench_attention_quant(argc - 1, argv + 1);
     }
