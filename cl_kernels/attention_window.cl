@@ -47,9 +47,14 @@
 #define O_RT (WG_SIZE / O_CT) /* lanes along the rows of the output tile */
 #define CPT (D4 / O_CT)       /* float4 columns per lane in the output tile */
 #define RPT3 (QT / O_RT)      /* rows per lane in the output tile */
+#define TPR2 (WG_SIZE / QT)   /* softmax lanes per row */
 
 #ifndef MMA
 #define MMA 0
+#endif
+
+#if WG_SIZE % QT != 0 || KT % (WG_SIZE / QT) != 0
+#error "attention_window: the softmax lanes of a row must split KT evenly"
 #endif
 
 #if !MMA && (WG_SIZE % S_CT != 0 || KT % S_CT != 0 || QT % S_RT != 0 || WG_SIZE % O_CT != 0 ||     \
@@ -214,6 +219,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
 #endif
     __local int row_pos[QT];
     __local float row_m[QT], row_l[QT], row_alpha[QT];
+    __local float pmax[QT][TPR2], psum[QT][TPR2];
 
     const int lid = (int)get_local_id(0);
     /* heaviest (latest) row tiles first: they see the most keys */
@@ -239,8 +245,6 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
     if (lid < QT) {
         const int R = r0 + lid;
         row_pos[lid] = R < rows ? len - T + R / G : -1;
-        row_m[lid] = -INFINITY;
-        row_l[lid] = 0.0f;
     }
 #if MMA
     /* raw 16-bit rows (the scale is applied to the f32 scores) */
@@ -269,6 +273,10 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
         qs[r][c] = x;
     }
 #endif
+
+    /* softmax lanes: TPR2 per row */
+    const int r2 = lid / TPR2, part = lid % TPR2;
+    float m_run = -INFINITY, l_run = 0.0f;
 
     const int kbeg = split * chunk;
     const int kend = min(kbeg + chunk, last_pos + 1);
@@ -366,31 +374,42 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
 
-        /* Online softmax, one lane per row: scores become weights. */
-        if (lid < QT) {
-            const float m_old = row_m[lid];
-            float mx = m_old;
-            for (int j = 0; j < KT; j++)
-                mx = fmax(mx, ss[lid][j]);
-            float alpha = 1.0f, sum = 0.0f;
-            if (mx != -INFINITY) {
-                alpha = m_old == -INFINITY ? 0.0f : exp2(m_old - mx);
-                for (int j = 0; j < KT; j++) {
-                    const float p = exp2(ss[lid][j] - mx); /* exp2(-inf) = 0 */
-                    ss[lid][j] = p;
-                    sum += p;
-                }
-            } else {
-                for (int j = 0; j < KT; j++)
-                    ss[lid][j] = 0.0f;
-            }
-            row_m[lid] = mx;
-            row_l[lid] = row_l[lid] * alpha + sum;
-            row_alpha[lid] = alpha;
+        /* Online softmax, TPR2 lanes per row (keys interleaved): the row maximum of the
+         * tile, then weights, their partial sums and the rescale factor of the row. Every
+         * lane of a row keeps the same (m, l) in registers. */
+        {
+            float mx = -INFINITY;
+            for (int i = 0; i < KT / TPR2; i++)
+                mx = fmax(mx, ss[r2][part + i * TPR2]);
+            pmax[r2][part] = mx;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+        {
+            float mx = m_run, alpha = 1.0f, sum = 0.0f;
+            for (int i = 0; i < TPR2; i++)
+                mx = fmax(mx, pmax[r2][i]);
+            if (mx != -INFINITY) {
+                alpha = m_run == -INFINITY ? 0.0f : exp2(m_run - mx);
+                for (int i = 0; i < KT / TPR2; i++) {
+                    const float pw = exp2(ss[r2][part + i * TPR2] - mx); /* exp2(-inf) = 0 */
+                    ss[r2][part + i * TPR2] = pw;
+                    sum += pw;
+                }
+            } else {
+                for (int i = 0; i < KT / TPR2; i++)
+                    ss[r2][part + i * TPR2] = 0.0f;
+            }
+            m_run = mx;
+            l_run *= alpha;
+            psum[r2][part] = sum;
+            if (part == 0)
+                row_alpha[r2] = alpha;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int i = 0; i < TPR2; i++)
+            l_run += psum[r2][i];
 
-        /* acc = alpha * acc + P V */
+            /* acc = alpha * acc + P V */
 #if MMA
         {
             const float al0 = row_alpha[mt_o * 16 + fg], al1 = row_alpha[mt_o * 16 + fg + 8];
@@ -439,6 +458,10 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
             }
         }
 #endif
+    }
+    if (part == 0) {
+        row_m[r2] = m_run;
+        row_l[r2] = l_run;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 

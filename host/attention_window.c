@@ -95,7 +95,8 @@ static int64_t ceil_div(int64_t a, int64_t b) {
 /* Local memory of the partial kernel for the tile parameters (mirrors its __local
  * declarations). */
 static size_t partial_local_bytes(int64_t D, int qt, int kt, int mma, int emulated) {
-    const size_t common = (size_t)qt * (size_t)(kt + 1) * 4 + (size_t)qt * 4 * 4;
+    const size_t common =
+        (size_t)qt * (size_t)(kt + 1) * 4 + (size_t)qt * 4 * 4 + (size_t)WG * 2 * 4;
     if (mma)
         return (size_t)(qt + 2 * kt) * (size_t)(D + 8) * 2 + common +
                (emulated ? (size_t)WG / 32 * 32 * 6 * 4 : 4);
@@ -135,8 +136,9 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
     p->mma = int16 && mma_requested();
     int qt_max;
     if (p->mma) {
-        /* 16-row mma blocks; 32-key tiles of 16-bit values */
-        qt_max = (int)(4096 / p->D);
+        /* 16-row mma blocks, up to 64 rows (16 x 8 output blocks of one 16-row band per
+         * warp); 32-key tiles of 16-bit values; within 48 KiB of local memory */
+        qt_max = p->D == 256 ? 16 : 64;
         p->kt = 32;
         p->o_ct = 32;
     } else if (p->D == 64) {
