@@ -9,7 +9,9 @@
  * absolute for f32 underflow of tiny probabilities; +-inf must match exactly. Outputs
  * are poisoned, at byte offsets with guard bytes after them: every element must be
  * written (including the -inf tail j >= len up to L) and no guard byte touched. K/V
- * rows past the valid length hold 1000 (would change any score that read them).
+ * rows past the valid length hold 1000 (would change any score that read them). 16-bit V
+ * caches start at an odd element offset (rows not 16-byte aligned: the element-load path
+ * of the lane-split kernel); the other tensors are aligned (the 16-byte-load path).
  *
  * The method defaults (pooling, kernel, protection) are written here from the header,
  * independently of host/score.c, so they are tested too.
@@ -199,7 +201,8 @@ static void setup_case(const scase *c, uint64_t stream, score_io *io) {
     a.k = tu_kv_tensor_offset(g_ctx, io->k, c->dt, B, Hkv, L, D, c->layout, 64);
     if (c->method == CLKV_SCORE_DROPKV || c->method == CLKV_SCORE_ANDPRO ||
         c->method == CLKV_SCORE_CRITICALKV)
-        a.v = tu_kv_tensor_offset(g_ctx, io->v, c->dt, B, Hkv, L, D, c->layout, 32);
+        a.v = tu_kv_tensor_offset(g_ctx, io->v, c->dt, B, Hkv, L, D, c->layout,
+                                  c->dt == F32 ? 32 : 34); /* 16-bit: rows not 16-byte aligned */
     if (c->has_lengths) {
         const int64_t bd[1] = {B};
         a.lengths = tu_tensor_upload_i32(g_ctx, c->lens, 1, bd, 4, 8);
