@@ -103,9 +103,9 @@ inline float round_to_kv(float x) {
 #if KV_DTYPE == CLKV_DT_BF16
     return clkv_bf16_to_f32(clkv_f32_to_bf16(x));
 #elif KV_DTYPE == CLKV_DT_F16
-    half h;
-    vstore_half_rte(x, 0, &h);
-    return vload_half(0, &h);
+    ushort h; /* 16-bit storage only: no half variables without cl_khr_fp16 */
+    vstore_half_rte(x, 0, (__private half *)&h);
+    return vload_half(0, (const __private half *)&h);
 #else
     return x;
 #endif

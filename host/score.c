@@ -200,21 +200,26 @@ static clkv_status validate(clkv_context *ctx, const clkv_score_args *a) {
     return CLKV_OK;
 }
 
-/* Lanes per key row of the window scorer: -1 = not yet read; 0 = the library's choice.
- * $CLKV_SCORE_TPR is read once per process (tuning); tests set it with
- * clkv__score_force_tpr. */
-static int g_force_tpr = -1;
+/* Launch overrides of the window scorer (tuning and tests), -1 = not yet read, 0 = the
+ * library's choice. $CLKV_SCORE_TPR (lanes per key row), $CLKV_SCORE_WG (work-group
+ * size) and $CLKV_SCORE_KPR (keys per row-group) are read once per process; tests set
+ * the lanes with clkv__score_force_tpr. Invalid combinations fall back to the defaults. */
+static int g_force_tpr = -1, g_force_wg = -1, g_force_kpr = -1;
 
 void clkv__score_force_tpr(int tpr) {
     g_force_tpr = tpr > 0 ? tpr : 0;
 }
 
-static int forced_tpr(void) {
-    if (g_force_tpr < 0) {
-        const char *s = getenv("CLKV_SCORE_TPR");
-        g_force_tpr = s && *s && atoi(s) > 0 ? atoi(s) : 0;
+static int env_once(int *slot, const char *name) {
+    if (*slot < 0) {
+        const char *s = getenv(name);
+        *slot = s && *s && atoi(s) > 0 ? atoi(s) : 0;
     }
-    return g_force_tpr;
+    return *slot;
+}
+
+static int forced_tpr(void) {
+    return env_once(&g_force_tpr, "CLKV_SCORE_TPR");
 }
 
 int64_t clkv__score_protect(const clkv_score_args *a) {
@@ -264,6 +269,8 @@ static void plan_launch(clkv_context *ctx, const clkv_score_args *a, score_plan 
     const clkv_device_info *dev = &ctx->info;
     if (p->window) {
         const int forced = forced_tpr();
+        const int fwg = env_once(&g_force_wg, "CLKV_SCORE_WG");
+        const int fkpr = env_once(&g_force_kpr, "CLKV_SCORE_KPR");
         if (forced > 0 && forced <= 32 && (forced & (forced - 1)) == 0 && p->D % forced == 0) {
             p->tpr = forced;
             p->wg = 64;
@@ -279,6 +286,11 @@ static void plan_launch(clkv_context *ctx, const clkv_score_args *a, score_plan 
             p->wg = dev->kind == CLKV_DEVICE_KIND_CPU ? 16 : 64;
             p->kpr = 1;
         }
+        if (fwg > 0 && fwg % p->tpr == 0 && (uint64_t)fwg <= dev->max_work_group_size &&
+            (fwg & (fwg - 1)) == 0)
+            p->wg = fwg;
+        if (fkpr > 0 && fkpr <= 8)
+            p->kpr = fkpr;
         const uint32_t esize = clkv_dtype_size(a->k.dtype);
         const int64_t vw = 16 / esize;
         const int epl = (int)(p->D / p->tpr);

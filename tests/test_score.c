@@ -9,7 +9,9 @@
  * absolute for f32 underflow of tiny probabilities; +-inf must match exactly. Outputs
  * are poisoned, at byte offsets with guard bytes after them: every element must be
  * written (including the -inf tail j >= len up to L) and no guard byte touched. K/V
- * rows past the valid length hold 1000 (would change any score that read them).
+ * rows past the valid length hold 1000 (would change any score that read them). 16-bit V
+ * caches start at an odd element offset (rows not 16-byte aligned: the element-load path
+ * of the lane-split kernel); the other tensors are aligned (the 16-byte-load path).
  *
  * The method defaults (pooling, kernel, protection) are written here from the header,
  * independently of host/score.c, so they are tested too.
@@ -95,6 +97,8 @@ static const scase g_cases[] = {
     {"diffkv_h8x2_d128_bf16_w64_len4101_64", CLKV_SCORE_DIFFKV, 2, 8, 2, 128, 64, 4101, BF16, F32, TU_HND, {4101, 64}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"diffkv_h32x8_d64_f16_w64_len65", CLKV_SCORE_DIFFKV, 1, 32, 8, 64, 64, 70, F16, F32, TU_HND, {65}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"diffkv_tpr4_d64_f32_w16", CLKV_SCORE_DIFFKV, 1, 8, 2, 64, 16, 50, F32, F32, TU_HND, {50}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 4, 2.0},
+    /* protect 0: the window tokens' own scores, divided by min(W, n - j) < W */
+    {"diffkv_protect0_d64_bf16_w16", CLKV_SCORE_DIFFKV, 1, 8, 2, 64, 16, 100, BF16, F32, TU_HND, {90}, 1, -1, CLKV_POOL_DEFAULT, 0, 0, 0, 0, 0, 0, 0, 2.0},
     /* H2O: all prompt queries (T = L); the second sequence is shorter than T */
     {"h2o_h8x2_d64_f32_T300_len300_137", CLKV_SCORE_H2O, 2, 8, 2, 64, 300, 300, F32, F32, TU_HND, {300, 137}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"h2o_h14x2_d128_bf16_T200", CLKV_SCORE_H2O, 1, 14, 2, 128, 200, 200, BF16, F32, TU_NHD, {200}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
@@ -199,7 +203,8 @@ static void setup_case(const scase *c, uint64_t stream, score_io *io) {
     a.k = tu_kv_tensor_offset(g_ctx, io->k, c->dt, B, Hkv, L, D, c->layout, 64);
     if (c->method == CLKV_SCORE_DROPKV || c->method == CLKV_SCORE_ANDPRO ||
         c->method == CLKV_SCORE_CRITICALKV)
-        a.v = tu_kv_tensor_offset(g_ctx, io->v, c->dt, B, Hkv, L, D, c->layout, 32);
+        a.v = tu_kv_tensor_offset(g_ctx, io->v, c->dt, B, Hkv, L, D, c->layout,
+                                  c->dt == F32 ? 32 : 34); /* 16-bit: rows not 16-byte aligned */
     if (c->has_lengths) {
         const int64_t bd[1] = {B};
         a.lengths = tu_tensor_upload_i32(g_ctx, c->lens, 1, bd, 4, 8);
@@ -444,22 +449,20 @@ static void test_keep_set(void **state) {
 
 /* Scores of a window case -> keep-set; compared with the reference scores as sets,
  * disagreements allowed only within 1e-5 relative (+ tau) of the selection threshold. */
-static void test_score_then_keep(void **state) {
-    (void)state;
-    const scase c = {
-        "e2e_dropkv", CLKV_SCORE_DROPKV, 2, 8,  2, 64, 8, 500, BF16, F32, TU_HND, {500, 77}, 1,
-        -1,           CLKV_POOL_DEFAULT, 0, -1, 0, 0,  0, 0,   0,    2.0};
+static void score_then_keep(const scase *cp, uint64_t stream) {
+    const scase c = *cp;
     tu_set_case("%s", c.name);
     score_io io;
-    setup_case(&c, 200, &io);
+    setup_case(&c, stream, &io);
     TU_CHECK_OK(g_ctx, clkv_score(g_ctx, &io.args, NULL));
-    const int64_t B = c.B, H = c.Hkv, L = c.L, K = clkv_keep_count(L, 0.1, -1, c.W);
+    const int64_t KW = c.method == CLKV_SCORE_H2O ? 0 : c.W; /* the protected window */
+    const int64_t B = c.B, H = c.Hkv, L = c.L, K = clkv_keep_count(L, 0.1, -1, KW);
     const int64_t id[3] = {B, H, K};
     clkv_keep_set_args k = CLKV_KEEP_SET_ARGS_INIT;
     k.scores = io.args.scores;
     k.lengths = io.args.lengths;
     k.indices = tu_tensor_alloc(g_ctx, CLKV_I32, 3, id, 0, 0);
-    k.window = c.W;
+    k.window = KW;
     TU_CHECK_OK(g_ctx, clkv_keep_set(g_ctx, &k, NULL));
     float *gi = (float *)tu_malloc((size_t)(B * H * K) * sizeof(float));
     tu_tensor_read(g_ctx, &k.indices, gi);
@@ -468,7 +471,7 @@ static void test_score_then_keep(void **state) {
     char *in_got = (char *)tu_malloc((size_t)L);
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++) {
-            const int64_t row = b * H + h, n = io.lens[b], keep = ref_keep_count(n, 0.1, -1, c.W);
+            const int64_t row = b * H + h, n = io.lens[b], keep = ref_keep_count(n, 0.1, -1, KW);
             for (int64_t j = 0; j < n; j++)
                 rf[j] = (float)io.ref[row * L + j];
             const int64_t cnt = ref_select_topk(rf, n, keep, 1, want);
@@ -501,6 +504,20 @@ static void test_score_then_keep(void **state) {
     free(gi), free(want), free(rf), free(in_got);
     tu_release(k.indices.buf);
     free_io(&io);
+}
+
+static void test_score_then_keep(void **state) {
+    (void)state;
+    /* clang-format off */
+    static const scase cases[] = {
+        {"e2e_dropkv", CLKV_SCORE_DROPKV, 2, 8, 2, 64, 8, 500, BF16, F32, TU_HND, {500, 77}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+        {"e2e_snapkv", CLKV_SCORE_SNAPKV, 2, 14, 2, 128, 16, 700, F16, F32, TU_NHD, {700, 40}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+        {"e2e_diffkv", CLKV_SCORE_DIFFKV, 1, 8, 2, 64, 64, 600, F32, F32, TU_HND, {600}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+        {"e2e_h2o", CLKV_SCORE_H2O, 1, 4, 2, 64, 160, 160, BF16, F32, TU_HND, {160}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    };
+    /* clang-format on */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        score_then_keep(&cases[i], 200 + i);
 }
 
 /* DropKV planted case: token 10's value equals the attention output (distance 0), token
