@@ -146,6 +146,11 @@ clkv_status clkv_quant_cache_create(clkv_context *ctx, const clkv_quant_cache_cr
     c->ctx = ctx;
     c->cfg = *args;
     c->cq = cq;
+    const char *wg = getenv("CLKV_QUANT_WG");
+    if (wg) {
+        const int v = atoi(wg);
+        c->attn_wg = (v == 64 || v == 128 || v == 256) ? v : 0;
+    }
     for (int i = 0; i < NBUF; i++) {
         cl_int err;
         /* OpenCL has no empty buffers: an empty quantized part gets a placeholder word. */

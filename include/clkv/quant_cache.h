@@ -185,7 +185,8 @@ clkv_status clkv_quant_cache_append(clkv_quant_cache *cache,
  * (G > 8 reads them ceil(G/8) times), dequantising on the fly; a second kernel (the
  * decode-attention merge) combines the splits. The split count comes from the device's
  * compute units and the cache's host-side length bound. Scratch comes from the context
- * workspace.
+ * workspace. (Tuning knob, read when a cache is created, not API: CLKV_QUANT_WG = 64,
+ * 128 or 256 sets the work-group size of this kernel; default 128 on GPUs, 64 else.)
  * Errors: CLKV_ERR_ARG_NULL (cache, args, q, o), CLKV_ERR_ARG_DTYPE, CLKV_ERR_ARG_SHAPE
  * (dims disagree with the cache, Hq % Hkv != 0), CLKV_ERR_ARG_RANGE (non-finite scale,
  * negative num_splits, Hq above 65535), CLKV_ERR_ARG_STRIDE, CLKV_ERR_ARG_ALIGNMENT,
