@@ -111,8 +111,9 @@ typedef struct clkv_quant_cache_create_args {
 clkv_status clkv_quant_cache_create(clkv_context *ctx, const clkv_quant_cache_create_args *args,
                                     clkv_quant_cache **out);
 
-/* Release every buffer of the cache (after clFinish of the context's queue, so enqueued
- * work that uses it completes first). NULL is accepted. */
+/* Release every buffer of the cache and free it. Safe while enqueued work still uses the
+ * cache (OpenCL keeps released buffers alive until the commands using them complete);
+ * descriptors from clkv_quant_cache_view_get become invalid. NULL is accepted. */
 void clkv_quant_cache_destroy(clkv_quant_cache *cache);
 
 /* Empty every sequence (device counters and flags zeroed on the queue; host bound 0).
