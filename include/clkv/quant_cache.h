@@ -104,8 +104,9 @@ typedef struct clkv_quant_cache_create_args {
  * A capacity below n_r is allowed (nothing is ever quantized then).
  * Errors: CLKV_ERR_ARG_NULL (ctx, args, out), CLKV_ERR_ARG_RANGE (batch or kv_heads
  * outside [1, 65535], capacity outside [1, 2^31 - 65537], residual not a positive
- * multiple of group or above 65536), CLKV_ERR_ARG_UNSUPPORTED (head_dim, k_bits, v_bits, group not
- * supported, group not dividing head_dim), CLKV_ERR_ARG_DTYPE (res_dtype, meta_dtype),
+ * multiple of group or above 65536), CLKV_ERR_ARG_UNSUPPORTED (head_dim, k_bits,
+ * v_bits, group not supported, group not dividing head_dim), CLKV_ERR_ARG_DTYPE
+ * (res_dtype, meta_dtype),
  * CLKV_ERR_ARG_OVERFLOW (sizes overflow 64 bits), CLKV_ERR_DEVICE_LIMIT (a buffer above
  * the device's CL_DEVICE_MAX_MEM_ALLOC_SIZE), OpenCL allocation errors. On error *out is
  * left unchanged. */
