@@ -147,10 +147,10 @@ clkv_status clkv_quant_cache_view_get(const clkv_quant_cache *cache, clkv_quant_
  *                            clamp(counts[b], 0, n) tokens (so a batch of prompts of
  *                            different lengths, or a decode step where some sequences
  *                            are idle). Absent: every sequence appends n tokens.
- * Enqueues five small kernels in order (quantize the keys of the blocks the append
- * completes, their values, write the new residual keys, values, advance the counters);
- * their sizes are bounded by the host-side n, not by the cache length. n = 0 enqueues
- * nothing (done gets a marker).
+ * Enqueues three small kernels in order (quantize the keys and values of the blocks the
+ * append completes, write the new residual, advance the counters); their sizes are
+ * bounded by the host-side n, not by the cache length. n = 0 enqueues nothing (done
+ * gets a marker).
  * Errors: CLKV_ERR_ARG_NULL (cache, args, k, v), CLKV_ERR_ARG_DTYPE, CLKV_ERR_ARG_SHAPE
  * (k/v/counts dims disagree with the cache), CLKV_ERR_ARG_RANGE (n above 2^31-1, or the
  * host bound + n above capacity: "capacity"), CLKV_ERR_ARG_STRIDE,
