@@ -47,6 +47,19 @@ typedef CLKV_STORAGE(Q_DTYPE) q_t;
 typedef CLKV_STORAGE(RES_DTYPE) res_t;
 typedef CLKV_STORAGE(META_DTYPE) meta_t;
 #define LOAD_RES CLKV_LOAD(RES_DTYPE)
+
+/* Four consecutive residual values (element i a multiple of 4 from a row start). */
+#if RES_DTYPE == CLKV_DT_F32
+#define LOAD_RES4(p, i) vload4(0, (p) + (i))
+#elif RES_DTYPE == CLKV_DT_F16
+#define LOAD_RES4(p, i) vload_half4(0, (p) + (i))
+#else
+inline float4 load_bf16x4(__global const ushort *p) {
+    const uint4 u = convert_uint4(vload4(0, p));
+    return as_float4(u << 16);
+}
+#define LOAD_RES4(p, i) load_bf16x4((p) + (i))
+#endif
 #define LOAD_META CLKV_LOAD(META_DTYPE)
 
 /* Four consecutive metadata values (element i must be a multiple of 4 elements). */
@@ -170,13 +183,22 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 /* the second row is clamped into the valid range (its logit is unused) */
                 __global const res_t *row0 = krb + (long)(p - nq) * HEAD_DIM;
                 __global const res_t *row1 = krb + (long)(min(p + 1, end - 1) - nq) * HEAD_DIM;
-                for (int d = 0; d < HEAD_DIM; d++) {
-                    const float x0 = LOAD_RES(row0, d), x1 = LOAD_RES(row1, d);
+                for (int d = 0; d < HEAD_DIM; d += 4) {
+                    const float4 x0 = LOAD_RES4(row0, d), x1 = LOAD_RES4(row1, d);
 #pragma unroll
                     for (int g = 0; g < GROUP; g++) {
-                        const float qd = ql[g * HEAD_DIM + d];
-                        z0[g] = fma(qd, x0, z0[g]);
-                        z1[g] = fma(qd, x1, z1[g]);
+                        const float4 qv = ql4[g][d / 4];
+                        float za = z0[g], zb = z1[g];
+                        za = fma(qv.x, x0.x, za);
+                        zb = fma(qv.x, x1.x, zb);
+                        za = fma(qv.y, x0.y, za);
+                        zb = fma(qv.y, x1.y, zb);
+                        za = fma(qv.z, x0.z, za);
+                        zb = fma(qv.z, x1.z, zb);
+                        za = fma(qv.w, x0.w, za);
+                        zb = fma(qv.w, x1.w, zb);
+                        z0[g] = za;
+                        z1[g] = zb;
                     }
                 }
             }
@@ -226,11 +248,15 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
             } else {
                 __global const res_t *row = vrb + (long)(pt - nq) * HEAD_DIM + w * VP;
 #pragma unroll
-                for (int i = 0; i < VP; i++) {
-                    const float x = LOAD_RES(row, i);
+                for (int i = 0; i < VP; i += 4) {
+                    const float4 x = LOAD_RES4(row, i);
 #pragma unroll
-                    for (int g = 0; g < GROUP; g++)
-                        acc[g][i] = fma(pg[g], x, acc[g][i]);
+                    for (int g = 0; g < GROUP; g++) {
+                        acc[g][i] = fma(pg[g], x.x, acc[g][i]);
+                        acc[g][i + 1] = fma(pg[g], x.y, acc[g][i + 1]);
+                        acc[g][i + 2] = fma(pg[g], x.z, acc[g][i + 2]);
+                        acc[g][i + 3] = fma(pg[g], x.w, acc[g][i + 3]);
+                    }
                 }
             }
         }
