@@ -47,6 +47,19 @@ typedef CLKV_STORAGE(Q_DTYPE) q_t;
 typedef CLKV_STORAGE(RES_DTYPE) res_t;
 typedef CLKV_STORAGE(META_DTYPE) meta_t;
 #define LOAD_RES CLKV_LOAD(RES_DTYPE)
+
+/* Four consecutive residual values (element i a multiple of 4 from a row start). */
+#if RES_DTYPE == CLKV_DT_F32
+#define LOAD_RES4(p, i) vload4(0, (p) + (i))
+#elif RES_DTYPE == CLKV_DT_F16
+#define LOAD_RES4(p, i) vload_half4(0, (p) + (i))
+#else
+inline float4 load_bf16x4(__global const ushort *p) {
+    const uint4 u = convert_uint4(vload4(0, p));
+    return as_float4(u << 16);
+}
+#define LOAD_RES4(p, i) load_bf16x4((p) + (i))
+#endif
 #define LOAD_META CLKV_LOAD(META_DTYPE)
 
 /* Four consecutive metadata values (element i must be a multiple of 4 elements). */
@@ -113,9 +126,11 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     __global const res_t *vrb = vr + bh * NR * HEAD_DIM;
 
     float m[GROUP], l[GROUP], acc[GROUP][VP];
+#pragma unroll
     for (int g = 0; g < GROUP; g++) {
         m[g] = -INFINITY;
         l[g] = 0.0f;
+#pragma unroll
         for (int i = 0; i < VP; i++)
             acc[g][i] = 0.0f;
     }
@@ -127,6 +142,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
         const int p = base + lid * KT;
         if (p < end) {
             float z0[GROUP], z1[GROUP];
+#pragma unroll
             for (int g = 0; g < GROUP; g++)
                 z0[g] = z1[g] = 0.0f;
             if (p < nq) {
@@ -134,6 +150,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 __global const meta_t *srow = ksb + (long)(p / GQ) * HEAD_DIM;
                 __global const meta_t *mrow = kmb + (long)(p / GQ) * HEAD_DIM;
                 const int sh0 = (p % KP) * KBITS, sh1 = sh0 + KBITS;
+#pragma unroll 4
                 for (int d = 0; d < HEAD_DIM; d += 4) {
                     const uint4 c4 = vload4(0, crow + d);
                     const float4 s4 = LOAD_META4(srow, d);
@@ -146,6 +163,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                     const float b1 = dq(c4.y, sh1, KMASK, s4.y, m4.y);
                     const float b2 = dq(c4.z, sh1, KMASK, s4.z, m4.z);
                     const float b3 = dq(c4.w, sh1, KMASK, s4.w, m4.w);
+#pragma unroll
                     for (int g = 0; g < GROUP; g++) {
                         const float4 qv = ql4[g][d / 4];
                         float za = z0[g], zb = z1[g];
@@ -165,15 +183,26 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 /* the second row is clamped into the valid range (its logit is unused) */
                 __global const res_t *row0 = krb + (long)(p - nq) * HEAD_DIM;
                 __global const res_t *row1 = krb + (long)(min(p + 1, end - 1) - nq) * HEAD_DIM;
-                for (int d = 0; d < HEAD_DIM; d++) {
-                    const float x0 = LOAD_RES(row0, d), x1 = LOAD_RES(row1, d);
+                for (int d = 0; d < HEAD_DIM; d += 4) {
+                    const float4 x0 = LOAD_RES4(row0, d), x1 = LOAD_RES4(row1, d);
+#pragma unroll
                     for (int g = 0; g < GROUP; g++) {
-                        const float qd = ql[g * HEAD_DIM + d];
-                        z0[g] = fma(qd, x0, z0[g]);
-                        z1[g] = fma(qd, x1, z1[g]);
+                        const float4 qv = ql4[g][d / 4];
+                        float za = z0[g], zb = z1[g];
+                        za = fma(qv.x, x0.x, za);
+                        zb = fma(qv.x, x1.x, zb);
+                        za = fma(qv.y, x0.y, za);
+                        zb = fma(qv.y, x1.y, zb);
+                        za = fma(qv.z, x0.z, za);
+                        zb = fma(qv.z, x1.z, zb);
+                        za = fma(qv.w, x0.w, za);
+                        zb = fma(qv.w, x1.w, zb);
+                        z0[g] = za;
+                        z1[g] = zb;
                     }
                 }
             }
+#pragma unroll
             for (int g = 0; g < GROUP; g++) {
                 zl[g][lid * KT] = z0[g];
                 zl[g][lid * KT + 1] = z1[g];
@@ -183,6 +212,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
 
         /* ---- V phase: lane (slice, w), tokens base + slice + i*NS ---- */
         const int nt = min(TILE, end - base);
+#pragma unroll
         for (int g = 0; g < GROUP; g++) {
             float mb = -INFINITY;
             for (int t = slice; t < nt; t += NS)
@@ -190,6 +220,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
             if (mb > m[g]) {
                 const float f = m[g] == -INFINITY ? 0.0f : exp2(m[g] - mb);
                 l[g] *= f;
+#pragma unroll
                 for (int i = 0; i < VP; i++)
                     acc[g][i] *= f;
                 m[g] = mb;
@@ -198,6 +229,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
         for (int t = slice; t < nt; t += NS) {
             const int pt = base + t;
             float pg[GROUP];
+#pragma unroll
             for (int g = 0; g < GROUP; g++) {
                 pg[g] = exp2(zl[g][t] - m[g]);
                 l[g] += pg[g];
@@ -206,17 +238,25 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 const uint word = vcb[(long)pt * NW + w];
                 const long mi = (long)pt * DG + (w * VP) / GQ;
                 const float s = LOAD_META(vsb, mi), mm = LOAD_META(vmb, mi);
+#pragma unroll
                 for (int i = 0; i < VP; i++) {
                     const float x = dq(word, i * VBITS, VMASK, s, mm);
+#pragma unroll
                     for (int g = 0; g < GROUP; g++)
                         acc[g][i] = fma(pg[g], x, acc[g][i]);
                 }
             } else {
                 __global const res_t *row = vrb + (long)(pt - nq) * HEAD_DIM + w * VP;
-                for (int i = 0; i < VP; i++) {
-                    const float x = LOAD_RES(row, i);
-                    for (int g = 0; g < GROUP; g++)
-                        acc[g][i] = fma(pg[g], x, acc[g][i]);
+#pragma unroll
+                for (int i = 0; i < VP; i += 4) {
+                    const float4 x = LOAD_RES4(row, i);
+#pragma unroll
+                    for (int g = 0; g < GROUP; g++) {
+                        acc[g][i] = fma(pg[g], x.x, acc[g][i]);
+                        acc[g][i + 1] = fma(pg[g], x.y, acc[g][i + 1]);
+                        acc[g][i + 2] = fma(pg[g], x.z, acc[g][i + 2]);
+                        acc[g][i + 3] = fma(pg[g], x.w, acc[g][i + 3]);
+                    }
                 }
             }
         }
@@ -227,6 +267,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     __local float red_ml[NS][GROUP][2];
     __local float red_acc[NS][HEAD_DIM];
     if (w == 0) {
+#pragma unroll
         for (int g = 0; g < GROUP; g++) {
             red_ml[slice][g][0] = m[g];
             red_ml[slice][g][1] = l[g];
@@ -243,6 +284,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
             sum += mr == -INFINITY ? 0.0f : red_ml[r][g][1] * exp2(mr - mx);
         }
         const float f = m[g] == -INFINITY ? 0.0f : exp2(m[g] - mx);
+#pragma unroll
         for (int i = 0; i < VP; i++)
             red_acc[slice][w * VP + i] = acc[g][i] * f;
         barrier(CLK_LOCAL_MEM_FENCE);

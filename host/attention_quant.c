@@ -67,7 +67,7 @@ static void plan_launch(const clkv_quant_cache *c, const clkv_attention_quant_de
     p->group = (int)(p->G < MAX_GROUP ? p->G : MAX_GROUP);
     p->nhg = (int)((p->G + p->group - 1) / p->group);
     const int gpu = dev->kind == CLKV_DEVICE_KIND_GPU;
-    p->wg = gpu ? 128 : 64;
+    p->wg = c->attn_wg ? c->attn_wg : (gpu ? 128 : 64);
     /* the V phase needs WG a multiple of D / (32 / v_bits) (at most 64) */
     while ((size_t)p->wg > dev->max_work_group_size && p->wg > 64)
         p->wg /= 2;

@@ -146,6 +146,11 @@ clkv_status clkv_quant_cache_create(clkv_context *ctx, const clkv_quant_cache_cr
     c->ctx = ctx;
     c->cfg = *args;
     c->cq = cq;
+    const char *wg = getenv("CLKV_QUANT_WG");
+    if (wg) {
+        const int v = atoi(wg);
+        c->attn_wg = (v == 64 || v == 128 || v == 256) ? v : 0;
+    }
     for (int i = 0; i < NBUF; i++) {
         cl_int err;
         /* OpenCL has no empty buffers: an empty quantized part gets a placeholder word. */
@@ -236,26 +241,21 @@ static clkv_status validate_append(clkv_quant_cache *c, const clkv_quant_cache_a
 }
 
 typedef struct append_kernels {
-    cl_kernel qk, qv, rk, rv, adv;
+    cl_kernel quant, residual, advance;
 } append_kernels;
 
 static clkv_status get_kernels(clkv_quant_cache *c, const clkv_quant_cache_append_args *a,
                                append_kernels *k) {
-    clkv_defs dk, dv;
-    clkv__defs_init(&dk);
-    clkv__defs_int(&dk, "X_DTYPE", a->k.dtype);
-    clkv__defs_int(&dk, "META_DTYPE", c->cfg.meta_dtype);
-    clkv__defs_int(&dk, "RES_DTYPE", c->cfg.res_dtype);
-    clkv__defs_init(&dv);
-    clkv__defs_int(&dv, "X_DTYPE", a->v.dtype);
-    clkv__defs_int(&dv, "META_DTYPE", c->cfg.meta_dtype);
-    clkv__defs_int(&dv, "RES_DTYPE", c->cfg.res_dtype);
+    clkv_defs d;
+    clkv__defs_init(&d);
+    clkv__defs_int(&d, "X_DTYPE", a->k.dtype);
+    clkv__defs_int(&d, "V_DTYPE", a->v.dtype);
+    clkv__defs_int(&d, "META_DTYPE", c->cfg.meta_dtype);
+    clkv__defs_int(&d, "RES_DTYPE", c->cfg.res_dtype);
     clkv_status st;
-    if ((st = clkv__get_kernel(c->ctx, KERNEL_FILE, &dk, "cache_quant_keys", &k->qk)) ||
-        (st = clkv__get_kernel(c->ctx, KERNEL_FILE, &dv, "cache_quant_values", &k->qv)) ||
-        (st = clkv__get_kernel(c->ctx, KERNEL_FILE, &dk, "cache_write_residual", &k->rk)) ||
-        (st = clkv__get_kernel(c->ctx, KERNEL_FILE, &dv, "cache_write_residual", &k->rv)) ||
-        (st = clkv__get_kernel(c->ctx, KERNEL_FILE, &dk, "cache_advance", &k->adv)))
+    if ((st = clkv__get_kernel(c->ctx, KERNEL_FILE, &d, "cache_quant", &k->quant)) ||
+        (st = clkv__get_kernel(c->ctx, KERNEL_FILE, &d, "cache_write_residual", &k->residual)) ||
+        (st = clkv__get_kernel(c->ctx, KERNEL_FILE, &d, "cache_advance", &k->advance)))
         return st;
     return CLKV_OK;
 }
@@ -269,60 +269,33 @@ static clkv_status launch_1d(clkv_context *ctx, cl_kernel kern, const char *name
     return clkv__launch(ctx, kern, name, 1, &gsz, &wg, 0, done);
 }
 
-/* Quantize the completed blocks of one of k (keys = 1) or v. */
-static clkv_status launch_quant(clkv_quant_cache *c, const clkv_quant_cache_append_args *a,
-                                int keys, cl_kernel kern, int64_t nb) {
-    const clkv_quant_cache_create_args *cfg = &c->cfg;
-    const clkv_tensor *x = keys ? &a->k : &a->v;
-    const char *name = keys ? "cache_quant_keys" : "cache_quant_values";
-    const int64_t bh = cfg->batch * cfg->kv_heads;
-    const int64_t items = keys ? bh * nb * (cfg->residual / cfg->group) * cfg->head_dim
-                               : bh * nb * cfg->residual * (cfg->head_dim / cfg->group);
-    const cl_long x_off = clkv__elem_offset(x), x_sb = x->strides[0], x_sh = x->strides[1],
-                  x_sn = x->strides[2];
-    const cl_mem cnt = a->counts.buf;
-    const cl_long cnt_off = cnt ? clkv__elem_offset(&a->counts) : 0, total = items, CQ = c->cq;
-    const cl_int has_cnt = cnt != NULL, n = (cl_int)x->dims[2], B = (cl_int)cfg->batch,
-                 H = (cl_int)cfg->kv_heads, D = (cl_int)cfg->head_dim, NR = cfg->residual,
-                 NB = (cl_int)nb, bits = keys ? cfg->k_bits : cfg->v_bits, group = cfg->group;
-    const cl_mem res = keys ? c->k_res : c->v_res, codes = keys ? c->k_codes : c->v_codes,
-                 scale = keys ? c->k_scale : c->v_scale, minv = keys ? c->k_min : c->v_min;
-    clkv_status st = clkv__set_args(
-        c->ctx, kern, name, 24, CLKV_ARG(x->buf), CLKV_ARG(x_off), CLKV_ARG(x_sb), CLKV_ARG(x_sh),
-        CLKV_ARG(x_sn), CLKV_ARG(cnt), CLKV_ARG(cnt_off), CLKV_ARG(has_cnt), CLKV_ARG(n),
-        CLKV_ARG(c->counts), CLKV_ARG(res), CLKV_ARG(codes), CLKV_ARG(scale), CLKV_ARG(minv),
-        CLKV_ARG(c->flags), CLKV_ARG(total), CLKV_ARG(B), CLKV_ARG(H), CLKV_ARG(D), CLKV_ARG(NR),
-        CLKV_ARG(NB), CLKV_ARG(CQ), CLKV_ARG(bits), CLKV_ARG(group));
-    if (st)
-        return st;
-    return launch_1d(c->ctx, kern, name, items, NULL);
+/* The kernel arguments shared by cache_quant and cache_write_residual: both appended
+ * tensors with their cache buffers (10 each), then the per-sequence counts (5). */
+typedef struct side_args {
+    cl_mem x;
+    cl_long off, sb, sh, sn;
+    cl_mem res, codes, scale, minv;
+    cl_int bits;
+} side_args;
+
+static side_args side_of(const clkv_quant_cache *c, const clkv_tensor *x, int keys) {
+    side_args s = {.x = x->buf,
+                   .off = clkv__elem_offset(x),
+                   .sb = x->strides[0],
+                   .sh = x->strides[1],
+                   .sn = x->strides[2],
+                   .res = keys ? c->k_res : c->v_res,
+                   .codes = keys ? c->k_codes : c->v_codes,
+                   .scale = keys ? c->k_scale : c->v_scale,
+                   .minv = keys ? c->k_min : c->v_min,
+                   .bits = keys ? c->cfg.k_bits : c->cfg.v_bits};
+    return s;
 }
 
-static clkv_status launch_residual(clkv_quant_cache *c, const clkv_quant_cache_append_args *a,
-                                   int keys, cl_kernel kern) {
-    const clkv_quant_cache_create_args *cfg = &c->cfg;
-    const clkv_tensor *x = keys ? &a->k : &a->v;
-    /* the residual receives at most n_r - 1 of the appended tokens, the last ones */
-    const int64_t nrw = x->dims[2] < cfg->residual - 1 ? x->dims[2] : cfg->residual - 1;
-    const int64_t items = cfg->batch * cfg->kv_heads * nrw * cfg->head_dim;
-    if (items == 0)
-        return CLKV_OK;
-    const cl_long x_off = clkv__elem_offset(x), x_sb = x->strides[0], x_sh = x->strides[1],
-                  x_sn = x->strides[2];
-    const cl_mem cnt = a->counts.buf, res = keys ? c->k_res : c->v_res;
-    const cl_long cnt_off = cnt ? clkv__elem_offset(&a->counts) : 0, total = items;
-    const cl_int has_cnt = cnt != NULL, n = (cl_int)x->dims[2], B = (cl_int)cfg->batch,
-                 H = (cl_int)cfg->kv_heads, D = (cl_int)cfg->head_dim, NR = cfg->residual,
-                 NRW = (cl_int)nrw;
-    clkv_status st = clkv__set_args(
-        c->ctx, kern, "cache_write_residual", 17, CLKV_ARG(x->buf), CLKV_ARG(x_off), CLKV_ARG(x_sb),
-        CLKV_ARG(x_sh), CLKV_ARG(x_sn), CLKV_ARG(cnt), CLKV_ARG(cnt_off), CLKV_ARG(has_cnt),
-        CLKV_ARG(n), CLKV_ARG(c->counts), CLKV_ARG(res), CLKV_ARG(total), CLKV_ARG(B), CLKV_ARG(H),
-        CLKV_ARG(D), CLKV_ARG(NR), CLKV_ARG(NRW));
-    if (st)
-        return st;
-    return launch_1d(c->ctx, kern, "cache_write_residual", items, NULL);
-}
+#define SIDE_ARGS(s)                                                                               \
+    CLKV_ARG((s).x), CLKV_ARG((s).off), CLKV_ARG((s).sb), CLKV_ARG((s).sh), CLKV_ARG((s).sn),      \
+        CLKV_ARG((s).res), CLKV_ARG((s).codes), CLKV_ARG((s).scale), CLKV_ARG((s).minv),           \
+        CLKV_ARG((s).bits)
 
 clkv_status clkv_quant_cache_append(clkv_quant_cache *cache,
                                     const clkv_quant_cache_append_args *args, cl_event *done) {
@@ -333,29 +306,55 @@ clkv_status clkv_quant_cache_append(clkv_quant_cache *cache,
     clkv_status st = validate_append(cache, args);
     if (st)
         return st;
+    clkv_context *ctx = cache->ctx;
+    const clkv_quant_cache_create_args *cfg = &cache->cfg;
     const int64_t n = args->k.dims[2];
     if (n == 0)
-        return clkv__marker(cache->ctx, done);
+        return clkv__marker(ctx, done);
     append_kernels k;
     if ((st = get_kernels(cache, args, &k)))
         return st;
-    /* Blocks an append of n tokens can complete: the residual holds at most n_r - 1. */
-    const int64_t nb = (cache->cfg.residual - 1 + n) / cache->cfg.residual;
-    clkv__log(cache->ctx, "quant cache append: n=%lld counts=%d blocks<=%lld bound=%lld",
-              (long long)n, args->counts.buf != NULL, (long long)nb, (long long)cache->max_len);
-    if ((st = launch_quant(cache, args, 1, k.qk, nb)) ||
-        (st = launch_quant(cache, args, 0, k.qv, nb)) ||
-        (st = launch_residual(cache, args, 1, k.rk)) ||
-        (st = launch_residual(cache, args, 0, k.rv)))
-        return st;
+    const side_args sk = side_of(cache, &args->k, 1), sv = side_of(cache, &args->v, 0);
     const cl_mem cnt = args->counts.buf;
-    const cl_long cnt_off = cnt ? clkv__elem_offset(&args->counts) : 0;
-    const cl_int has_cnt = cnt != NULL, nn = (cl_int)n, B = (cl_int)cache->cfg.batch,
-                 NR = cache->cfg.residual;
-    if ((st = clkv__set_args(cache->ctx, k.adv, "cache_advance", 7, CLKV_ARG(cnt),
-                             CLKV_ARG(cnt_off), CLKV_ARG(has_cnt), CLKV_ARG(nn),
-                             CLKV_ARG(cache->counts), CLKV_ARG(B), CLKV_ARG(NR))) ||
-        (st = launch_1d(cache->ctx, k.adv, "cache_advance", cache->cfg.batch, done)))
+    const cl_long cnt_off = cnt ? clkv__elem_offset(&args->counts) : 0, CQ = cache->cq;
+    const cl_int has_cnt = cnt != NULL, nn = (cl_int)n, B = (cl_int)cfg->batch,
+                 H = (cl_int)cfg->kv_heads, D = (cl_int)cfg->head_dim, NR = cfg->residual,
+                 group = cfg->group;
+    const int64_t bh = cfg->batch * cfg->kv_heads;
+
+    /* 1. quantize the blocks the append can complete (the residual holds at most n_r - 1
+     * tokens, so at most (n_r - 1 + n) / n_r blocks) */
+    const int64_t nb = (cfg->residual - 1 + n) / cfg->residual;
+    const cl_long nk = bh * nb * (cfg->residual / cfg->group) * cfg->head_dim;
+    const cl_long nq_total = nk + bh * nb * cfg->residual * (cfg->head_dim / cfg->group);
+    const cl_int NB = (cl_int)nb;
+    /* 2. the residual receives at most n_r - 1 of the appended tokens, the last ones */
+    const int64_t nrw = n < cfg->residual - 1 ? n : cfg->residual - 1;
+    const cl_long nr_total = 2 * bh * nrw * cfg->head_dim;
+    const cl_int NRW = (cl_int)nrw;
+    clkv__log(ctx, "quant cache append: n=%lld counts=%d blocks<=%lld residual<=%lld bound=%lld",
+              (long long)n, cnt != NULL, (long long)nb, (long long)nrw, (long long)cache->max_len);
+
+    if ((st = clkv__set_args(ctx, k.quant, "cache_quant", 35, SIDE_ARGS(sk), SIDE_ARGS(sv),
+                             CLKV_ARG(cnt), CLKV_ARG(cnt_off), CLKV_ARG(has_cnt), CLKV_ARG(nn),
+                             CLKV_ARG(cache->counts), CLKV_ARG(cache->flags), CLKV_ARG(nk),
+                             CLKV_ARG(nq_total), CLKV_ARG(B), CLKV_ARG(H), CLKV_ARG(D),
+                             CLKV_ARG(NR), CLKV_ARG(NB), CLKV_ARG(CQ), CLKV_ARG(group))) ||
+        (st = launch_1d(ctx, k.quant, "cache_quant", nq_total, NULL)))
+        return st;
+    if (nr_total > 0 &&
+        ((st =
+              clkv__set_args(ctx, k.residual, "cache_write_residual", 31, SIDE_ARGS(sk),
+                             SIDE_ARGS(sv), CLKV_ARG(cnt), CLKV_ARG(cnt_off), CLKV_ARG(has_cnt),
+                             CLKV_ARG(nn), CLKV_ARG(cache->counts), CLKV_ARG(nr_total), CLKV_ARG(B),
+                             CLKV_ARG(H), CLKV_ARG(D), CLKV_ARG(NR), CLKV_ARG(NRW))) ||
+         (st = launch_1d(ctx, k.residual, "cache_write_residual", nr_total, NULL))))
+        return st;
+    /* 3. advance the counters */
+    if ((st = clkv__set_args(ctx, k.advance, "cache_advance", 7, CLKV_ARG(cnt), CLKV_ARG(cnt_off),
+                             CLKV_ARG(has_cnt), CLKV_ARG(nn), CLKV_ARG(cache->counts), CLKV_ARG(B),
+                             CLKV_ARG(NR))) ||
+        (st = launch_1d(ctx, k.advance, "cache_advance", cfg->batch, done)))
         return st;
     cache->max_len += n;
     return CLKV_OK;

@@ -11,6 +11,7 @@ struct clkv_quant_cache {
     clkv_quant_cache_create_args cfg; /* defaults resolved */
     int64_t cq;                       /* quantized token slots per sequence */
     int64_t max_len;                  /* host-side upper bound of max_b T[b] */
+    int attn_wg; /* $CLKV_QUANT_WG at creation (tests, tuning; not API), 0: default */
     cl_mem k_codes, k_scale, k_min, v_codes, v_scale, v_min, k_res, v_res, counts, flags;
 };
 

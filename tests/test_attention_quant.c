@@ -37,154 +37,40 @@ typedef struct acase {
     int want_lse;
     int num_splits;
     float scale;
+    int wg; /* CLKV_QUANT_WG for the cache (GPU work-group sizes on this device); 0: default */
+    int per_step; /* check after the prefill and after every decode step */
 } acase;
 
+/* name, B, Hq, Hkv, D, k_bits, v_bits, group, n_r, residual, meta, q, o dtypes,
+ * prefill counts, decode steps, lse, num_splits, scale, work-group size, per step */
+/* clang-format off */
 static const acase k_cases[] = {
-    {"gqa32_8_d128_k2v2_g16",
-     2,
-     32,
-     8,
-     128,
-     2,
-     2,
-     16,
-     128,
-     CLKV_F16,
-     CLKV_F16,
-     CLKV_BF16,
-     CLKV_F32,
-     {300, 0},
-     2,
-     1,
-     0,
-     0.0f},
-    {"gqa14_2_d64_k4v4_g32",
-     3,
-     14,
-     2,
-     64,
-     4,
-     4,
-     32,
-     64,
-     CLKV_BF16,
-     CLKV_F32,
-     CLKV_F16,
-     CLKV_BF16,
-     {1, 200, 64},
-     1,
-     1,
-     0,
-     0.0f},
-    {"mha8_8_d256_k8v8_g64",
-     2,
-     8,
-     8,
-     256,
-     8,
-     8,
-     64,
-     128,
-     CLKV_F32,
-     CLKV_F16,
-     CLKV_F32,
-     CLKV_F16,
-     {129, 0},
-     0,
-     0,
-     0,
-     0.0f},
-    {"gqa8_2_d128_k4v2_g128_splits5",
-     1,
-     8,
-     2,
-     128,
-     4,
-     2,
-     128,
-     128,
-     CLKV_F16,
-     CLKV_F16,
-     CLKV_F32,
-     CLKV_F32,
-     {700},
-     3,
-     1,
-     5,
-     0.0f},
-    {"gqa4_1_d128_k2v2_long_auto",
-     1,
-     4,
-     1,
-     128,
-     2,
-     2,
-     16,
-     128,
-     CLKV_BF16,
-     CLKV_F16,
-     CLKV_BF16,
-     CLKV_F32,
-     {4999},
-     1,
-     1,
-     0,
-     0.0f},
-    {"gqa16_1_d64_k2v4_g16_nhg2",
-     2,
-     16,
-     1,
-     64,
-     2,
-     4,
-     16,
-     32,
-     CLKV_F16,
-     CLKV_F32,
-     CLKV_F32,
-     CLKV_F32,
-     {90, 33},
-     2,
-     1,
-     3,
-     0.3f},
-    {"gqa4_2_d256_k8v2_g32_residual_only",
-     2,
-     4,
-     2,
-     256,
-     8,
-     2,
-     32,
-     128,
-     CLKV_BF16,
-     CLKV_F16,
-     CLKV_F16,
-     CLKV_BF16,
-     {100, 1},
-     1,
-     1,
-     0,
-     0.0f},
-    {"all_empty",
-     2,
-     8,
-     2,
-     64,
-     2,
-     2,
-     16,
-     32,
-     CLKV_F16,
-     CLKV_F16,
-     CLKV_F32,
-     CLKV_F32,
-     {0, 0},
-     0,
-     1,
-     0,
-     0.0f},
+    {"gqa32_8_d128_k2v2_g16", 2, 32, 8, 128, 2, 2, 16, 128,
+     CLKV_F16, CLKV_F16, CLKV_BF16, CLKV_F32, {300, 0}, 2, 1, 0, 0.0f, 0, 0},
+    {"gqa14_2_d64_k4v4_g32", 3, 14, 2, 64, 4, 4, 32, 64,
+     CLKV_BF16, CLKV_F32, CLKV_F16, CLKV_BF16, {1, 200, 64}, 1, 1, 0, 0.0f, 0, 0},
+    {"mha8_8_d256_k8v8_g64", 2, 8, 8, 256, 8, 8, 64, 128,
+     CLKV_F32, CLKV_F16, CLKV_F32, CLKV_F16, {129, 0}, 0, 0, 0, 0.0f, 0, 0},
+    {"gqa8_2_d128_k4v2_g128_splits5", 1, 8, 2, 128, 4, 2, 128, 128,
+     CLKV_F16, CLKV_F16, CLKV_F32, CLKV_F32, {700}, 3, 1, 5, 0.0f, 0, 0},
+    {"gqa4_1_d128_k2v2_long_auto", 1, 4, 1, 128, 2, 2, 16, 128,
+     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_F32, {4999}, 1, 1, 0, 0.0f, 0, 0},
+    {"gqa16_1_d64_k2v4_g16_nhg2", 2, 16, 1, 64, 2, 4, 16, 32,
+     CLKV_F16, CLKV_F32, CLKV_F32, CLKV_F32, {90, 33}, 2, 1, 3, 0.3f, 0, 0},
+    {"gqa4_2_d256_k8v2_g32_residual_only", 2, 4, 2, 256, 8, 2, 32, 128,
+     CLKV_BF16, CLKV_F16, CLKV_F16, CLKV_BF16, {100, 1}, 1, 1, 0, 0.0f, 0, 0},
+    {"all_empty", 2, 8, 2, 64, 2, 2, 16, 32,
+     CLKV_F16, CLKV_F16, CLKV_F32, CLKV_F32, {0, 0}, 0, 1, 0, 0.0f, 0, 0},
+    {"wg128_gqa32_8_d128_k2v4_g32", 2, 32, 8, 128, 2, 4, 32, 128,
+     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_F32, {1000, 517}, 1, 1, 0, 0.0f, 128, 0},
+    {"wg256_gqa8_4_d256_k4v8_g16", 1, 8, 4, 256, 4, 8, 16, 64,
+     CLKV_F16, CLKV_F32, CLKV_F16, CLKV_F32, {1500}, 2, 1, 0, 0.0f, 256, 0},
+    {"wg256_gqa4_1_d64_k8v2_g64_splits7", 3, 4, 1, 64, 8, 2, 64, 64,
+     CLKV_F32, CLKV_F16, CLKV_F32, CLKV_F32, {640, 0, 77}, 1, 1, 7, 0.0f, 256, 0},
+    {"decode_loop_gqa8_2_d128_k2v2_g16_nr32", 3, 8, 2, 128, 2, 2, 16, 32,
+     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_F32, {30, 1, 63}, 5, 1, 0, 0.0f, 0, 1},
 };
+/* clang-format on */
 
 /* Device state of the cache as a ref_qcache. */
 static void read_state(clkv_quant_cache *cache, ref_qcache *s) {
@@ -229,54 +115,48 @@ static void append_random(clkv_quant_cache *cache, tu_rng *r, int64_t B, int64_t
     free(v);
 }
 
-static void run_case(const acase *c, uint64_t stream) {
-    tu_set_case("%s", c->name);
+/* Attention over the cache's current device state against the reference; len_want[b]
+ * is the expected token count of sequence b. `strided_q`: q is a view of the first Hq
+ * heads of a [B, Hq + 1, D] tensor whose extra head holds huge values. */
+static void check_attention(clkv_quant_cache *cache, const acase *c, tu_rng *rng,
+                            const int32_t *len_want, int strided_q) {
     const int64_t B = c->B, Hq = c->Hq, Hkv = c->Hkv, D = c->D;
-    tu_rng rng;
-    tu_rng_seed(&rng, tu_seed(DEFAULT_SEED), stream);
-    int64_t maxp = 0;
-    for (int64_t b = 0; b < B; b++)
-        maxp = c->prefill[b] > maxp ? c->prefill[b] : maxp;
-    clkv_quant_cache_create_args cfg = CLKV_QUANT_CACHE_CREATE_ARGS_INIT;
-    cfg.batch = B, cfg.kv_heads = Hkv, cfg.head_dim = D;
-    cfg.capacity = maxp + c->decode_steps + 5;
-    cfg.k_bits = c->k_bits, cfg.v_bits = c->v_bits, cfg.group = c->group, cfg.residual = c->nr;
-    cfg.res_dtype = c->res_dt, cfg.meta_dtype = c->meta_dt;
-    clkv_quant_cache *cache;
-    TU_CHECK_OK(g_ctx, clkv_quant_cache_create(g_ctx, &cfg, &cache));
-    if (maxp > 0)
-        append_random(cache, &rng, B, Hkv, D, maxp, c->prefill);
-    int32_t step[4];
-    for (int64_t b = 0; b < B; b++)
-        step[b] = c->prefill[b] > 0;
-    for (int s = 0; s < c->decode_steps; s++)
-        append_random(cache, &rng, B, Hkv, D, 1, step);
-
-    /* reference over the dequantised device state */
     ref_qcache st;
     read_state(cache, &st);
-    const int64_t L = maxp + c->decode_steps + 1;
+    int64_t L = 1;
+    for (int64_t b = 0; b < B; b++)
+        L = len_want[b] + 1 > L ? len_want[b] + 1 : L;
     float *kd = tu_malloc((size_t)(B * Hkv * L * D) * 4),
           *vd = tu_malloc((size_t)(B * Hkv * L * D) * 4);
     int32_t len[4];
     ref_qcache_dequant(&st, L, kd, vd, len);
-    for (int64_t b = 0; b < B; b++) {
-        const int32_t want = c->prefill[b] + (c->prefill[b] > 0 ? c->decode_steps : 0);
-        if (len[b] != want)
-            TU_FAIL("sequence %lld holds %d tokens, expected %d", (long long)b, len[b], want);
-    }
+    for (int64_t b = 0; b < B; b++)
+        if (len[b] != len_want[b])
+            TU_FAIL("sequence %lld holds %d tokens, expected %d", (long long)b, len[b],
+                    len_want[b]);
     const size_t nq = (size_t)(B * Hq * D);
-    float *q = tu_malloc(nq * 4);
-    tu_fill_normal(&rng, q, nq, 0.0, 1.0);
-    tu_round_array(c->q_dt, q, nq);
+    const int64_t hq_alloc = strided_q ? Hq + 1 : Hq;
+    float *q = tu_malloc((size_t)(B * hq_alloc * D) * 4), *qr = tu_malloc(nq * 4);
+    tu_fill_normal(rng, q, (size_t)(B * hq_alloc * D), 0.0, 1.0);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < hq_alloc; h++)
+            for (int64_t d = 0; d < D; d++) {
+                float *x = &q[(b * hq_alloc + h) * D + d];
+                if (h == Hq)
+                    *x = 3.0e4f; /* never read */
+                *x = tu_round_dtype(c->q_dt, *x);
+                if (h < Hq)
+                    qr[(b * Hq + h) * D + d] = *x;
+            }
     const double scale = c->scale != 0.0f ? (double)c->scale : 1.0 / sqrt((double)D);
     double *ro = tu_malloc(nq * sizeof(double)), *rl = tu_malloc((size_t)(B * Hq) * sizeof(double));
-    if (ref_attention_decode(B, Hq, Hkv, L, D, q, kd, vd, len, scale, ro, rl))
+    if (ref_attention_decode(B, Hq, Hkv, L, D, qr, kd, vd, len, scale, ro, rl))
         TU_FAIL("reference rejected the case");
 
-    const int64_t qd[3] = {B, Hq, D}, ld[2] = {B, Hq};
+    const int64_t qd[3] = {B, Hq, D}, qa[3] = {B, hq_alloc, D}, ld[2] = {B, Hq};
     clkv_attention_quant_decode_args a = CLKV_ATTENTION_QUANT_DECODE_ARGS_INIT;
-    a.q = tu_tensor_upload(g_ctx, q, c->q_dt, 3, qd, 32, 0);
+    a.q = tu_tensor_upload(g_ctx, q, c->q_dt, 3, qa, 32, 0);
+    a.q.dims[1] = Hq;
     a.o = tu_tensor_alloc(g_ctx, c->o_dt, 3, qd, 16, 64);
     if (c->want_lse)
         a.lse = tu_tensor_alloc(g_ctx, CLKV_F32, 2, ld, 8, 32);
@@ -303,8 +183,53 @@ static void run_case(const acase *c, uint64_t stream) {
     tu_release(a.q.buf);
     tu_release(a.o.buf);
     tu_release(a.lse.buf);
-    free(go), free(ro), free(rl), free(q), free(kd), free(vd);
+    free(go), free(ro), free(rl), free(q), free(qr), free(kd), free(vd);
     ref_qcache_free(&st);
+}
+
+/* Prefill, decode steps, attention at the end (per_step: after the prefill and after
+ * every step, a decode loop that crosses residual flushes). */
+static void run_case(const acase *c, uint64_t stream) {
+    tu_set_case("%s", c->name);
+    const int64_t B = c->B, Hkv = c->Hkv, D = c->D;
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_seed(DEFAULT_SEED), stream);
+    int64_t maxp = 0;
+    for (int64_t b = 0; b < B; b++)
+        maxp = c->prefill[b] > maxp ? c->prefill[b] : maxp;
+    clkv_quant_cache_create_args cfg = CLKV_QUANT_CACHE_CREATE_ARGS_INIT;
+    cfg.batch = B, cfg.kv_heads = Hkv, cfg.head_dim = D;
+    cfg.capacity = maxp + c->decode_steps + 5;
+    cfg.k_bits = c->k_bits, cfg.v_bits = c->v_bits, cfg.group = c->group, cfg.residual = c->nr;
+    cfg.res_dtype = c->res_dt, cfg.meta_dtype = c->meta_dt;
+    clkv_quant_cache *cache;
+    char wg[16];
+    snprintf(wg, sizeof wg, "%d", c->wg);
+    if (c->wg)
+        setenv("CLKV_QUANT_WG", wg, 1);
+    const clkv_status cst = clkv_quant_cache_create(g_ctx, &cfg, &cache);
+    unsetenv("CLKV_QUANT_WG");
+    TU_CHECK_OK(g_ctx, cst);
+    int32_t len[4], step[4];
+    for (int64_t b = 0; b < B; b++) {
+        len[b] = c->prefill[b];
+        step[b] = c->prefill[b] > 0;
+    }
+    if (maxp > 0)
+        append_random(cache, &rng, B, Hkv, D, maxp, c->prefill);
+    if (c->per_step)
+        check_attention(cache, c, &rng, len, 1);
+    for (int s = 0; s < c->decode_steps; s++) {
+        append_random(cache, &rng, B, Hkv, D, 1, step);
+        for (int64_t b = 0; b < B; b++)
+            len[b] += step[b];
+        if (c->per_step) {
+            tu_set_case("%s: after decode step %d", c->name, s);
+            check_attention(cache, c, &rng, len, s % 2);
+        }
+    }
+    if (!c->per_step)
+        check_attention(cache, c, &rng, len, 0);
     clkv_quant_cache_destroy(cache);
 }
 

@@ -167,8 +167,8 @@ static void qc_destroy(qc *q) {
 /* Append n tokens (per-sequence counts when `counts` is not NULL; entries may be < 0 or
  * > n, they clamp) from k, v in `dt` and `layout`, then update the history. `x_k`/`x_v`
  * may give the data (logical [B,H,n,D]); NULL: random. */
-static void qc_append(qc *q, int64_t n, const int32_t *counts, clkv_dtype dt, tu_layout layout,
-                      const float *x_k, const float *x_v) {
+static void qc_append_kv(qc *q, int64_t n, const int32_t *counts, clkv_dtype dt, clkv_dtype vdt,
+                         tu_layout layout, const float *x_k, const float *x_v) {
     const clkv_quant_cache_create_args *c = &q->cfg;
     const int64_t B = c->batch, H = c->kv_heads, D = c->head_dim, cap = c->capacity;
     const size_t nx = (size_t)(B * H * n * D);
@@ -185,17 +185,18 @@ static void qc_append(qc *q, int64_t n, const int32_t *counts, clkv_dtype dt, tu
         }
     }
     tu_round_array(dt, k, nx);
-    tu_round_array(dt, v, nx);
+    tu_round_array(vdt, v, nx);
     clkv_quant_cache_append_args a = CLKV_QUANT_CACHE_APPEND_ARGS_INIT;
     const uint64_t off = layout == TU_NHD ? 64 : 0;
     cl_mem cbuf = NULL;
     if (n > 0) {
         a.k = tu_kv_tensor_offset(g_ctx, k, dt, B, H, n, D, layout, off);
-        a.v = tu_kv_tensor_offset(g_ctx, v, dt, B, H, n, D, layout, off);
+        a.v = tu_kv_tensor_offset(g_ctx, v, vdt, B, H, n, D, layout, off);
     } else { /* n = 0: a valid empty descriptor on a dummy buffer */
         cl_mem dummy = tu_buffer_create(g_ctx, 16);
         a.k = clkv_tensor_4d(dummy, dt, B, H, 0, D);
         a.v = a.k;
+        a.v.dtype = vdt;
         clRetainMemObject(dummy);
     }
     if (counts) {
@@ -230,6 +231,11 @@ static void qc_append(qc *q, int64_t n, const int32_t *counts, clkv_dtype dt, tu
     }
     free(k);
     free(v);
+}
+
+static void qc_append(qc *q, int64_t n, const int32_t *counts, clkv_dtype dt, tu_layout layout,
+                      const float *x_k, const float *x_v) {
+    qc_append_kv(q, n, counts, dt, dt, layout, x_k, x_v);
 }
 
 static void qc_check(qc *q, int want_flags) {
@@ -298,12 +304,12 @@ static void test_mixed_counts(void **state) {
     const int32_t c1[4] = {1, 1, 0, 1};
     for (int i = 0; i < 3; i++) {
         tu_set_case("mixed counts: decode {1, 1, 0, 1} step %d", i);
-        qc_append(&q, 1, c1, CLKV_BF16, TU_HND, NULL, NULL);
+        qc_append_kv(&q, 1, c1, CLKV_BF16, i == 1 ? CLKV_F32 : CLKV_BF16, TU_HND, NULL, NULL);
         qc_check(&q, 0);
     }
     const int32_t c2[4] = {-3, 1000, 59, 20};
-    tu_set_case("mixed counts: {-3, 1000, 59, 20} of n = 60 (clamped)");
-    qc_append(&q, 60, c2, CLKV_F32, TU_HND, NULL, NULL);
+    tu_set_case("mixed counts: {-3, 1000, 59, 20} of n = 60 (clamped), k f32 / v f16");
+    qc_append_kv(&q, 60, c2, CLKV_F32, CLKV_F16, TU_HND, NULL, NULL);
     qc_check(&q, 0);
     clkv_quant_cache_view v;
     TU_CHECK_OK(g_ctx, clkv_quant_cache_view_get(q.cache, &v));

@@ -125,6 +125,16 @@ static int parse_opts(int argc, char **argv, quant_opts *o) {
         o->k_bits = bits;
     if (o->v_bits < 0)
         o->v_bits = bits;
+    const int64_t *bits_opts[2] = {&o->k_bits, &o->v_bits};
+    for (int i = 0; i < 2; i++)
+        if (*bits_opts[i] != 2 && *bits_opts[i] != 4 && *bits_opts[i] != 8) {
+            fprintf(stderr, "clkv: bits %lld: must be 2, 4 or 8\n", (long long)*bits_opts[i]);
+            return -1;
+        }
+    if (o->meta != CLKV_F16 && o->meta != CLKV_F32) {
+        fprintf(stderr, "clkv: --meta %s: must be f16 or f32\n", clkv_dtype_name(o->meta));
+        return -1;
+    }
     if (o->hq % o->hkv != 0) {
         fprintf(stderr, "clkv: --q-heads %lld is not a multiple of --kv-heads %lld\n",
                 (long long)o->hq, (long long)o->hkv);

@@ -101,18 +101,21 @@ typedef struct clkv_quant_cache_create_args {
 /* Allocate the cache's device buffers on ctx's device (empty: every sequence holds 0
  * tokens; the zeroing of counts and flags is enqueued on ctx's queue) and return it in
  * *out. The cache keeps ctx (which must outlive it) and uses ctx's workspace.
- * Errors: CLKV_ERR_ARG_NULL (ctx, args, out), CLKV_ERR_ARG_RANGE (batch, kv_heads,
- * capacity < 1, residual not a positive multiple of group, capacity < residual is
- * allowed), CLKV_ERR_ARG_UNSUPPORTED (head_dim, k_bits, v_bits, group not supported,
- * group not dividing head_dim), CLKV_ERR_ARG_DTYPE (res_dtype, meta_dtype),
+ * A capacity below n_r is allowed (nothing is ever quantized then).
+ * Errors: CLKV_ERR_ARG_NULL (ctx, args, out), CLKV_ERR_ARG_RANGE (batch or kv_heads
+ * outside [1, 65535], capacity outside [1, 2^31 - 65537], residual not a positive
+ * multiple of group or above 65536), CLKV_ERR_ARG_UNSUPPORTED (head_dim, k_bits,
+ * v_bits, group not supported, group not dividing head_dim), CLKV_ERR_ARG_DTYPE
+ * (res_dtype, meta_dtype),
  * CLKV_ERR_ARG_OVERFLOW (sizes overflow 64 bits), CLKV_ERR_DEVICE_LIMIT (a buffer above
  * the device's CL_DEVICE_MAX_MEM_ALLOC_SIZE), OpenCL allocation errors. On error *out is
  * left unchanged. */
 clkv_status clkv_quant_cache_create(clkv_context *ctx, const clkv_quant_cache_create_args *args,
                                     clkv_quant_cache **out);
 
-/* Release every buffer of the cache (after clFinish of the context's queue, so enqueued
- * work that uses it completes first). NULL is accepted. */
+/* Release every buffer of the cache and free it. Safe while enqueued work still uses the
+ * cache (OpenCL keeps released buffers alive until the commands using them complete);
+ * descriptors from clkv_quant_cache_view_get become invalid. NULL is accepted. */
 void clkv_quant_cache_destroy(clkv_quant_cache *cache);
 
 /* Empty every sequence (device counters and flags zeroed on the queue; host bound 0).
@@ -144,10 +147,10 @@ clkv_status clkv_quant_cache_view_get(const clkv_quant_cache *cache, clkv_quant_
  *                            clamp(counts[b], 0, n) tokens (so a batch of prompts of
  *                            different lengths, or a decode step where some sequences
  *                            are idle). Absent: every sequence appends n tokens.
- * Enqueues five small kernels in order (quantize the keys of the blocks the append
- * completes, their values, write the new residual keys, values, advance the counters);
- * their sizes are bounded by the host-side n, not by the cache length. n = 0 enqueues
- * nothing (done gets a marker).
+ * Enqueues three small kernels in order (quantize the keys and values of the blocks the
+ * append completes, write the new residual, advance the counters); their sizes are
+ * bounded by the host-side n, not by the cache length. n = 0 enqueues nothing (done
+ * gets a marker).
  * Errors: CLKV_ERR_ARG_NULL (cache, args, k, v), CLKV_ERR_ARG_DTYPE, CLKV_ERR_ARG_SHAPE
  * (k/v/counts dims disagree with the cache), CLKV_ERR_ARG_RANGE (n above 2^31-1, or the
  * host bound + n above capacity: "capacity"), CLKV_ERR_ARG_STRIDE,
@@ -185,7 +188,8 @@ clkv_status clkv_quant_cache_append(clkv_quant_cache *cache,
  * (G > 8 reads them ceil(G/8) times), dequantising on the fly; a second kernel (the
  * decode-attention merge) combines the splits. The split count comes from the device's
  * compute units and the cache's host-side length bound. Scratch comes from the context
- * workspace.
+ * workspace. (Tuning knob, read when a cache is created, not API: CLKV_QUANT_WG = 64,
+ * 128 or 256 sets the work-group size of this kernel; default 128 on GPUs, 64 else.)
  * Errors: CLKV_ERR_ARG_NULL (cache, args, q, o), CLKV_ERR_ARG_DTYPE, CLKV_ERR_ARG_SHAPE
  * (dims disagree with the cache, Hq % Hkv != 0), CLKV_ERR_ARG_RANGE (non-finite scale,
  * negative num_splits, Hq above 65535), CLKV_ERR_ARG_STRIDE, CLKV_ERR_ARG_ALIGNMENT,
