@@ -240,8 +240,16 @@ static void run_prefill(const pcase *c, uint64_t stream) {
     a.heavy_ratio = c->heavy_ratio;
     a.recent_ratio = c->recent_ratio;
     a.heavy_budget = c->heavy_budget;
+    /* a reserved workspace of the queried size is enough: the call allocates nothing */
+    size_t ws = 0;
+    TU_CHECK_OK(g_ctx, clkv_minikv_prefill_workspace_size(g_ctx, &a, &ws));
+    TU_CHECK_OK(g_ctx, clkv_context_reserve_workspace(g_ctx, ws));
+    const size_t ws_before = clkv_context_workspace_bytes(g_ctx);
     cl_event ev = NULL;
     TU_CHECK_OK(g_ctx, clkv_minikv_prefill(g_ctx, &a, &ev));
+    if (clkv_context_workspace_bytes(g_ctx) != ws_before)
+        TU_FAIL("the workspace grew from %zu to %zu bytes although %zu were reserved", ws_before,
+                clkv_context_workspace_bytes(g_ctx), ws);
     if (!ev)
         TU_FAIL("no completion event");
     TU_CHECK_CL(clWaitForEvents(1, &ev));
