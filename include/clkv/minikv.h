@@ -160,8 +160,10 @@ clkv_status clkv_minikv_pyramid_budgets(int64_t num_layers, int64_t n, double he
  * For every sequence b the rows k[b, g, indices[b, g, i]], v[...] for i < m are appended
  * to `cache` in index order (clkv_quant_cache_append semantics: the first
  * m - m % n_r tokens are quantized, the rest go to the residual), where
- *   m = clamp(counts[b], 0, K) with counts [B] (as clkv_minikv_prefill writes), or, when
- *   counts is absent, the position of the first negative index of KV head 0's row.
+ *   m = clamp(counts[b], 0, K) with counts [B] as clkv_minikv_prefill writes them.
+ * The gather copies each row's indices up to its first negative entry (the -1 padding),
+ * so counts[b] must not exceed the length of the lists of sequence b (true for the
+ * prefill's outputs); rows past a list's end would append unspecified data.
  * Every KV head of a sequence appends the same m tokens (MiniKV's budgets depend on the
  * sequence only), so the cache's per-sequence length is m. Normally the cache is empty
  * (freshly created or reset); otherwise the tokens are appended after its contents.
@@ -169,7 +171,7 @@ clkv_status clkv_minikv_pyramid_budgets(int64_t num_layers, int64_t n, double he
  * Tensors:
  *   k, v     [B, Hkv, L, D]  f32 | f16 | bf16 (each its own dtype), any strides
  *   indices  [B, Hkv, K]     i32, device (ascending lists: what clkv_minikv_prefill writes)
- *   counts   [B]             i32, device, optional
+ *   counts   [B]             i32, device (required: the append is per sequence)
  * B, Hkv and D must match the cache; the cache's host length bound + K must fit its
  * capacity.
  * in_place = 0 (default): the gathered rows go to a [B, Hkv, K, D] scratch region of the
@@ -181,9 +183,10 @@ clkv_status clkv_minikv_pyramid_budgets(int64_t num_layers, int64_t n, double he
  *   that are not are left untouched by the compaction, see clkv_compact_kv, and the
  *   append then stores their first m rows).
  * Errors (nothing enqueued, nothing written): CLKV_ERR_ARG_NULL (cache, args, k, v,
- * indices), CLKV_ERR_ARG_DTYPE, CLKV_ERR_ARG_SHAPE (dims disagree with each other or the
+ * indices, counts), CLKV_ERR_ARG_DTYPE, CLKV_ERR_ARG_SHAPE (dims disagree with each other or the
  * cache), CLKV_ERR_ARG_RANGE (in_place not 0/1, "capacity" when the cache cannot hold K
- * more tokens), CLKV_ERR_ARG_STRIDE, CLKV_ERR_ARG_ALIGNMENT, CLKV_ERR_ARG_BUFFER_SIZE,
+ * more tokens), CLKV_ERR_ARG_UNSUPPORTED (in_place with k and v in one buffer or sharing
+ * one with indices/counts), CLKV_ERR_ARG_STRIDE, CLKV_ERR_ARG_ALIGNMENT, CLKV_ERR_ARG_BUFFER_SIZE,
  * CLKV_ERR_ARG_OVERFLOW; launch failures as OpenCL codes. */
 typedef struct clkv_minikv_load_args {
     clkv_tensor k;
