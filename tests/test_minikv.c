@@ -315,6 +315,58 @@ static void test_prefill(void **state) {
     run_prefill(c, (uint64_t)(c - k_cases) + 1);
 }
 
+/* Exact ties (SPEC §0.2): key 0 is an attention sink (logit 150 for every query), every
+ * other key has logit 0, so p_j = exp(-150) underflows to 0 in f32 and A_cumul[j] = 0
+ * exactly for j >= 1 on the device (and in the f32-rounded reference): the heavy hitters
+ * are token 0 plus the LOWEST indices among the tied zeros. Compared exactly. */
+static void test_ties(void **state) {
+    (void)state;
+    tu_set_case("ties: lower index wins");
+    const int64_t B = 1, Hq = 4, Hkv = 2, T = 100, D = 64;
+    const size_t nq = (size_t)(B * Hq * T * D), nk = (size_t)(B * Hkv * T * D);
+    float *q = tu_calloc(nq, 4), *k = tu_calloc(nk, 4), *v = tu_malloc(nk * 4);
+    const float c = sqrtf(1200.0f); /* scale 1/8: z_0 = 1200 / 8 = 150 */
+    for (size_t r = 0; r < (size_t)(B * Hq * T); r++)
+        q[r * D] = c;
+    for (int64_t h = 0; h < Hkv; h++)
+        k[(size_t)(h * T * D)] = c;
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_seed(DEFAULT_SEED), 77);
+    tu_fill_normal(&rng, v, nk, 0.0, 1.0);
+    const int64_t qd[4] = {B, Hq, T, D}, ad[3] = {B, Hkv, T}, id[3] = {B, Hkv, 50};
+    clkv_minikv_prefill_args a = CLKV_MINIKV_PREFILL_ARGS_INIT;
+    a.q = tu_tensor_upload(g_ctx, q, CLKV_F32, 4, qd, 0, 0);
+    a.k = tu_kv_tensor(g_ctx, k, CLKV_F32, B, Hkv, T, D, TU_HND);
+    a.v = tu_kv_tensor(g_ctx, v, CLKV_F32, B, Hkv, T, D, TU_HND);
+    a.o = tu_tensor_alloc(g_ctx, CLKV_F32, 4, qd, 0, 0);
+    a.a_cumul = tu_tensor_alloc(g_ctx, CLKV_F32, 3, ad, 0, 0);
+    a.indices = tu_tensor_alloc(g_ctx, CLKV_I32, 3, id, 0, 0);
+    TU_CHECK_OK(g_ctx, clkv_minikv_prefill(g_ctx, &a, NULL));
+    TU_CHECK_OK(g_ctx, clkv_context_finish(g_ctx));
+    float ga[2 * 100];
+    int32_t gi[2 * 50];
+    tu_tensor_read(g_ctx, &a.a_cumul, ga);
+    tu_buffer_read(g_ctx, a.indices.buf, 0, gi, sizeof gi);
+    for (int64_t h = 0; h < Hkv; h++) {
+        if (fabsf(ga[h * T] - (float)T) > 1e-3f * (float)T)
+            TU_FAIL("A_cumul[%lld][0] = %g, expected %lld", (long long)h, (double)ga[h * T],
+                    (long long)T);
+        for (int64_t j = 1; j < T; j++)
+            if (ga[h * T + j] != 0.0f)
+                TU_FAIL("A_cumul[%lld][%lld] = %g, expected exactly 0", (long long)h, (long long)j,
+                        (double)ga[h * T + j]);
+        for (int64_t i = 0; i < 50; i++) {
+            const int32_t want = i < 25 ? (int32_t)i : (int32_t)(75 + i - 25);
+            if (gi[h * 50 + i] != want)
+                TU_FAIL("indices[%lld][%lld] = %d, expected %d (ties: lower index first)",
+                        (long long)h, (long long)i, gi[h * 50 + i], want);
+        }
+    }
+    tu_release(a.q.buf), tu_release(a.k.buf), tu_release(a.v.buf), tu_release(a.o.buf);
+    tu_release(a.a_cumul.buf), tu_release(a.indices.buf);
+    free(q), free(k), free(v);
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* Budgets (host helpers)                                                               */
 /* ------------------------------------------------------------------------------------ */
@@ -779,13 +831,14 @@ static void test_load_validation(void **state) {
 
 int main(void) {
     enum { NP = sizeof k_cases / sizeof k_cases[0], NE = sizeof k_e2e / sizeof k_e2e[0] };
-    struct CMUnitTest tests[NP + NE + 3];
+    struct CMUnitTest tests[NP + NE + 4];
     memset(tests, 0, sizeof tests);
     printf("[ seed     ] 0x%016" PRIx64 " (set CLKV_TEST_SEED to change)\n", tu_seed(DEFAULT_SEED));
     int n = 0;
     tests[n].name = "budgets", tests[n++].test_func = test_budgets;
     tests[n].name = "prefill_validation", tests[n++].test_func = test_prefill_validation;
     tests[n].name = "load_validation", tests[n++].test_func = test_load_validation;
+    tests[n].name = "ties_lower_index_wins", tests[n++].test_func = test_ties;
     for (int i = 0; i < NP; i++) {
         tests[n].name = k_cases[i].name;
         tests[n].test_func = test_prefill;
