@@ -59,7 +59,8 @@ typedef struct pcase {
     int want_lse, want_acumul, want_counts;
     int64_t heavy_budget;
     double heavy_ratio, recent_ratio;
-    double q_sd; /* query scale: larger = peakier attention */
+    double q_sd;        /* query scale: larger = peakier attention */
+    int64_t acumul_pad; /* > 0: a_cumul rows padded by this many elements (strided view) */
 } pcase;
 
 static const pcase k_cases[] = {
@@ -80,7 +81,8 @@ static const pcase k_cases[] = {
      -1,
      0.25,
      0.25,
-     1.0},
+     1.0,
+     0},
     {"len1000_999_mha_d128_bf16_nhd",
      2,
      4,
@@ -98,7 +100,8 @@ static const pcase k_cases[] = {
      -1,
      0.25,
      0.25,
-     1.5},
+     1.5,
+     0},
     {"len4099_gqa2_d64_f16",
      1,
      2,
@@ -116,7 +119,8 @@ static const pcase k_cases[] = {
      -1,
      0.25,
      0.25,
-     1.0},
+     1.0,
+     0},
     {"gqa8_d256_f32_pyramid_budget",
      2,
      16,
@@ -134,7 +138,8 @@ static const pcase k_cases[] = {
      5,
      0.25,
      0.25,
-     2.0},
+     2.0,
+     0},
     {"len0_and_small_bf16_ratios",
      3,
      4,
@@ -152,7 +157,8 @@ static const pcase k_cases[] = {
      -1,
      0.1,
      0.3,
-     1.0},
+     1.0,
+     7},
 };
 
 /* The selection of one row vs the reference (see the file comment). */
@@ -232,8 +238,16 @@ static void run_prefill(const pcase *c, uint64_t stream) {
     a.o = tu_tensor_alloc(g_ctx, c->o_dt, 4, qd, 32, 64);
     if (c->want_lse)
         a.lse = tu_tensor_alloc(g_ctx, CLKV_F32, 3, ld, 8, 16);
-    if (c->want_acumul)
+    if (c->want_acumul && c->acumul_pad > 0) { /* rows of L + pad elements, offset 4 */
+        const int64_t rs = L + c->acumul_pad;
+        a.a_cumul = clkv_tensor_3d(tu_buffer_create(g_ctx, (size_t)(B * Hkv * rs) * 4 + 16),
+                                   CLKV_F32, B, Hkv, L);
+        a.a_cumul.offset = 16;
+        a.a_cumul.strides[0] = Hkv * rs;
+        a.a_cumul.strides[1] = rs;
+    } else if (c->want_acumul) {
         a.a_cumul = tu_tensor_alloc(g_ctx, CLKV_F32, 3, ad, 4, 16);
+    }
     a.indices = tu_tensor_alloc(g_ctx, CLKV_I32, 3, id, 12, 16);
     if (c->want_counts)
         a.counts = tu_tensor_alloc(g_ctx, CLKV_I32, 1, bd, 4, 8);
