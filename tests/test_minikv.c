@@ -238,7 +238,7 @@ static void run_prefill(const pcase *c, uint64_t stream) {
     a.o = tu_tensor_alloc(g_ctx, c->o_dt, 4, qd, 32, 64);
     if (c->want_lse)
         a.lse = tu_tensor_alloc(g_ctx, CLKV_F32, 3, ld, 8, 16);
-    if (c->want_acumul && c->acumul_pad > 0) { /* rows of L + pad elements, offset 4 */
+    if (c->want_acumul && c->acumul_pad > 0) { /* rows of L + pad elements, 16-byte offset */
         const int64_t rs = L + c->acumul_pad;
         a.a_cumul = clkv_tensor_3d(tu_buffer_create(g_ctx, (size_t)(B * Hkv * rs) * 4 + 16),
                                    CLKV_F32, B, Hkv, L);
