@@ -21,6 +21,9 @@ int bench_compress(int argc, char **argv); /* tools/bench_compress.c */
 void usage_devices(FILE *f);
 void usage_bench(FILE *f);
 void usage_bench_decode(FILE *f);
+void usage_bench_window(FILE *f);
+/* `clkv bench attention-window` (tools/bench_window.c). */
+int bench_window(int argc, char **argv);
 void usage_demo(FILE *f);
 
 /* 1 when argv[i] is "-h" or "--help". */
