@@ -14,6 +14,7 @@
 #include "clkv/select.h"
 #include "clkv/budget.h"
 #include "clkv/quant.h"
+#include "clkv/quant_cache.h"
 #include "clkv/pariskv.h"
 
 #ifdef __cplusplus

@@ -17,6 +17,8 @@ int cmd_devices(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int bench_compress(int argc, char **argv); /* tools/bench_compress.c */
+/* `clkv bench attention-quant` (tools/bench_quant.c); argv[0] is "attention-quant". */
+int bench_attention_quant(int argc, char **argv);
 
 void usage_devices(FILE *f);
 void usage_bench(FILE *f);

@@ -25,6 +25,8 @@ static int bench_decode(int argc, char **argv);
 static const bench_entry benches[] = {
     {"attention-decode", bench_decode, "decode attention (SPEC 1.1) vs. streaming-read bandwidth"},
     {"attention-window", bench_window, "window / prefill attention with LSE (SPEC 1.2)"},
+    {"attention-quant", bench_attention_quant,
+     "decode attention over a quantized KV cache vs bf16"},
     {"compress", bench_compress, "AdaKV budgets, top-k, compaction, per-head-length decode"},
 };
 
