@@ -277,14 +277,15 @@ clkv_status clkv_minikv_prefill_workspace_size(clkv_context *ctx,
     return st;
 }
 
-static clkv_status launch_prep(clkv_context *ctx, const clkv_minikv_prefill_args *a,
-                               const prefill_steps *s) {
-    clkv_status st;
+static clkv_status get_prep(clkv_context *ctx, cl_kernel *kn) {
     clkv_defs defs;
     clkv__defs_init(&defs);
-    cl_kernel kn;
-    if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "minikv_select_prep", &kn)))
-        return st;
+    return clkv__get_kernel(ctx, KERNEL_FILE, &defs, "minikv_select_prep", kn);
+}
+
+static clkv_status launch_prep(clkv_context *ctx, cl_kernel kn, const clkv_minikv_prefill_args *a,
+                               const prefill_steps *s) {
+    clkv_status st;
     const int64_t B = a->k.dims[0], Hkv = a->k.dims[1];
     const cl_long a_off = clkv__elem_offset(&s->a_cumul), a_sb = s->a_cumul.strides[0],
                   a_sh = s->a_cumul.strides[1];
@@ -325,13 +326,17 @@ clkv_status clkv_minikv_prefill(clkv_context *ctx, const clkv_minikv_prefill_arg
         return st;
     if (args->k.dims[0] == 0 || args->k.dims[1] == 0)
         return clkv__marker(ctx, done);
+    /* the selection kernel is built before anything is enqueued */
+    cl_kernel prep = NULL;
+    if (s.select && (st = get_prep(ctx, &prep)))
+        return st;
     if ((st = clkv_attention_window(ctx, &s.att, NULL)))
         return st;
     if ((st = clkv_score(ctx, &s.score, s.select ? NULL : done)))
         return st;
     if (!s.select)
         return CLKV_OK;
-    if ((st = launch_prep(ctx, args, &s)))
+    if ((st = launch_prep(ctx, prep, args, &s)))
         return st;
     return clkv_select_topk(ctx, &s.topk, done);
 }
