@@ -1,0 +1,308 @@
+/* LongFlow fused decode step over a static cache (SPEC §2.3), kernel 1 of 2 (the second
+ * is cl_kernels/longflow_finish.cl).
+ *
+ * longflow_partial: one work-group per (sequence, KV head, head group, split) of the S
+ * slots. The work-group whose range holds the victim slot first stores the new token
+ * there; then one read of every K/V row of the range serves all GROUP query heads:
+ * split-K softmax partials (m, l, acc) as flash-decoding, plus per (query head, slot) the
+ * base-2 score logit  y = z*log2(e) + log2 ||v||_1  (-inf for an empty slot), which the
+ * finish kernel turns into the slot's score with the final LSE.
+ *
+ * Build options (host/longflow_step.c):
+ *   Q_DTYPE, KV_DTYPE, NEW_DTYPE           dtype codes of q, the cache, k_new/v_new
+ *   HEAD_DIM, GROUP, EPL, WG_SIZE, UNROLL  as in attention_decode.cl (TPR = D / EPL lanes
+ *                                          per row; NRG = WG_SIZE / TPR rows in flight)
+ *   PER_HEAD                               1: one slot map / victim per KV head
+ * The cache itself is contiguous [B, Hkv, S, D], so rows are always 16-byte aligned.
+ * Logits are base 2 (q is pre-scaled by scale * log2 e). */
+
+#define TPR (HEAD_DIM / EPL)
+#define NRG (WG_SIZE / TPR)
+#define KV_T CLKV_STORAGE(KV_DTYPE)
+#define Q_T CLKV_STORAGE(Q_DTYPE)
+#define N_T CLKV_STORAGE(NEW_DTYPE)
+#define RED_ROWS (NRG > 1 ? NRG / 2 : 1)
+
+#if TPR > 1
+#define VW CLKV_VEC16(KV_DTYPE)
+#define NCH (EPL / VW)
+#define ELEM(c, j, ln) (((c)*TPR + (ln)) * VW + (j))
+#define UNROLL_LOOP _Pragma("unroll")
+#else
+#define VW 1
+#define NCH EPL
+#define ELEM(c, j, ln) (c)
+#define UNROLL_LOOP
+#endif
+
+/* Sum over the TPR lanes of a row-group; every lane of the work-group must call it. On
+ * NVIDIA a warp butterfly; elsewhere (tests of the multi-lane layout on CPUs) through
+ * local memory. Every lane receives the same value. */
+inline float row_sum(float x, __local float *scratch) {
+#if TPR > 1
+#ifdef CLKV_NVIDIA_PTX
+    UNROLL_LOOP
+    for (int o = TPR / 2; o > 0; o >>= 1)
+        x += clkv_shfl_xor(x, o);
+#else
+    const int lid = (int)get_local_id(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    scratch[lid] = x;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int first = lid / TPR * TPR;
+    x = 0.0f;
+    for (int i = 0; i < TPR; i++)
+        x += scratch[first + i];
+#endif
+#endif
+    return x;
+}
+
+/* A value rounded to the cache dtype, as the cache stores it. */
+inline float round_kv(float x) {
+#if KV_DTYPE == CLKV_DT_BF16
+    return clkv_bf16_to_f32(clkv_f32_to_bf16(x));
+#elif KV_DTYPE == CLKV_DT_F16
+    ushort h;
+    vstore_half_rte(x, 0, (__private half *)&h);
+    return vload_half(0, (const __private half *)&h);
+#else
+    return x;
+#endif
+}
+
+/* The EPL elements of a cache row this lane owns, as f32. */
+inline void load_row(__global const KV_T *p, long row, int ln, float *x) {
+#if TPR > 1
+    UNROLL_LOOP
+    for (int c = 0; c < NCH; c++) {
+        const uint4 r = clkv_load_raw_aligned(p, (row + ELEM(c, 0, ln)) * (long)sizeof(KV_T));
+        UNROLL_LOOP
+        for (int j = 0; j < VW; j++)
+            x[c * VW + j] = CLKV_RAW_ELEM(KV_DTYPE)(r, j);
+    }
+#else
+    for (int e = 0; e < EPL; e++)
+        x[e] = CLKV_LOAD(KV_DTYPE)(p, row + e);
+#endif
+}
+
+/* The same elements of the new token's row, rounded to the cache dtype. */
+inline void load_new_row(__global const N_T *p, long row, int ln, float *x) {
+    UNROLL_LOOP
+    for (int c = 0; c < NCH; c++) {
+        UNROLL_LOOP
+        for (int j = 0; j < VW; j++)
+            x[c * VW + j] = round_kv(CLKV_LOAD(NEW_DTYPE)(p, row + ELEM(c, j, ln)));
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+longflow_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh, __global const N_T *kn,
+                 long kn_off, long kn_sb, long kn_sh, __global const N_T *vn, long vn_off,
+                 long vn_sb, long vn_sh, __global KV_T *k, __global KV_T *v, __global int *pos,
+                 __global const int *victim, __global const int *next_pos, int do_write, int Hq,
+                 int Hkv, int G, int nhg, int S, int chunk, int num_splits, float scale_log2,
+                 __global float *ws, long ml_off, long y_off) {
+    __global float *part_acc = ws;
+    __global float *part_ml = ws + ml_off;
+    __global float *ys = ws + y_off;
+    __local float scratch[WG_SIZE];
+    const int lid = (int)get_local_id(0);
+    const int split = (int)get_group_id(0);
+    const int kvh = (int)get_group_id(1) / nhg;
+    const int hg = (int)get_group_id(1) % nhg;
+    const int b = (int)get_group_id(2);
+    const int rg = lid / TPR;
+    const int ln = lid % TPR;
+    const int Hm = PER_HEAD ? Hkv : 1;
+    const int u = PER_HEAD ? kvh : 0;
+    const int vslot = do_write ? victim[b * Hm + u] : -1;
+    const int start = split * chunk;
+    const int end = min(start + chunk, S);
+    const int h0 = kvh * G + hg * GROUP;
+    const int ng = min(GROUP, G - hg * GROUP);
+    const long kb = ((long)b * Hkv + kvh) * S * HEAD_DIM; /* same for v */
+    __global int *prow = pos + ((long)b * Hm + u) * S;
+    const long knrow = kn_off + (long)b * kn_sb + (long)kvh * kn_sh;
+    const long vnrow = vn_off + (long)b * vn_sb + (long)kvh * vn_sh;
+
+    /* (a) The work-group(s) of head group 0 whose range holds the victim slot store the
+     * new token; every work-group reads the victim row from k_new/v_new instead of the
+     * cache, so no ordering between work-groups is needed. */
+    if (vslot >= start && vslot < end && hg == 0) {
+        for (int e = lid; e < HEAD_DIM; e += WG_SIZE) {
+            CLKV_STORE(KV_DTYPE)
+            (k, kb + (long)vslot * HEAD_DIM + e, CLKV_LOAD(NEW_DTYPE)(kn, knrow + e));
+            CLKV_STORE(KV_DTYPE)
+            (v, kb + (long)vslot * HEAD_DIM + e, CLKV_LOAD(NEW_DTYPE)(vn, vnrow + e));
+        }
+#if PER_HEAD
+        const int map_writer = lid == 0;
+#else
+        const int map_writer = lid == 0 && kvh == 0; /* one writer per slot map */
+#endif
+        if (map_writer)
+            prow[vslot] = next_pos[b];
+    }
+
+    float qr[GROUP][EPL];
+    UNROLL_LOOP
+    for (int g = 0; g < GROUP; g++) {
+        const long qrow = q_off + (long)b * q_sb + (long)min(h0 + g, h0 + ng - 1) * q_sh;
+        UNROLL_LOOP
+        for (int c = 0; c < NCH; c++) {
+            UNROLL_LOOP
+            for (int j = 0; j < VW; j++)
+                qr[g][c * VW + j] =
+                    g < ng ? CLKV_LOAD(Q_DTYPE)(q, qrow + ELEM(c, j, ln)) * scale_log2 : 0.0f;
+        }
+    }
+
+    float m[GROUP], l[GROUP], acc[GROUP][EPL];
+    UNROLL_LOOP
+    for (int g = 0; g < GROUP; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+        UNROLL_LOOP
+        for (int e = 0; e < EPL; e++)
+            acc[g][e] = 0.0f;
+    }
+
+    for (int base = start; base < end; base += NRG * UNROLL) {
+        float s[UNROLL][GROUP];
+        float vx[UNROLL][EPL];
+        int valid[UNROLL];
+        UNROLL_LOOP
+        for (int uu = 0; uu < UNROLL; uu++) {
+            const int j = base + uu * NRG + rg;
+            const int in = j < end;
+            const int jj = in ? j : start; /* keep loads in bounds and uniform */
+            const int sub = j == vslot;
+            valid[uu] = in && (sub || prow[jj] >= 0);
+            float kx[EPL];
+            if (sub) {
+                load_new_row(kn, knrow, ln, kx);
+                load_new_row(vn, vnrow, ln, vx[uu]);
+            } else {
+                load_row(k, kb + (long)jj * HEAD_DIM, ln, kx);
+                load_row(v, kb + (long)jj * HEAD_DIM, ln, vx[uu]);
+            }
+            float nv = 0.0f;
+            UNROLL_LOOP
+            for (int e = 0; e < EPL; e++) {
+                /* an empty slot's V (whatever it holds, even NaN) must not reach acc */
+                vx[uu][e] = valid[uu] ? vx[uu][e] : 0.0f;
+                nv += fabs(vx[uu][e]);
+            }
+            nv = row_sum(nv, scratch);
+            const float lv = log2(nv);
+            UNROLL_LOOP
+            for (int g = 0; g < GROUP; g++) {
+                float d = 0.0f;
+                UNROLL_LOOP
+                for (int e = 0; e < EPL; e++)
+                    d = fma(qr[g][e], kx[e], d);
+                d = row_sum(d, scratch);
+                s[uu][g] = valid[uu] ? d : -INFINITY;
+                if (ln == 0 && in && g < ng)
+                    ys[((long)b * Hq + h0 + g) * S + j] = valid[uu] ? d + lv : -INFINITY;
+            }
+        }
+        /* Rescale only when the running max grows. */
+        UNROLL_LOOP
+        for (int g = 0; g < GROUP; g++) {
+            float mb = s[0][g];
+            UNROLL_LOOP
+            for (int uu = 1; uu < UNROLL; uu++)
+                mb = fmax(mb, s[uu][g]);
+            if (mb > m[g]) {
+                const float f = m[g] == -INFINITY ? 0.0f : exp2(m[g] - mb);
+                l[g] *= f;
+                UNROLL_LOOP
+                for (int e = 0; e < EPL; e++)
+                    acc[g][e] *= f;
+                m[g] = mb;
+            }
+        }
+        UNROLL_LOOP
+        for (int uu = 0; uu < UNROLL; uu++) {
+            UNROLL_LOOP
+            for (int g = 0; g < GROUP; g++) {
+                const float p = valid[uu] ? exp2(s[uu][g] - m[g]) : 0.0f;
+                l[g] += p;
+                UNROLL_LOOP
+                for (int e = 0; e < EPL; e++)
+                    acc[g][e] = fma(p, vx[uu][e], acc[g][e]);
+            }
+        }
+    }
+
+    /* Merge the NRG row-group states: common max per head, then a tree sum of acc. */
+    __local float red_ml[NRG][GROUP][2];
+    __local float red_acc[RED_ROWS][GROUP][HEAD_DIM];
+    if (ln == 0) {
+        for (int g = 0; g < GROUP; g++) {
+            red_ml[rg][g][0] = m[g];
+            red_ml[rg][g][1] = l[g];
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float mt[GROUP], lt[GROUP];
+    UNROLL_LOOP
+    for (int g = 0; g < GROUP; g++) {
+        float mx = -INFINITY;
+        for (int r = 0; r < NRG; r++)
+            mx = fmax(mx, red_ml[r][g][0]);
+        float sum = 0.0f;
+        for (int r = 0; r < NRG; r++) {
+            const float mr = red_ml[r][g][0];
+            sum += mr == -INFINITY ? 0.0f : red_ml[r][g][1] * exp2(mr - mx);
+        }
+        mt[g] = mx;
+        lt[g] = sum;
+        const float f = m[g] == -INFINITY ? 0.0f : exp2(m[g] - mx);
+        UNROLL_LOOP
+        for (int e = 0; e < EPL; e++)
+            acc[g][e] *= f;
+    }
+    for (int span = NRG / 2; span > 0; span >>= 1) {
+        if (rg >= span && rg < 2 * span) {
+            for (int g = 0; g < GROUP; g++) {
+                UNROLL_LOOP
+                for (int c = 0; c < NCH; c++) {
+                    UNROLL_LOOP
+                    for (int j = 0; j < VW; j++)
+                        red_acc[rg - span][g][ELEM(c, j, ln)] = acc[g][c * VW + j];
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (rg < span) {
+            for (int g = 0; g < GROUP; g++) {
+                UNROLL_LOOP
+                for (int c = 0; c < NCH; c++) {
+                    UNROLL_LOOP
+                    for (int j = 0; j < VW; j++)
+                        acc[g][c * VW + j] += red_acc[rg][g][ELEM(c, j, ln)];
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (rg == 0) {
+        for (int g = 0; g < ng; g++) {
+            const long idx = ((long)b * Hq + h0 + g) * num_splits + split;
+            UNROLL_LOOP
+            for (int c = 0; c < NCH; c++) {
+                UNROLL_LOOP
+                for (int j = 0; j < VW; j++)
+                    part_acc[idx * HEAD_DIM + ELEM(c, j, ln)] = acc[g][c * VW + j];
+            }
+            if (ln == 0) {
+                part_ml[idx * 2] = mt[g];
+                part_ml[idx * 2 + 1] = lt[g];
+            }
+        }
+    }
+}
