@@ -14,6 +14,10 @@
 
 #define O_T CLKV_STORAGE(O_DTYPE)
 
+#if MAX_SPLITS < FIN_WG
+#error "the merge weights double as the LSE tree scratch: MAX_SPLITS >= FIN_WG"
+#endif
+
 #define MERGE_Q (HEAD_DIM / 4)
 #define MERGE_LANES (FIN_WG / MERGE_Q)
 
@@ -59,7 +63,8 @@ inline void score_map(__global float *ws, long ml_off, long y_off, long cand_off
                       __global int *counters, int mode, int protect, __global float *scores,
                       long sc_off, long sc_sb, long sc_sh, int has_scores, __global int *vout,
                       long vo_off, long vo_sb, long vo_sh, int has_vout, __local float *red,
-                      __local int *red_i, __local float *lse2, __local int *last) {
+                      __local float *red_l, __local int *red_i, __local float *lse2,
+                      __local int *last) {
     __global const float *part_ml = ws + ml_off;
     __global const float *ys = ws + y_off;
     __global int *cand = (__global int *)(ws + cand_off);
@@ -79,17 +84,39 @@ inline void score_map(__global float *ws, long ml_off, long y_off, long cand_off
     const long prot_from = (long)newest - protect + 1;
 
     if (mode != 2) {
-        for (int t = lid; t < nh; t += FIN_WG) {
-            const long base = ((long)b * Hq + hf + t) * num_splits;
+        /* LSE of each averaged head from its split partials: tph work-items per head
+         * merge strided subsets of the splits, then a tree over the tph partials. */
+        int tph = 1;
+        while (tph * 2 * nh <= FIN_WG)
+            tph *= 2;
+        const int hpb = FIN_WG / tph; /* heads per block */
+        const int r = lid % tph;
+        for (int t0 = 0; t0 < nh; t0 += hpb) {
+            const int t = t0 + lid / tph;
             float mm = -INFINITY, ll = 0.0f, f2;
-            for (int s = 0; s < num_splits; s++) {
-                const float f1 = clkv_softmax_merge(&mm, &ll, part_ml[(base + s) * 2],
-                                                    part_ml[(base + s) * 2 + 1], &f2);
-                (void)f1;
+            if (t < nh) {
+                const long base = ((long)b * Hq + hf + t) * num_splits;
+                for (int s = r; s < num_splits; s += tph)
+                    (void)clkv_softmax_merge(&mm, &ll, part_ml[(base + s) * 2],
+                                             part_ml[(base + s) * 2 + 1], &f2);
             }
-            lse2[t] = ll > 0.0f ? mm + log2(ll) : -INFINITY;
+            red[lid] = mm;
+            red_l[lid] = ll;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int span = tph / 2; span > 0; span >>= 1) {
+                if (r < span) {
+                    mm = red[lid];
+                    ll = red_l[lid];
+                    (void)clkv_softmax_merge(&mm, &ll, red[lid + span], red_l[lid + span], &f2);
+                    red[lid] = mm;
+                    red_l[lid] = ll;
+                }
+                barrier(CLK_LOCAL_MEM_FENCE);
+            }
+            if (r == 0 && t < nh)
+                lse2[t] = red_l[lid] > 0.0f ? red[lid] + log2(red_l[lid]) : -INFINITY;
+            barrier(CLK_LOCAL_MEM_FENCE);
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
     }
     const float inv_nh = 1.0f / (float)nh;
     float best_key = 0.0f;
@@ -238,6 +265,7 @@ longflow_finish(__global float *ws, long ml_off, long y_off, long cand_off, int 
     } else {
         score_map(ws, ml_off, y_off, cand_off, num_splits, Hq, Hkv, G, S, n_merge, n_chunks, pos,
                   victim, next_pos, counters, mode, protect, scores, sc_off, sc_sb, sc_sh,
-                  has_scores, vout, vo_off, vo_sb, vo_sh, has_vout, red, red_i, lse2, &last);
+                  has_scores, vout, vo_off, vo_sb, vo_sh, has_vout, red, weight, red_i, lse2,
+                  &last);
     }
 }

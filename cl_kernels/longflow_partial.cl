@@ -171,22 +171,25 @@ longflow_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh, __glob
 
     for (int base = start; base < end; base += NRG * UNROLL) {
         float s[UNROLL][GROUP];
-        float vx[UNROLL][EPL];
-        int valid[UNROLL];
+        float kx[UNROLL][EPL], vx[UNROLL][EPL];
+        int valid[UNROLL], in[UNROLL];
+        /* All rows' loads first, branch-free (the victim row too: its cache copy may be
+         * being overwritten and is replaced below), so they are all in flight at once. */
         UNROLL_LOOP
         for (int uu = 0; uu < UNROLL; uu++) {
             const int j = base + uu * NRG + rg;
-            const int in = j < end;
-            const int jj = in ? j : start; /* keep loads in bounds and uniform */
-            const int sub = j == vslot;
-            valid[uu] = in && (sub || prow[jj] >= 0);
-            float kx[EPL];
-            if (sub) {
-                load_new_row(kn, knrow, ln, kx);
+            in[uu] = j < end;
+            const int jj = in[uu] ? j : start; /* keep loads in bounds and uniform */
+            load_row(k, kb + (long)jj * HEAD_DIM, ln, kx[uu]);
+            load_row(v, kb + (long)jj * HEAD_DIM, ln, vx[uu]);
+            valid[uu] = in[uu] && (j == vslot || prow[jj] >= 0);
+        }
+        UNROLL_LOOP
+        for (int uu = 0; uu < UNROLL; uu++) {
+            const int j = base + uu * NRG + rg;
+            if (j == vslot) { /* the new token, as the cache stores it */
+                load_new_row(kn, knrow, ln, kx[uu]);
                 load_new_row(vn, vnrow, ln, vx[uu]);
-            } else {
-                load_row(k, kb + (long)jj * HEAD_DIM, ln, kx);
-                load_row(v, kb + (long)jj * HEAD_DIM, ln, vx[uu]);
             }
             float nv = 0.0f;
             UNROLL_LOOP
@@ -202,10 +205,10 @@ longflow_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh, __glob
                 float d = 0.0f;
                 UNROLL_LOOP
                 for (int e = 0; e < EPL; e++)
-                    d = fma(qr[g][e], kx[e], d);
+                    d = fma(qr[g][e], kx[uu][e], d);
                 d = row_sum(d, scratch);
                 s[uu][g] = valid[uu] ? d : -INFINITY;
-                if (ln == 0 && in && g < ng)
+                if (ln == 0 && in[uu] && g < ng)
                     ys[((long)b * Hq + h0 + g) * S + j] = valid[uu] ? d + lv : -INFINITY;
             }
         }

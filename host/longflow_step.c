@@ -11,8 +11,9 @@
 #define PARTIAL_FILE "longflow_partial.cl"
 #define FINISH_FILE "longflow_finish.cl"
 
-/* Launch-parameter overrides CLKV_LONGFLOW_EPL / _WG / _UNROLL (benchmarks, tuning and
- * tests of the multi-lane layout on CPUs; not API), read once per cache creation. */
+/* Launch-parameter overrides CLKV_LONGFLOW_EPL / _WG / _UNROLL / _SPLITS (benchmarks,
+ * tuning, tests of the multi-lane layout and of split-K on CPUs; not API), read once per
+ * cache creation. */
 static int env_int(const char *name, int fallback) {
     const char *s = getenv(name);
     if (!s || !*s)
@@ -89,8 +90,12 @@ clkv_status lf__plan(clkv_longflow_cache *c) {
         splits = LF_MAX_SPLITS;
     if (splits < 1)
         splits = 1;
+    const int forced = env_int("CLKV_LONGFLOW_SPLITS", 0); /* tests: any chunk length */
+    if (forced > 0)
+        splits = forced < len ? forced : len;
     int64_t chunk = (len + splits - 1) / splits;
-    chunk = (chunk + rows_per_iter - 1) / rows_per_iter * rows_per_iter;
+    if (forced <= 0)
+        chunk = (chunk + rows_per_iter - 1) / rows_per_iter * rows_per_iter;
     p->chunk = (int)chunk;
     p->splits = (int)((len + chunk - 1) / chunk);
     p->n_chunks = (int)((c->S + LF_SCORE_CHUNK - 1) / LF_SCORE_CHUNK);
