@@ -481,11 +481,356 @@ static void run_case(void **state) {
     clkv_longflow_cache_destroy(cache);
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* Explicit behaviour: empty slots first, the newest token protected                     */
+/* ------------------------------------------------------------------------------------ */
+
+/* One step with q, k_new random and v_new = 0 (the new token's score is 0, the smallest
+ * possible: only protection keeps it); returns the victims [B, Hm]. */
+static void zero_v_step(clkv_longflow_cache *cache, clkv_longflow_step_args *sa, tu_rng *r,
+                        int64_t nq, int64_t nn, int32_t *vic, int64_t nvic) {
+    float *q = (float *)tu_malloc((size_t)nq * sizeof(float));
+    float *k = (float *)tu_malloc((size_t)nn * sizeof(float));
+    float *z = (float *)tu_calloc((size_t)nn, sizeof(float));
+    tu_fill_normal(r, q, (size_t)nq, 0.0, 1.0);
+    tu_fill_normal(r, k, (size_t)nn, 0.0, 1.0);
+    tu_buffer_write(g_ctx, sa->q.buf, 0, q, (size_t)nq * sizeof(float));
+    tu_buffer_write(g_ctx, sa->k_new.buf, 0, k, (size_t)nn * sizeof(float));
+    tu_buffer_write(g_ctx, sa->v_new.buf, 0, z, (size_t)nn * sizeof(float));
+    TU_CHECK_OK(g_ctx, clkv_longflow_step(cache, sa, NULL));
+    read_i32(sa->victims, vic, (size_t)nvic);
+    free(q);
+    free(k);
+    free(z);
+}
+
+static void test_fill_order_and_protection(void **state) {
+    (void)state;
+    const int64_t B = 2, Hq = 4, Hkv = 2, D = 64, S = 8, Lp = 8;
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_seed(DEFAULT_SEED), 1000);
+    for (int mode = 0; mode < 2; mode++) {
+        const int64_t Hm = mode ? Hkv : 1;
+        tu_set_case("fill order and protection, mode %d", mode);
+        clkv_longflow_cache_create_args ca = CLKV_LONGFLOW_CACHE_CREATE_ARGS_INIT;
+        ca.batch = B;
+        ca.q_heads = Hq;
+        ca.kv_heads = Hkv;
+        ca.head_dim = D;
+        ca.slots = S;
+        ca.dtype = F32;
+        ca.mode = mode ? PH : PL;
+        clkv_longflow_cache *cache = NULL;
+        TU_CHECK_OK(g_ctx, clkv_longflow_cache_create(g_ctx, &ca, &cache));
+        /* sequence 0 keeps prompt tokens {0, 2, 5} in slots 0, 2, 5 of every map (holes 1, 3,
+         * 4, 6, 7); sequence 1 keeps nothing */
+        const size_t np = (size_t)(B * Hkv * Lp * D);
+        float *pk = (float *)tu_malloc(np * sizeof(float));
+        tu_fill_normal(&rng, pk, np, 0.0, 1.0);
+        int32_t idx[2 * 2 * 8], lens[2] = {8, 0};
+        for (int64_t i = 0; i < B * Hm * S; i++) {
+            const int64_t slot = i % S;
+            idx[i] =
+                (i / (Hm * S) == 0 && (slot == 0 || slot == 2 || slot == 5)) ? (int32_t)slot : -1;
+        }
+        const int64_t idims[3] = {B, Hm, S}, bdims[1] = {B};
+        clkv_longflow_load_args la = CLKV_LONGFLOW_LOAD_ARGS_INIT;
+        la.k = tu_kv_tensor(g_ctx, pk, F32, B, Hkv, Lp, D, TU_HND);
+        la.v = la.k;
+        la.lengths = tu_tensor_upload_i32(g_ctx, lens, 1, bdims, 0, 0);
+        la.indices = tu_tensor_upload_i32(g_ctx, idx, 3, idims, 0, 0);
+        TU_CHECK_OK(g_ctx, clkv_longflow_cache_load(cache, &la, NULL));
+        int32_t vic[4], prev[4];
+        read_i32(clkv_longflow_cache_victims(cache), prev, (size_t)(B * Hm));
+        for (int64_t m = 0; m < B * Hm; m++)
+            if (prev[m] != (m < Hm ? 1 : 0))
+                TU_FAIL("after load: victim of map %d = %d, expected the lowest empty slot %d",
+                        (int)m, prev[m], m < Hm ? 1 : 0);
+        const int64_t qd[3] = {B, Hq, D}, nd[3] = {B, Hkv, D}, vd[2] = {B, Hm};
+        clkv_longflow_step_args sa = CLKV_LONGFLOW_STEP_ARGS_INIT;
+        sa.q = tu_tensor_alloc(g_ctx, F32, 3, qd, 0, 0);
+        sa.k_new = tu_tensor_alloc(g_ctx, F32, 3, nd, 0, 0);
+        sa.v_new = tu_tensor_alloc(g_ctx, F32, 3, nd, 0, 0);
+        sa.o = tu_tensor_alloc(g_ctx, F32, 3, qd, 0, 0);
+        sa.victims = tu_tensor_alloc(g_ctx, CLKV_I32, 2, vd, 0, 0);
+        /* the empty slots fill lowest first: 1, 3, 4, 6, 7 (sequence 0), 0..7 (sequence 1) */
+        static const int32_t order0[] = {1, 3, 4, 6, 7};
+        for (int st = 0; st < 30; st++) {
+            zero_v_step(cache, &sa, &rng, B * Hq * D, B * Hkv * D, vic, B * Hm);
+            for (int64_t m = 0; m < B * Hm; m++) {
+                const int seq0 = m < Hm;
+                const int filling = seq0 ? st < 4 : st < 7;
+                if (filling && vic[m] != (seq0 ? order0[st + 1] : st + 1))
+                    TU_FAIL("step %d: map %d victim %d, expected the next empty slot %d", st,
+                            (int)m, vic[m], seq0 ? order0[st + 1] : st + 1);
+                if (vic[m] == prev[m])
+                    TU_FAIL("step %d: map %d chose slot %d, the token it just wrote (score 0) "
+                            "which protect = 1 must keep",
+                            st, (int)m, vic[m]);
+                prev[m] = vic[m];
+            }
+        }
+        tu_release(la.k.buf);
+        tu_release(la.lengths.buf);
+        tu_release(la.indices.buf);
+        tu_release(sa.q.buf);
+        tu_release(sa.k_new.buf);
+        tu_release(sa.v_new.buf);
+        tu_release(sa.o.buf);
+        tu_release(sa.victims.buf);
+        free(pk);
+        clkv_longflow_cache_destroy(cache);
+    }
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Validation                                                                           */
+/* ------------------------------------------------------------------------------------ */
+
+/* Expect `st` to be `want` with a message naming `name` (on ctx, or the thread-local
+ * message when mctx is NULL); `out` (may be NULL) must still be poison. */
+static void expect_reject(clkv_status st, clkv_status want, const char *name,
+                          const clkv_context *mctx, cl_mem out, const char *what) {
+    tu_set_case("bad input: %s", what);
+    if (st != want)
+        TU_FAIL("status %s (%d), expected %s; message: %s", clkv_status_string(st), st,
+                clkv_status_string(want), clkv_last_error(mctx));
+    if (!tu_msg_names(clkv_last_error(mctx), name))
+        TU_FAIL("message \"%s\" does not name \"%s\"", clkv_last_error(mctx), name);
+    clFinish(clkv_context_queue(g_ctx));
+    if (out)
+        tu_assert_buffer_poison(g_ctx, out, what);
+}
+
+/* The cache still holds its initial state: every slot empty, victims 0, position 0. */
+static void assert_untouched(clkv_longflow_cache *cache, int64_t nmap, int64_t B, int64_t Hm) {
+    int32_t pos[2 * 2 * 16], vic[4], np[2];
+    read_i32(clkv_longflow_cache_positions(cache), pos, (size_t)nmap);
+    read_i32(clkv_longflow_cache_victims(cache), vic, (size_t)(B * Hm));
+    read_i32(clkv_longflow_cache_next_positions(cache), np, (size_t)B);
+    for (int64_t i = 0; i < nmap; i++)
+        if (pos[i] != -1)
+            TU_FAIL("a rejected call wrote positions[%d] = %d", (int)i, pos[i]);
+    for (int64_t i = 0; i < B * Hm; i++)
+        if (vic[i] != 0)
+            TU_FAIL("a rejected call wrote victims[%d] = %d", (int)i, vic[i]);
+    for (int64_t b = 0; b < B; b++)
+        if (np[b] != 0)
+            TU_FAIL("a rejected call wrote next_positions[%d] = %d", (int)b, np[b]);
+}
+
+static void test_bad_inputs(void **state) {
+    (void)state;
+    const int64_t B = 2, Hq = 4, Hkv = 2, D = 64, S = 16, Lp = 20, Hm = 2;
+    clkv_longflow_cache_create_args cbase = CLKV_LONGFLOW_CACHE_CREATE_ARGS_INIT;
+    cbase.batch = B;
+    cbase.q_heads = Hq;
+    cbase.kv_heads = Hkv;
+    cbase.head_dim = D;
+    cbase.slots = S;
+    cbase.dtype = BF16;
+    cbase.mode = PH;
+    clkv_longflow_cache_create_args ca;
+    clkv_longflow_cache *sentinel = (clkv_longflow_cache *)&ca, *out;
+
+    /* ---- create ---- */
+    out = sentinel;
+    expect_reject(clkv_longflow_cache_create(NULL, &cbase, &out), CLKV_ERR_ARG_NULL, "ctx", NULL,
+                  NULL, "create ctx");
+    expect_reject(clkv_longflow_cache_create(g_ctx, NULL, &out), CLKV_ERR_ARG_NULL, "args", g_ctx,
+                  NULL, "create args");
+    expect_reject(clkv_longflow_cache_create(g_ctx, &cbase, NULL), CLKV_ERR_ARG_NULL, "out", g_ctx,
+                  NULL, "create out");
+#define BADC(mut, want, name)                                                                      \
+    do {                                                                                           \
+        ca = cbase;                                                                                \
+        mut;                                                                                       \
+        out = sentinel;                                                                            \
+        expect_reject(clkv_longflow_cache_create(g_ctx, &ca, &out), want, name, g_ctx, NULL,       \
+                      "create " #mut);                                                             \
+        if (out != sentinel)                                                                       \
+            TU_FAIL("a rejected create wrote *out");                                               \
+    } while (0)
+    BADC(ca.batch = 0, CLKV_ERR_ARG_RANGE, "batch");
+    BADC(ca.batch = 70000, CLKV_ERR_ARG_RANGE, "batch");
+    BADC(ca.q_heads = 0, CLKV_ERR_ARG_RANGE, "q_heads");
+    BADC(ca.kv_heads = -1, CLKV_ERR_ARG_RANGE, "kv_heads");
+    BADC(ca.head_dim = 96, CLKV_ERR_ARG_UNSUPPORTED, "head_dim");
+    BADC(ca.q_heads = 5, CLKV_ERR_ARG_SHAPE, "q_heads");
+    BADC((ca.q_heads = 2048, ca.kv_heads = 1), CLKV_ERR_ARG_RANGE, "q_heads");
+    BADC(ca.slots = 1, CLKV_ERR_ARG_RANGE, "slots");
+    BADC(ca.slots = (int64_t)1 << 40, CLKV_ERR_ARG_RANGE, "slots");
+    BADC(ca.protect = -1, CLKV_ERR_ARG_RANGE, "protect");
+    BADC(ca.protect = 16, CLKV_ERR_ARG_RANGE, "protect");
+    BADC(ca.dtype = CLKV_I32, CLKV_ERR_ARG_DTYPE, "dtype");
+    BADC(ca.mode = (clkv_longflow_mode)7, CLKV_ERR_ARG_RANGE, "mode");
+    BADC((ca.slots = INT32_MAX, ca.batch = 60000), CLKV_ERR_DEVICE_LIMIT, "slots");
+#undef BADC
+
+    /* ---- accessors, destroy, workspace size ---- */
+    tu_set_case("NULL cache accessors");
+    assert_null(clkv_longflow_cache_k(NULL).buf);
+    assert_null(clkv_longflow_cache_v(NULL).buf);
+    assert_null(clkv_longflow_cache_positions(NULL).buf);
+    assert_null(clkv_longflow_cache_victims(NULL).buf);
+    assert_null(clkv_longflow_cache_next_positions(NULL).buf);
+    clkv_longflow_cache_destroy(NULL);
+    size_t bytes = 0;
+    expect_reject(clkv_longflow_step_workspace_size(NULL, &bytes), CLKV_ERR_ARG_NULL, "cache", NULL,
+                  NULL, "workspace_size cache");
+
+    clkv_longflow_cache *cache = NULL;
+    TU_CHECK_OK(g_ctx, clkv_longflow_cache_create(g_ctx, &cbase, &cache));
+    expect_reject(clkv_longflow_step_workspace_size(cache, NULL), CLKV_ERR_ARG_NULL, "bytes", g_ctx,
+                  NULL, "workspace_size bytes");
+    TU_CHECK_OK(g_ctx, clkv_longflow_step_workspace_size(cache, &bytes));
+    assert_true(bytes > 0);
+    {
+        clkv_tensor t = clkv_longflow_cache_k(cache);
+        assert_int_equal(t.dtype, BF16);
+        assert_int_equal(t.ndim, 4);
+        assert_int_equal(t.dims[2], S);
+        t = clkv_longflow_cache_positions(cache);
+        assert_int_equal(t.dims[1], Hm);
+    }
+
+    /* ---- load ---- */
+    const size_t np = (size_t)(B * Hkv * Lp * D);
+    float *pk = (float *)tu_calloc(np, sizeof(float));
+    int32_t lens[2] = {5, 20}, idx[2 * 2 * 16];
+    for (int i = 0; i < 2 * 2 * 16; i++)
+        idx[i] = i % 16;
+    const int64_t bdims[1] = {B}, idims[3] = {B, Hm, S}, qdims[3] = {B, Hq, D};
+    clkv_longflow_load_args lbase = CLKV_LONGFLOW_LOAD_ARGS_INIT, la;
+    lbase.k = tu_kv_tensor(g_ctx, pk, BF16, B, Hkv, Lp, D, TU_HND);
+    lbase.v = tu_kv_tensor(g_ctx, pk, BF16, B, Hkv, Lp, D, TU_NHD);
+    lbase.lengths = tu_tensor_upload_i32(g_ctx, lens, 1, bdims, 0, 64);
+    lbase.indices = tu_tensor_upload_i32(g_ctx, idx, 3, idims, 0, 512);
+    lbase.q = tu_tensor_upload(g_ctx, pk, F32, 3, qdims, 0, 0);
+    expect_reject(clkv_longflow_cache_load(NULL, &lbase, NULL), CLKV_ERR_ARG_NULL, "cache", NULL,
+                  NULL, "load cache");
+    expect_reject(clkv_longflow_cache_load(cache, NULL, NULL), CLKV_ERR_ARG_NULL, "args", g_ctx,
+                  NULL, "load args");
+#define BADL(mut, want, name)                                                                      \
+    do {                                                                                           \
+        la = lbase;                                                                                \
+        mut;                                                                                       \
+        cl_event ev = NULL;                                                                        \
+        expect_reject(clkv_longflow_cache_load(cache, &la, &ev), want, name, g_ctx, NULL,          \
+                      "load " #mut);                                                               \
+        assert_null(ev);                                                                           \
+    } while (0)
+    BADL(la.k.buf = NULL, CLKV_ERR_ARG_NULL, "k");
+    BADL(la.v.buf = NULL, CLKV_ERR_ARG_NULL, "v");
+    BADL(la.k.dtype = CLKV_I32, CLKV_ERR_ARG_DTYPE, "k");
+    BADL(la.v.dtype = F16, CLKV_ERR_ARG_DTYPE, "v");
+    BADL(la.k.dims[0] = 1, CLKV_ERR_ARG_SHAPE, "k");
+    BADL(la.k.dims[1] = 1, CLKV_ERR_ARG_SHAPE, "k");
+    BADL(la.k.dims[3] = 32, CLKV_ERR_ARG_SHAPE, "k");
+    BADL(la.v.dims[2] = 10, CLKV_ERR_ARG_SHAPE, "v");
+    BADL(la.lengths.dtype = F32, CLKV_ERR_ARG_DTYPE, "lengths");
+    BADL(la.lengths.dims[0] = 3, CLKV_ERR_ARG_SHAPE, "lengths");
+    BADL(la.indices.dims[1] = 1, CLKV_ERR_ARG_SHAPE, "indices");
+    BADL(la.indices.dtype = CLKV_U32, CLKV_ERR_ARG_DTYPE, "indices");
+    BADL((la.indices.dims[2] = 17, la.indices.strides[1] = 17, la.indices.strides[0] = 34),
+         CLKV_ERR_ARG_SHAPE, "indices");
+    BADL(la.q.dims[1] = 2, CLKV_ERR_ARG_SHAPE, "q");
+    BADL(la.q.dtype = CLKV_U8, CLKV_ERR_ARG_DTYPE, "q");
+    BADL(la.max_length = -2, CLKV_ERR_ARG_RANGE, "max_length");
+    BADL(la.max_length = 21, CLKV_ERR_ARG_RANGE, "max_length");
+    BADL(la.indices.buf = NULL, CLKV_ERR_ARG_RANGE, "max_length");
+    BADL(la.scale = INFINITY, CLKV_ERR_ARG_RANGE, "scale");
+    BADL(la.k.strides[3] = 2, CLKV_ERR_ARG_STRIDE, "k");
+    BADL(la.k.offset = 1, CLKV_ERR_ARG_ALIGNMENT, "k");
+    BADL(la.k.offset = 2, CLKV_ERR_ARG_BUFFER_SIZE, "k");
+    BADL(la.v.strides[0] = INT64_MAX, CLKV_ERR_ARG_OVERFLOW, "v");
+#undef BADL
+    assert_untouched(cache, B * Hm * S, B, Hm);
+
+    /* ---- step ---- */
+    const int64_t ndims[3] = {B, Hkv, D}, ldims[2] = {B, Hq}, sdims[3] = {B, Hm, S},
+                  vdims[2] = {B, Hm};
+    clkv_longflow_step_args sbase = CLKV_LONGFLOW_STEP_ARGS_INIT, sa;
+    sbase.q = lbase.q;
+    sbase.k_new = tu_tensor_upload(g_ctx, pk, BF16, 3, ndims, 0, 0);
+    sbase.v_new = tu_tensor_upload(g_ctx, pk, BF16, 3, ndims, 0, 0);
+    sbase.o = tu_tensor_alloc(g_ctx, BF16, 3, qdims, 0, 0);
+    sbase.lse = tu_tensor_alloc(g_ctx, F32, 2, ldims, 0, 0);
+    sbase.scores = tu_tensor_alloc(g_ctx, F32, 3, sdims, 0, 0);
+    sbase.victims = tu_tensor_alloc(g_ctx, CLKV_I32, 2, vdims, 0, 0);
+    expect_reject(clkv_longflow_step(NULL, &sbase, NULL), CLKV_ERR_ARG_NULL, "cache", NULL,
+                  sbase.o.buf, "step cache");
+    expect_reject(clkv_longflow_step(cache, NULL, NULL), CLKV_ERR_ARG_NULL, "args", g_ctx,
+                  sbase.o.buf, "step args");
+#define BADS(mut, want, name)                                                                      \
+    do {                                                                                           \
+        sa = sbase;                                                                                \
+        mut;                                                                                       \
+        cl_event ev = NULL;                                                                        \
+        expect_reject(clkv_longflow_step(cache, &sa, &ev), want, name, g_ctx, sbase.o.buf,         \
+                      "step " #mut);                                                               \
+        assert_null(ev);                                                                           \
+        tu_assert_buffer_poison(g_ctx, sbase.lse.buf, "lse");                                      \
+        tu_assert_buffer_poison(g_ctx, sbase.scores.buf, "scores");                                \
+        tu_assert_buffer_poison(g_ctx, sbase.victims.buf, "victims");                              \
+    } while (0)
+    BADS(sa.q.buf = NULL, CLKV_ERR_ARG_NULL, "q");
+    BADS(sa.k_new.buf = NULL, CLKV_ERR_ARG_NULL, "k_new");
+    BADS(sa.v_new.buf = NULL, CLKV_ERR_ARG_NULL, "v_new");
+    BADS(sa.o.buf = NULL, CLKV_ERR_ARG_NULL, "o");
+    BADS(sa.q.dtype = CLKV_I32, CLKV_ERR_ARG_DTYPE, "q");
+    BADS(sa.v_new.dtype = F16, CLKV_ERR_ARG_DTYPE, "v_new");
+    BADS(sa.o.dtype = CLKV_U32, CLKV_ERR_ARG_DTYPE, "o");
+    BADS(sa.lse.dtype = F16, CLKV_ERR_ARG_DTYPE, "lse");
+    BADS(sa.scores.dtype = BF16, CLKV_ERR_ARG_DTYPE, "scores");
+    BADS(sa.victims.dtype = F32, CLKV_ERR_ARG_DTYPE, "victims");
+    BADS(sa.q.dims[0] = 1, CLKV_ERR_ARG_SHAPE, "q");
+    BADS(sa.q.dims[1] = 2, CLKV_ERR_ARG_SHAPE, "q");
+    BADS(sa.k_new.dims[1] = 1, CLKV_ERR_ARG_SHAPE, "k_new");
+    BADS(sa.v_new.dims[2] = 32, CLKV_ERR_ARG_SHAPE, "v_new");
+    BADS(sa.o.dims[2] = 32, CLKV_ERR_ARG_SHAPE, "o");
+    BADS(sa.lse.dims[1] = 2, CLKV_ERR_ARG_SHAPE, "lse");
+    BADS(sa.scores.dims[1] = 1, CLKV_ERR_ARG_SHAPE, "scores");
+    BADS(sa.scores.dims[2] = 15, CLKV_ERR_ARG_SHAPE, "scores");
+    BADS(sa.victims.dims[1] = 1, CLKV_ERR_ARG_SHAPE, "victims");
+    BADS(sa.q.ndim = 2, CLKV_ERR_ARG_SHAPE, "q");
+    BADS(sa.scale = NAN, CLKV_ERR_ARG_RANGE, "scale");
+    BADS(sa.o.strides[2] = 3, CLKV_ERR_ARG_STRIDE, "o");
+    BADS(sa.o.offset = 2, CLKV_ERR_ARG_BUFFER_SIZE, "o");
+    BADS(sa.k_new.strides[0] = INT64_MAX, CLKV_ERR_ARG_OVERFLOW, "k_new");
+#undef BADS
+    assert_untouched(cache, B * Hm * S, B, Hm);
+
+    /* and the baselines work */
+    tu_set_case("bad inputs baseline");
+    TU_CHECK_OK(g_ctx, clkv_longflow_cache_load(cache, &lbase, NULL));
+    TU_CHECK_OK(g_ctx, clkv_longflow_step(cache, &sbase, NULL));
+    tu_assert_written_exactly(g_ctx, &sbase.o, "o");
+    tu_assert_written_exactly(g_ctx, &sbase.scores, "scores");
+    tu_release(lbase.k.buf);
+    tu_release(lbase.v.buf);
+    tu_release(lbase.lengths.buf);
+    tu_release(lbase.indices.buf);
+    tu_release(lbase.q.buf);
+    tu_release(sbase.k_new.buf);
+    tu_release(sbase.v_new.buf);
+    tu_release(sbase.o.buf);
+    tu_release(sbase.lse.buf);
+    tu_release(sbase.scores.buf);
+    tu_release(sbase.victims.buf);
+    free(pk);
+    clkv_longflow_cache_destroy(cache);
+}
+
 int main(void) {
     struct CMUnitTest tests[64];
     size_t nt = 0;
     printf("[ seed     ] 0x%016" PRIx64 " (set CLKV_TEST_SEED to change)\n", tu_seed(DEFAULT_SEED));
     memset(tests, 0, sizeof tests);
+    tests[nt].name = "bad_inputs";
+    tests[nt++].test_func = test_bad_inputs;
+    tests[nt].name = "fill_order_and_protection";
+    tests[nt++].test_func = test_fill_order_and_protection;
     for (size_t i = 0; i < N_CASES; i++) {
         tests[nt].name = g_cases[i].name;
         tests[nt].test_func = run_case;
