@@ -17,7 +17,9 @@ void usage_bench(FILE *f) {
                "\n"
                "benchmarks:\n"
                "  attention-decode   decode attention (SPEC 1.1) vs. the device's streaming-read\n"
-               "                     bandwidth; see clkv bench attention-decode --help\n");
+               "                     bandwidth; see clkv bench attention-decode --help\n"
+               "  longflow           LongFlow step (SPEC 2.3) vs. decode attention on the same\n"
+               "                     cache; see clkv bench longflow --help\n");
 }
 
 void usage_bench_decode(FILE *f) {
@@ -374,6 +376,9 @@ int cmd_bench(int argc, char **argv) {
     }
     if (strcmp(argv[1], "attention-decode") == 0) {
         return bench_decode(argc - 1, argv + 1);
+    }
+    if (strcmp(argv[1], "longflow") == 0) {
+        return bench_longflow(argc - 1, argv + 1);
     }
     fprintf(stderr, "clkv bench: unknown benchmark '%s'\n", argv[1]);
     usage_bench(stderr);
