@@ -10,10 +10,15 @@
  * resets the counter and (in a step) advances next_pos.
  *
  * Build options: O_DTYPE, HEAD_DIM, PER_HEAD, FIN_WG (work-group size), MAX_SPLITS,
- * UNIT_HEADS_MAX (most heads a map averages), SCORE_CHUNK (slots per work-group). */
+ * UNIT_HEADS_MAX (most heads a map averages), SCORE_CHUNK (slots per work-group, a
+ * divisor of FIN_WG: FIN_WG / SCORE_CHUNK lanes share the heads of a slot). */
 
 #define O_T CLKV_STORAGE(O_DTYPE)
+#define HEAD_LANES (FIN_WG / SCORE_CHUNK)
 
+#if FIN_WG % SCORE_CHUNK != 0
+#error "SCORE_CHUNK must divide FIN_WG"
+#endif
 #if MAX_SPLITS < FIN_WG
 #error "the merge weights double as the LSE tree scratch: MAX_SPLITS >= FIN_WG"
 #endif
@@ -118,34 +123,37 @@ inline void score_map(__global float *ws, long ml_off, long y_off, long cand_off
             barrier(CLK_LOCAL_MEM_FENCE);
         }
     }
+    /* SCORE_CHUNK slots x HEAD_LANES lanes: lane r sums the heads r, r + HEAD_LANES, ...
+     * of slot i (consecutive work-items read consecutive slots of one head), then lane 0
+     * adds the lanes up and classifies the slot. */
     const float inv_nh = 1.0f / (float)nh;
+    const int i = chunk * SCORE_CHUNK + lid % SCORE_CHUNK, lane = lid / SCORE_CHUNK;
+    const int p = i < S ? prow[i] : -1;
+    float part = 0.0f;
+    if (mode != 2 && p >= 0)
+        for (int t = lane; t < nh; t += HEAD_LANES)
+            part += exp2(ys[((long)b * Hq + hf + t) * S + i] - lse2[t]);
+    red[lid] = part;
+    barrier(CLK_LOCAL_MEM_FENCE);
     float best_key = 0.0f;
     int best_idx = -1;
-    const int i_end = min((chunk + 1) * SCORE_CHUNK, S);
-    for (int i = chunk * SCORE_CHUNK + lid; i < i_end; i += FIN_WG) {
-        const int p = prow[i];
-        float score = -INFINITY, key;
-        int cand_idx = i;
-        if (p < 0) {
-            key = -1.0f;
-        } else {
-            score = 0.0f;
-            if (mode != 2) {
-                for (int t = 0; t < nh; t++)
-                    score += exp2(ys[((long)b * Hq + hf + t) * S + i] - lse2[t]);
-                score *= inv_nh;
-            }
+    if (lane == 0 && i < S) {
+        float score = -INFINITY, key = -1.0f; /* empty: key -1, below every score */
+        best_idx = i;
+        if (p >= 0) {
+            float sum = 0.0f;
+            for (int r = 0; r < HEAD_LANES; r++)
+                sum += red[lid + r * SCORE_CHUNK];
+            score = sum * inv_nh;
             key = score;
             if ((long)p >= prot_from)
-                cand_idx = -1;
+                best_idx = -1;
         }
+        best_key = key;
         if (has_scores)
             scores[sc_off + (long)b * sc_sb + (long)u * sc_sh + i] = score;
-        if (cand_better(key, cand_idx, best_key, best_idx)) {
-            best_key = key;
-            best_idx = cand_idx;
-        }
     }
+    barrier(CLK_LOCAL_MEM_FENCE); /* red is reused below */
     cand_reduce(red, red_i, best_key, best_idx);
     if (lid == 0) {
         __global int *cr = cand + ((long)bu * n_chunks + chunk) * 2;

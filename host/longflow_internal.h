@@ -9,7 +9,7 @@
 #define LF_FIN_WG 256
 #define LF_MAX_SPLITS 1024
 #define LF_UNIT_HEADS_MAX 1024 /* Hq limit: per-head LSEs of a map in local memory */
-#define LF_SCORE_CHUNK 512     /* slots scored per finish work-group */
+#define LF_SCORE_CHUNK 64      /* slots scored per finish work-group (divides LF_FIN_WG) */
 
 /* Launch geometry of a step, fixed at cache creation (the work per step is constant). */
 typedef struct lf_plan {
