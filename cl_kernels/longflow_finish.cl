@@ -9,11 +9,19 @@
  * in the cache object, zero between calls) reduces the candidates into the map's victim,
  * resets the counter and (in a step) advances next_pos.
  *
- * Build options: O_DTYPE, HEAD_DIM, PER_HEAD, FIN_WG (work-group size), MAX_SPLITS,
- * UNIT_HEADS_MAX (most heads a map averages), SCORE_CHUNK (slots per work-group, a
+ * Build options (o's dtype is a kernel argument): HEAD_DIM, PER_HEAD, FIN_WG (work-group size),
+ * MAX_SPLITS, UNIT_HEADS_MAX (most heads a map averages), SCORE_CHUNK (slots per work-group, a
  * divisor of FIN_WG: FIN_WG / SCORE_CHUNK lanes share the heads of a slot). */
 
-#define O_T CLKV_STORAGE(O_DTYPE)
+/* Store x as element i of a buffer whose dtype code `dt` is a run-time value. */
+inline void store_any(__global void *p, int dt, long i, float x) {
+    if (dt == CLKV_DT_F16)
+        vstore_half_rte(x, (size_t)i, (__global half *)p);
+    else if (dt == CLKV_DT_BF16)
+        ((__global ushort *)p)[i] = clkv_f32_to_bf16(x);
+    else
+        ((__global float *)p)[i] = x;
+}
 #define HEAD_LANES (FIN_WG / SCORE_CHUNK)
 
 #if FIN_WG % SCORE_CHUNK != 0
@@ -62,14 +70,13 @@ inline void cand_reduce(__local float *rk, __local int *ri, float key, int idx) 
 
 /* The scores and victim candidate of one chunk of one slot map; the last work-group of
  * the map reduces the candidates of all its chunks (see the top of the file). */
-inline void score_map(__global float *ws, long ml_off, long y_off, long cand_off, int num_splits,
-                      int Hq, int Hkv, int G, int S, int n_merge, int n_chunks,
-                      __global const int *pos, __global int *victim, __global int *next_pos,
-                      __global int *counters, int mode, int protect, __global float *scores,
-                      long sc_off, long sc_sb, long sc_sh, int has_scores, __global int *vout,
-                      long vo_off, long vo_sb, long vo_sh, int has_vout, __local float *red,
-                      __local float *red_l, __local int *red_i, __local float *lse2,
-                      __local int *last) {
+void score_map(__global float *ws, long ml_off, long y_off, long cand_off, int num_splits, int Hq,
+               int Hkv, int G, int S, int n_merge, int n_chunks, __global const int *pos,
+               __global int *victim, __global int *next_pos, __global int *counters, int mode,
+               int protect, __global float *scores, long sc_off, long sc_sb, long sc_sh,
+               int has_scores, __global int *vout, long vo_off, long vo_sb, long vo_sh,
+               int has_vout, __local float *red, __local float *red_l, __local int *red_i,
+               __local float *lse2, __local int *last) {
     __global const float *part_ml = ws + ml_off;
     __global const float *ys = ws + y_off;
     __global int *cand = (__global int *)(ws + cand_off);
@@ -198,12 +205,12 @@ inline void score_map(__global float *ws, long ml_off, long y_off, long cand_off
  * slot scores 0). */
 __kernel __attribute__((reqd_work_group_size(FIN_WG, 1, 1))) void
 longflow_finish(__global float *ws, long ml_off, long y_off, long cand_off, int num_splits, int Hq,
-                int Hkv, int G, int S, int n_merge, int n_chunks, __global O_T *o, long o_off,
-                long o_sb, long o_sh, __global float *lse, long lse_off, long lse_sb, long lse_sh,
-                int has_lse, __global const int *pos, __global int *victim, __global int *next_pos,
-                __global int *counters, int mode, int protect, __global float *scores, long sc_off,
-                long sc_sb, long sc_sh, int has_scores, __global int *vout, long vo_off, long vo_sb,
-                long vo_sh, int has_vout) {
+                int Hkv, int G, int S, int n_merge, int n_chunks, __global void *o, int o_dt,
+                long o_off, long o_sb, long o_sh, __global float *lse, long lse_off, long lse_sb,
+                long lse_sh, int has_lse, __global const int *pos, __global int *victim,
+                __global int *next_pos, __global int *counters, int mode, int protect,
+                __global float *scores, long sc_off, long sc_sb, long sc_sh, int has_scores,
+                __global int *vout, long vo_off, long vo_sb, long vo_sh, int has_vout) {
     __global const float *part_acc = ws;
     __global const float *part_ml = ws + ml_off;
     __global const float *ys = ws + y_off;
@@ -262,10 +269,10 @@ longflow_finish(__global float *ws, long ml_off, long y_off, long cand_off, int 
                 a += lanes[r][col];
             a *= inv;
             const long orow = o_off + (long)b * o_sb + (long)h * o_sh + col * 4;
-            CLKV_STORE(O_DTYPE)(o, orow, a.x);
-            CLKV_STORE(O_DTYPE)(o, orow + 1, a.y);
-            CLKV_STORE(O_DTYPE)(o, orow + 2, a.z);
-            CLKV_STORE(O_DTYPE)(o, orow + 3, a.w);
+            store_any(o, o_dt, orow, a.x);
+            store_any(o, o_dt, orow + 1, a.y);
+            store_any(o, o_dt, orow + 2, a.z);
+            store_any(o, o_dt, orow + 3, a.w);
         }
         if (has_lse && lid == 0)
             lse[lse_off + (long)b * lse_sb + (long)h * lse_sh] =

@@ -9,18 +9,20 @@
  * finish kernel turns into the slot's score with the final LSE.
  *
  * Build options (host/longflow_step.c):
- *   Q_DTYPE, KV_DTYPE, NEW_DTYPE           dtype codes of q, the cache, k_new/v_new
+ *   KV_DTYPE                               dtype code of the cache (q and k_new/v_new
+ *                                          dtypes are kernel arguments: q is read once
+ *                                          per work-group, the new token once per step)
  *   HEAD_DIM, GROUP, EPL, WG_SIZE, UNROLL  as in attention_decode.cl (TPR = D / EPL lanes
  *                                          per row; NRG = WG_SIZE / TPR rows in flight)
  *   PER_HEAD                               1: one slot map / victim per KV head
+ *   CP_ASYNC, STAGES                       1: K/V tiles staged in local memory, STAGES in
+ *                                          flight (cp.async on NVIDIA)
  * The cache itself is contiguous [B, Hkv, S, D], so rows are always 16-byte aligned.
  * Logits are base 2 (q is pre-scaled by scale * log2 e). */
 
 #define TPR (HEAD_DIM / EPL)
 #define NRG (WG_SIZE / TPR)
 #define KV_T CLKV_STORAGE(KV_DTYPE)
-#define Q_T CLKV_STORAGE(Q_DTYPE)
-#define N_T CLKV_STORAGE(NEW_DTYPE)
 #define RED_ROWS (NRG > 1 ? NRG / 2 : 1)
 
 #if TPR > 1
@@ -88,22 +90,85 @@ inline void load_row(__global const KV_T *p, long row, int ln, float *x) {
 }
 
 /* The same elements of the new token's row, rounded to the cache dtype. */
-inline void load_new_row(__global const N_T *p, long row, int ln, float *x) {
+/* Element i of a buffer whose dtype code `dt` is a run-time value (f32, f16, bf16). */
+inline float load_any(__global const void *p, int dt, long i) {
+    if (dt == CLKV_DT_F16)
+        return vload_half((size_t)i, (__global const half *)p);
+    if (dt == CLKV_DT_BF16)
+        return clkv_bf16_to_f32(((__global const ushort *)p)[i]);
+    return ((__global const float *)p)[i];
+}
+
+inline void load_new_row(__global const void *p, int dt, long row, int ln, float *x) {
     UNROLL_LOOP
     for (int c = 0; c < NCH; c++) {
         UNROLL_LOOP
         for (int j = 0; j < VW; j++)
-            x[c * VW + j] = round_kv(CLKV_LOAD(NEW_DTYPE)(p, row + ELEM(c, j, ln)));
+            x[c * VW + j] = round_kv(load_any(p, dt, row + ELEM(c, j, ln)));
     }
 }
 
-__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
-longflow_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh, __global const N_T *kn,
-                 long kn_off, long kn_sb, long kn_sh, __global const N_T *vn, long vn_off,
-                 long vn_sb, long vn_sh, __global KV_T *k, __global KV_T *v, __global int *pos,
-                 __global const int *victim, __global const int *next_pos, int do_write, int Hq,
-                 int Hkv, int G, int nhg, int S, int chunk, int num_splits, float scale_log2,
-                 __global float *ws, long ml_off, long y_off) {
+#if CP_ASYNC
+/* K/V tiles of TILE rows streamed into local memory, STAGES tiles in flight (the scheme
+ * of attention_decode.cl): on NVIDIA with cp.async, so the bytes in flight do not depend
+ * on registers; elsewhere (tests of this layout on CPUs) with plain copies. */
+#if TPR == 1
+#error "CP_ASYNC needs several lanes per row (TPR > 1)"
+#endif
+#define TILE (NRG * UNROLL)
+#define ROW_U4 (HEAD_DIM * (int)sizeof(KV_T) / 16) /* 16-byte chunks per row */
+
+inline void lf_cp16(__local uint4 *dst, __global const uchar *src) {
+#ifdef CLKV_NVIDIA_PTX
+    const uint d = (uint)(size_t)dst;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+#else
+    *dst = *(__global const uint4 *)src;
+#endif
+}
+
+inline void lf_cp_commit(void) {
+#ifdef CLKV_NVIDIA_PTX
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+inline void lf_cp_wait(void) {
+#ifdef CLKV_NVIDIA_PTX
+    asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 1) : "memory");
+#endif
+}
+
+/* Copy tile rows [first, first + TILE) of K and V into one stage; rows at or past `end`
+ * copy row `start` (valid memory, masked later). */
+inline void lf_issue_tile(__local uint4 *sk, __local uint4 *sv, __global const KV_T *k,
+                          __global const KV_T *v, long kb, int first, int start, int end, int lid) {
+    for (int i = lid; i < TILE * ROW_U4; i += WG_SIZE) {
+        const int r = i / ROW_U4, c = i % ROW_U4;
+        const int j = first + r < end ? first + r : start;
+        lf_cp16(sk + i, (__global const uchar *)(k + kb + (long)j * HEAD_DIM) + c * 16);
+        lf_cp16(sv + i, (__global const uchar *)(v + kb + (long)j * HEAD_DIM) + c * 16);
+    }
+}
+
+/* The lane's elements of tile row r as f32. */
+inline void tile_row(__local const uint4 *t, int r, int ln, float *x) {
+    UNROLL_LOOP
+    for (int c = 0; c < NCH; c++) {
+        const uint4 raw = t[r * ROW_U4 + c * TPR + ln];
+        UNROLL_LOOP
+        for (int j = 0; j < VW; j++)
+            x[c * VW + j] = CLKV_RAW_ELEM(KV_DTYPE)(raw, j);
+    }
+}
+#endif
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_partial(
+    __global const void *q, int q_dt, long q_off, long q_sb, long q_sh, __global const void *kn,
+    int n_dt, long kn_off, long kn_sb, long kn_sh, __global const void *vn, long vn_off, long vn_sb,
+    long vn_sh, __global KV_T *k, __global KV_T *v, __global int *pos, __global const int *victim,
+    __global const int *next_pos, int do_write, int Hq, int Hkv, int G, int nhg, int S, int chunk,
+    int num_splits, float scale_log2, __global float *ws, long ml_off, long y_off) {
     __global float *part_acc = ws;
     __global float *part_ml = ws + ml_off;
     __global float *ys = ws + y_off;
@@ -133,9 +198,9 @@ longflow_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh, __glob
     if (vslot >= start && vslot < end && hg == 0) {
         for (int e = lid; e < HEAD_DIM; e += WG_SIZE) {
             CLKV_STORE(KV_DTYPE)
-            (k, kb + (long)vslot * HEAD_DIM + e, CLKV_LOAD(NEW_DTYPE)(kn, knrow + e));
+            (k, kb + (long)vslot * HEAD_DIM + e, load_any(kn, n_dt, knrow + e));
             CLKV_STORE(KV_DTYPE)
-            (v, kb + (long)vslot * HEAD_DIM + e, CLKV_LOAD(NEW_DTYPE)(vn, vnrow + e));
+            (v, kb + (long)vslot * HEAD_DIM + e, load_any(vn, n_dt, vnrow + e));
         }
 #if PER_HEAD
         const int map_writer = lid == 0;
@@ -155,7 +220,7 @@ longflow_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh, __glob
             UNROLL_LOOP
             for (int j = 0; j < VW; j++)
                 qr[g][c * VW + j] =
-                    g < ng ? CLKV_LOAD(Q_DTYPE)(q, qrow + ELEM(c, j, ln)) * scale_log2 : 0.0f;
+                    g < ng ? load_any(q, q_dt, qrow + ELEM(c, j, ln)) * scale_log2 : 0.0f;
         }
     }
 
@@ -169,7 +234,29 @@ longflow_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh, __glob
             acc[g][e] = 0.0f;
     }
 
+#if CP_ASYNC
+    __local uint4 stage_k[STAGES][TILE * ROW_U4];
+    __local uint4 stage_v[STAGES][TILE * ROW_U4];
+    const int ntiles = end > start ? (end - start + TILE - 1) / TILE : 0;
+    for (int t = 0; t < STAGES - 1; t++) {
+        if (t < ntiles)
+            lf_issue_tile(stage_k[t], stage_v[t], k, v, kb, start + t * TILE, start, end, lid);
+        lf_cp_commit(); /* empty groups keep the group count uniform */
+    }
+    for (int t = 0; t < ntiles; t++) {
+        const int ahead = t + STAGES - 1;
+        if (ahead < ntiles)
+            lf_issue_tile(stage_k[ahead % STAGES], stage_v[ahead % STAGES], k, v, kb,
+                          start + ahead * TILE, start, end, lid);
+        lf_cp_commit();
+        lf_cp_wait(); /* tile t has landed (for this work-item's copies) */
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int base = start + t * TILE;
+        __local const uint4 *tk = stage_k[t % STAGES];
+        __local const uint4 *tv = stage_v[t % STAGES];
+#else
     for (int base = start; base < end; base += NRG * UNROLL) {
+#endif
         float s[UNROLL][GROUP];
         float kx[UNROLL][EPL], vx[UNROLL][EPL];
         int valid[UNROLL], in[UNROLL];
@@ -180,16 +267,21 @@ longflow_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh, __glob
             const int j = base + uu * NRG + rg;
             in[uu] = j < end;
             const int jj = in[uu] ? j : start; /* keep loads in bounds and uniform */
+#if CP_ASYNC
+            tile_row(tk, uu * NRG + rg, ln, kx[uu]);
+            tile_row(tv, uu * NRG + rg, ln, vx[uu]);
+#else
             load_row(k, kb + (long)jj * HEAD_DIM, ln, kx[uu]);
             load_row(v, kb + (long)jj * HEAD_DIM, ln, vx[uu]);
+#endif
             valid[uu] = in[uu] && (j == vslot || prow[jj] >= 0);
         }
         UNROLL_LOOP
         for (int uu = 0; uu < UNROLL; uu++) {
             const int j = base + uu * NRG + rg;
             if (j == vslot) { /* the new token, as the cache stores it */
-                load_new_row(kn, knrow, ln, kx[uu]);
-                load_new_row(vn, vnrow, ln, vx[uu]);
+                load_new_row(kn, n_dt, knrow, ln, kx[uu]);
+                load_new_row(vn, n_dt, vnrow, ln, vx[uu]);
             }
             float nv = 0.0f;
             UNROLL_LOOP
@@ -239,6 +331,9 @@ longflow_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh, __glob
                     acc[g][e] = fma(p, vx[uu][e], acc[g][e]);
             }
         }
+#if CP_ASYNC
+        barrier(CLK_LOCAL_MEM_FENCE); /* the stage is refilled next iteration */
+#endif
     }
 
     /* Merge the NRG row-group states: common max per head, then a tree sum of acc. */

@@ -13,15 +13,16 @@
 
 /* Launch geometry of a step, fixed at cache creation (the work per step is constant). */
 typedef struct lf_plan {
-    int group, nhg;    /* query heads per work-group, head groups per KV head */
-    int epl, tpr, wg;  /* elements per lane, lanes per row, work-group size */
-    int unroll;        /* rows per row-group per loop iteration */
-    int splits, chunk; /* split-K over the S slots */
-    int n_chunks;      /* finish work-groups per slot map */
-    size_t acc_bytes;  /* workspace: split acc [B, Hq, splits, D] f32 */
-    size_t ml_bytes;   /* split (m, l) [B, Hq, splits, 2] f32 */
-    size_t y_bytes;    /* score logits [B, Hq, S] f32 */
-    size_t cand_bytes; /* chunk candidates [B, Hm, n_chunks, 2] i32 */
+    int group, nhg;       /* query heads per work-group, head groups per KV head */
+    int epl, tpr, wg;     /* elements per lane, lanes per row, work-group size */
+    int unroll;           /* rows per row-group per loop iteration */
+    int cp_async, stages; /* K/V tiles staged in local memory (cp.async on NVIDIA) */
+    int splits, chunk;    /* split-K over the S slots */
+    int n_chunks;         /* finish work-groups per slot map */
+    size_t acc_bytes;     /* workspace: split acc [B, Hq, splits, D] f32 */
+    size_t ml_bytes;      /* split (m, l) [B, Hq, splits, 2] f32 */
+    size_t y_bytes;       /* score logits [B, Hq, S] f32 */
+    size_t cand_bytes;    /* chunk candidates [B, Hm, n_chunks, 2] i32 */
 } lf_plan;
 
 struct clkv_longflow_cache {

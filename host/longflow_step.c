@@ -11,7 +11,8 @@
 #define PARTIAL_FILE "longflow_partial.cl"
 #define FINISH_FILE "longflow_finish.cl"
 
-/* Launch-parameter overrides CLKV_LONGFLOW_EPL / _WG / _UNROLL / _SPLITS (benchmarks,
+/* Launch-parameter overrides CLKV_LONGFLOW_EPL / _WG / _UNROLL / _SPLITS / _CPASYNC /
+ * _STAGES (benchmarks,
  * tuning, tests of the multi-lane layout and of split-K on CPUs; not API), read once per
  * cache creation. */
 static int env_int(const char *name, int fallback) {
@@ -20,7 +21,7 @@ static int env_int(const char *name, int fallback) {
         return fallback;
     char *end;
     long v = strtol(s, &end, 10);
-    return (*end == '\0' && v > 0 && v <= 4096) ? (int)v : fallback;
+    return (*end == '\0' && v >= 0 && v <= 4096) ? (int)v : fallback;
 }
 
 static size_t reduction_local_bytes(const lf_plan *p, int64_t D) {
@@ -29,6 +30,13 @@ static size_t reduction_local_bytes(const lf_plan *p, int64_t D) {
     return (size_t)nrg * p->group * 2 * 4 + (size_t)red_rows * p->group * (size_t)D * 4 +
            (size_t)p->wg * 4;
 }
+
+/* Local memory of the staged K/V tiles: STAGES x (K, V) x NRG * UNROLL rows. */
+static size_t stage_bytes(const lf_plan *p, int64_t D, size_t esize) {
+    return (size_t)p->stages * 2 * (size_t)(p->wg / p->tpr) * p->unroll * (size_t)D * esize;
+}
+
+#define LF_STAGE_BUDGET (96 * 1024) /* two or more work-groups per multiprocessor */
 
 clkv_status lf__plan(clkv_longflow_cache *c) {
     lf_plan *p = &c->plan;
@@ -50,18 +58,32 @@ clkv_status lf__plan(clkv_longflow_cache *c) {
     p->wg = env_int("CLKV_LONGFLOW_WG", p->wg);
     p->unroll = env_int("CLKV_LONGFLOW_UNROLL", p->unroll);
     const int vw = 16 / (int)clkv_dtype_size(c->dtype);
-    if (c->D % p->epl != 0 || (c->D / p->epl > 1 && p->epl % vw != 0) || c->D / p->epl > 32 ||
+    if (p->epl < 1 || p->wg < 1 || p->unroll < 1 || c->D % p->epl != 0 ||
+        (c->D / p->epl > 1 && p->epl % vw != 0) || c->D / p->epl > 32 ||
         p->wg % (int)(c->D / p->epl) != 0 || p->unroll > 8)
         return clkv__fail(c->ctx, CLKV_ERR_ARG_RANGE,
                           "CLKV_LONGFLOW_EPL/WG/UNROLL: EPL=%d WG=%d UNROLL=%d do not fit D=%lld "
                           "and %s (EPL divides D, a multiple of %d when below D, D/EPL <= 32 "
-                          "divides WG, UNROLL <= 8)",
+                          "divides WG, 1 <= UNROLL <= 8)",
                           p->epl, p->wg, p->unroll, (long long)c->D, clkv_dtype_name(c->dtype), vw);
     p->tpr = (int)(c->D / p->epl);
     while (reduction_local_bytes(p, c->D) > dev->local_mem_bytes && p->wg > p->tpr * 2)
         p->wg /= 2;
     if ((size_t)p->wg > dev->max_work_group_size)
         p->wg = (int)dev->max_work_group_size / p->tpr * p->tpr;
+    /* Staged K/V tiles (as decode attention): the default on NVIDIA; elsewhere only on
+     * request (CLKV_LONGFLOW_CPASYNC=1, tests of the layout with plain copies). */
+    p->cp_async = p->tpr > 1 && env_int("CLKV_LONGFLOW_CPASYNC", dev->nvidia_ptx ? 1 : 0) == 1;
+    p->stages = env_int("CLKV_LONGFLOW_STAGES", 3);
+    if (p->stages < 2)
+        p->stages = 2;
+    const size_t esize = clkv_dtype_size(c->dtype);
+    while (p->cp_async && p->unroll > 1 && stage_bytes(p, c->D, esize) > LF_STAGE_BUDGET)
+        p->unroll /= 2;
+    while (p->cp_async && p->stages > 2 && stage_bytes(p, c->D, esize) > LF_STAGE_BUDGET)
+        p->stages--;
+    if (p->cp_async && stage_bytes(p, c->D, esize) > dev->static_local_mem_bytes)
+        p->cp_async = 0;
 
     /* Split-K over the S slots as decode attention: on a GPU several work-groups per
      * compute unit, chunks of at least 1024 rows, but at least one work-group per
@@ -125,21 +147,21 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
     clkv_context *ctx = c->ctx;
     const lf_plan *p = &c->plan;
     clkv_status st;
-    /* Passes without a new token or an output (load) build with the cache dtype there,
-     * the likeliest dtype of the steps that follow, so they share the steps' programs. */
+    /* The dtypes of q, k_new/v_new and o are kernel arguments (read once per work-group
+     * or once per step), so a load's pass and steps of any activation dtype share one
+     * program per cache configuration. */
     clkv_defs dp, df;
     clkv__defs_init(&dp);
-    clkv__defs_int(&dp, "Q_DTYPE", ps->q && ps->q->buf ? ps->q->dtype : c->dtype);
     clkv__defs_int(&dp, "KV_DTYPE", c->dtype);
-    clkv__defs_int(&dp, "NEW_DTYPE", ps->k_new && ps->k_new->buf ? ps->k_new->dtype : c->dtype);
     clkv__defs_int(&dp, "HEAD_DIM", c->D);
     clkv__defs_int(&dp, "GROUP", p->group);
     clkv__defs_int(&dp, "EPL", p->epl);
     clkv__defs_int(&dp, "WG_SIZE", p->wg);
     clkv__defs_int(&dp, "UNROLL", p->unroll);
     clkv__defs_int(&dp, "PER_HEAD", c->mode == CLKV_LONGFLOW_PER_KV_HEAD);
+    clkv__defs_int(&dp, "CP_ASYNC", p->cp_async);
+    clkv__defs_int(&dp, "STAGES", p->cp_async ? p->stages : 0);
     clkv__defs_init(&df);
-    clkv__defs_int(&df, "O_DTYPE", ps->o && ps->o->buf ? ps->o->dtype : c->dtype);
     clkv__defs_int(&df, "HEAD_DIM", c->D);
     clkv__defs_int(&df, "PER_HEAD", c->mode == CLKV_LONGFLOW_PER_KV_HEAD);
     clkv__defs_int(&df, "FIN_WG", LF_FIN_WG);
@@ -163,6 +185,8 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
 
     if (kp) {
         const cl_mem q_buf = buf_of(ps->q), kn_buf = buf_of(ps->k_new), vn_buf = buf_of(ps->v_new);
+        const cl_int q_dt = q_buf ? (cl_int)ps->q->dtype : 0,
+                     n_dt = kn_buf ? (cl_int)ps->k_new->dtype : 0;
         const cl_long q_off = off_of(ps->q), q_sb = stride_of(ps->q, 0), q_sh = stride_of(ps->q, 1);
         const cl_long kn_off = off_of(ps->k_new), kn_sb = stride_of(ps->k_new, 0),
                       kn_sh = stride_of(ps->k_new, 1);
@@ -170,14 +194,14 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
                       vn_sh = stride_of(ps->v_new, 1);
         const cl_int do_write = ps->mode == 0;
         const cl_float scale_log2 = ps->scale * 1.4426950408889634f;
-        st = clkv__set_args(ctx, kp, "longflow_partial", 29, CLKV_ARG(q_buf), CLKV_ARG(q_off),
-                            CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(kn_buf), CLKV_ARG(kn_off),
-                            CLKV_ARG(kn_sb), CLKV_ARG(kn_sh), CLKV_ARG(vn_buf), CLKV_ARG(vn_off),
-                            CLKV_ARG(vn_sb), CLKV_ARG(vn_sh), CLKV_ARG(c->k), CLKV_ARG(c->v),
-                            CLKV_ARG(c->pos), CLKV_ARG(c->victim), CLKV_ARG(c->next_pos),
-                            CLKV_ARG(do_write), CLKV_ARG(Hq), CLKV_ARG(Hkv), CLKV_ARG(G),
-                            CLKV_ARG(nhg), CLKV_ARG(S), CLKV_ARG(chunk), CLKV_ARG(splits),
-                            CLKV_ARG(scale_log2), CLKV_ARG(ws), CLKV_ARG(ml_off), CLKV_ARG(y_off));
+        st = clkv__set_args(
+            ctx, kp, "longflow_partial", 31, CLKV_ARG(q_buf), CLKV_ARG(q_dt), CLKV_ARG(q_off),
+            CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(kn_buf), CLKV_ARG(n_dt), CLKV_ARG(kn_off),
+            CLKV_ARG(kn_sb), CLKV_ARG(kn_sh), CLKV_ARG(vn_buf), CLKV_ARG(vn_off), CLKV_ARG(vn_sb),
+            CLKV_ARG(vn_sh), CLKV_ARG(c->k), CLKV_ARG(c->v), CLKV_ARG(c->pos), CLKV_ARG(c->victim),
+            CLKV_ARG(c->next_pos), CLKV_ARG(do_write), CLKV_ARG(Hq), CLKV_ARG(Hkv), CLKV_ARG(G),
+            CLKV_ARG(nhg), CLKV_ARG(S), CLKV_ARG(chunk), CLKV_ARG(splits), CLKV_ARG(scale_log2),
+            CLKV_ARG(ws), CLKV_ARG(ml_off), CLKV_ARG(y_off));
         if (st == CLKV_OK)
             st = clkv__check_local_mem(ctx, kp, "longflow_partial", 0);
         if (st != CLKV_OK)
@@ -185,6 +209,7 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
     }
     {
         const cl_int n_merge = ps->mode == 0 ? (cl_int)(c->B * c->Hq) : 0, n_chunks = p->n_chunks;
+        const cl_int o_dt = ps->o && ps->o->buf ? (cl_int)ps->o->dtype : 0;
         const cl_mem o_buf = buf_of(ps->o), lse_buf = buf_of(ps->lse), sc_buf = buf_of(ps->scores),
                      vo_buf = buf_of(ps->victims);
         const cl_long o_off = off_of(ps->o), o_sb = stride_of(ps->o, 0), o_sh = stride_of(ps->o, 1);
@@ -196,15 +221,16 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
                       vo_sh = stride_of(ps->victims, 1);
         const cl_int has_lse = lse_buf != NULL, has_sc = sc_buf != NULL, has_vo = vo_buf != NULL;
         const cl_int mode = ps->mode, protect = c->protect;
-        st = clkv__set_args(
-            ctx, kf, "longflow_finish", 36, CLKV_ARG(ws), CLKV_ARG(ml_off), CLKV_ARG(y_off),
-            CLKV_ARG(cand_off), CLKV_ARG(splits), CLKV_ARG(Hq), CLKV_ARG(Hkv), CLKV_ARG(G),
-            CLKV_ARG(S), CLKV_ARG(n_merge), CLKV_ARG(n_chunks), CLKV_ARG(o_buf), CLKV_ARG(o_off),
-            CLKV_ARG(o_sb), CLKV_ARG(o_sh), CLKV_ARG(lse_buf), CLKV_ARG(lse_off), CLKV_ARG(lse_sb),
-            CLKV_ARG(lse_sh), CLKV_ARG(has_lse), CLKV_ARG(c->pos), CLKV_ARG(c->victim),
-            CLKV_ARG(c->next_pos), CLKV_ARG(c->counters), CLKV_ARG(mode), CLKV_ARG(protect),
-            CLKV_ARG(sc_buf), CLKV_ARG(sc_off), CLKV_ARG(sc_sb), CLKV_ARG(sc_sh), CLKV_ARG(has_sc),
-            CLKV_ARG(vo_buf), CLKV_ARG(vo_off), CLKV_ARG(vo_sb), CLKV_ARG(vo_sh), CLKV_ARG(has_vo));
+        st = clkv__set_args(ctx, kf, "longflow_finish", 37, CLKV_ARG(ws), CLKV_ARG(ml_off),
+                            CLKV_ARG(y_off), CLKV_ARG(cand_off), CLKV_ARG(splits), CLKV_ARG(Hq),
+                            CLKV_ARG(Hkv), CLKV_ARG(G), CLKV_ARG(S), CLKV_ARG(n_merge),
+                            CLKV_ARG(n_chunks), CLKV_ARG(o_buf), CLKV_ARG(o_dt), CLKV_ARG(o_off),
+                            CLKV_ARG(o_sb), CLKV_ARG(o_sh), CLKV_ARG(lse_buf), CLKV_ARG(lse_off),
+                            CLKV_ARG(lse_sb), CLKV_ARG(lse_sh), CLKV_ARG(has_lse), CLKV_ARG(c->pos),
+                            CLKV_ARG(c->victim), CLKV_ARG(c->next_pos), CLKV_ARG(c->counters),
+                            CLKV_ARG(mode), CLKV_ARG(protect), CLKV_ARG(sc_buf), CLKV_ARG(sc_off),
+                            CLKV_ARG(sc_sb), CLKV_ARG(sc_sh), CLKV_ARG(has_sc), CLKV_ARG(vo_buf),
+                            CLKV_ARG(vo_off), CLKV_ARG(vo_sb), CLKV_ARG(vo_sh), CLKV_ARG(has_vo));
         if (st == CLKV_OK)
             st = clkv__check_local_mem(ctx, kf, "longflow_finish", 0);
         if (st != CLKV_OK)
@@ -218,10 +244,11 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
             const size_t lp[3] = {(size_t)p->wg, 1, 1};
             clkv__log(ctx,
                       "longflow: B=%lld Hq=%lld Hkv=%lld D=%lld S=%lld mode=%d pass=%d group=%d "
-                      "epl=%d wg=%d unroll=%d splits=%d chunk=%d score_chunks=%d",
+                      "epl=%d wg=%d unroll=%d cp_async=%d stages=%d splits=%d chunk=%d "
+                      "score_chunks=%d",
                       (long long)c->B, (long long)c->Hq, (long long)c->Hkv, (long long)c->D,
                       (long long)c->S, (int)c->mode, ps->mode, p->group, p->epl, p->wg, p->unroll,
-                      p->splits, p->chunk, p->n_chunks);
+                      p->cp_async, p->stages, p->splits, p->chunk, p->n_chunks);
             if ((st = clkv__enqueue(ctx, kp, "longflow_partial", 3, gp, lp, NULL)) != CLKV_OK)
                 return st;
         }
