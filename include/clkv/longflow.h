@@ -136,7 +136,8 @@ clkv_tensor clkv_longflow_cache_next_positions(const clkv_longflow_cache *cache)
  *   lengths  [B]              i32, device, optional (absent: n = max_length)
  *   indices  [B, Hsel, K]     i32, optional, K <= S
  *   q        [B, Hq, D]       f32 | f16 | bf16, optional
- * Two or three kernels are enqueued (four with q); scratch from the context workspace.
+ * Two kernels are enqueued (the copy and the victim choice), three with q (the step's
+ * score pass without a write); scratch from the context workspace.
  */
 typedef struct clkv_longflow_load_args {
     clkv_tensor k;
@@ -209,8 +210,11 @@ typedef struct clkv_longflow_step_args {
 clkv_status clkv_longflow_step(clkv_longflow_cache *cache, const clkv_longflow_step_args *args,
                                cl_event *done);
 
-/* Bytes of context workspace a step (and a load with q) uses; pass to
- * clkv_context_reserve_workspace to preallocate. Errors: CLKV_ERR_ARG_NULL. */
+/* Bytes of context workspace a step (and a load) uses: the split-K partials
+ * (B*Hq*splits*(D+2) f32), the per-(query head, slot) score logits (B*Hq*S f32) and the
+ * victim candidates of the score chunks; fixed at cache creation. Pass it to
+ * clkv_context_reserve_workspace to preallocate. Nothing lives in the workspace between
+ * calls. Errors: CLKV_ERR_ARG_NULL. */
 clkv_status clkv_longflow_step_workspace_size(const clkv_longflow_cache *cache, size_t *bytes);
 
 #ifdef __cplusplus
