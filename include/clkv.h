@@ -12,7 +12,9 @@
 #include "clkv/context.h"
 #include "clkv/attention.h"
 #include "clkv/select.h"
+#include "clkv/budget.h"
 #include "clkv/quant.h"
+#include "clkv/quant_cache.h"
 #include "clkv/pariskv.h"
 #include "clkv/longflow.h"
 

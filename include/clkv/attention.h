@@ -17,21 +17,30 @@ extern "C" {
 /* Decode attention (SPEC §1.1), flash-decoding style.
  *
  * For every sequence b and query head h (KV head h / G, G = Hq / Hkv):
- *   z_j = scale * <q[b,h], K[b,h/G,j]>            for j < len[b]
+ *   z_j = scale * <q[b,h], K[b,h/G,j]>            for j < len[b, h/G]
  *   LSE = log(sum_j exp(z_j))                        (natural log)
  *   o[b,h] = sum_j exp(z_j - LSE) * V[b,h/G,j]
- * A sequence with len[b] = 0 gives o = 0 and LSE = -inf (never NaN).
+ * where len[b, kvh] = lengths[b] for [B] lengths (every KV head of a sequence has the
+ * same length) or lengths[b, kvh] for [B, Hkv] lengths (a cache compacted with a
+ * different kept count per head, e.g. clkv_compact_kv after clkv_budget_adakv).
+ * A (sequence, KV head) with length 0 gives o = 0 and LSE = -inf for its G query heads
+ * (never NaN).
  *
  * Tensors (strides in elements, last dim contiguous):
  *   q       [B, Hq, D]       f32 | f16 | bf16
  *   k, v    [B, Hkv, L, D]   f32 | f16 | bf16, same dtype for both. HND ([B,H,L,D] storage)
  *                            or NHD ([B,L,H,D] storage, see clkv_tensor_4d_nhd) or any
  *                            other strides.
- *   lengths [B]              i32, device buffer, 0 <= lengths[b] <= min(L, max_length).
- *                            Absent (buf NULL): every sequence has max_length tokens.
+ *   lengths [B] or [B, Hkv]  i32, device buffer, 0 <= lengths <= min(L, max_length)
+ *                            (values outside are clamped to [0, max_length]); [B, Hkv]
+ *                            may have any stride for b (e.g. the new_lengths of
+ *                            clkv_compact_kv). Absent (buf NULL): every sequence has
+ *                            max_length tokens.
  *   o       [B, Hq, D]       f32 | f16 | bf16 (any of them, independent of q and k/v)
  *   lse     [B, Hq]          f32, optional (buf NULL: not computed)
  * D must be 64, 128 or 256. Hq must be a multiple of Hkv.
+ * The launch is sized by max_length alone; with per-head lengths each work-group reads
+ * the length of its (sequence, KV head) once, so [B] and [B, Hkv] cost the same.
  *
  * Arithmetic is f32 (16-bit inputs are widened exactly); the K/V range of each KV head
  * is split over work-groups (split-K) whose partial (max, sum, acc) are merged by a
@@ -68,7 +77,8 @@ typedef struct clkv_attention_decode_args {
 /* Validate `args` and enqueue decode attention. `done` (optional) receives an event
  * that completes with the last kernel; the caller releases it.
  * Errors (nothing enqueued, nothing written): CLKV_ERR_ARG_NULL (ctx, args, a required
- * buffer), CLKV_ERR_ARG_DTYPE, CLKV_ERR_ARG_SHAPE (dims disagree, Hq % Hkv != 0),
+ * buffer), CLKV_ERR_ARG_DTYPE, CLKV_ERR_ARG_SHAPE (dims disagree, Hq % Hkv != 0,
+ * lengths neither [B] nor [B, Hkv]),
  * CLKV_ERR_ARG_UNSUPPORTED (D not in {64, 128, 256}), CLKV_ERR_ARG_RANGE (max_length >
  * L, non-finite scale, negative num_splits), CLKV_ERR_ARG_STRIDE, CLKV_ERR_ARG_ALIGNMENT,
  * CLKV_ERR_ARG_BUFFER_SIZE, CLKV_ERR_ARG_OVERFLOW; build and launch failures as OpenCL
@@ -99,9 +109,20 @@ clkv_status clkv_attention_decode_workspace_size(clkv_context *ctx,
  *   k, v    [B, Hkv, L, D]   f32 | f16 | bf16, same dtype for both, any strides
  *   lengths [B]              i32, device, optional, 0 <= lengths[b] <= max_length.
  *                            Absent: every sequence has max_length tokens.
- *   o       [B, Hq, T, D]    f32 | f16 | bf16, any strides
- *   lse     [B, Hq, T]       f32, optional
- * D must be 64, 128 or 256; Hq a multiple of Hkv.
+ *   o       [B, Hq, T, D]    f32 | f16 | bf16, any strides (independent of q and k/v)
+ *   lse     [B, Hq, T]       f32, optional (buf NULL: not computed); natural log
+ * D must be 64, 128 or 256; Hq a multiple of Hkv. T = 0 or B = 0 enqueues nothing (the
+ * event, if asked for, is a marker). T may exceed L (the leading rows then have no key).
+ * Lengths above max_length are clamped to it.
+ *
+ * Arithmetic is f32 (16-bit inputs widened exactly, o rounded to nearest even). A
+ * work-group owns a tile of query rows of one (sequence, KV head) -- all G heads of the
+ * group times consecutive window positions -- and streams that KV head's K/V through local
+ * memory once per tile, skipping the keys no row of the tile can see (causal). The key
+ * range is split over work-groups (split-K) when there are too few row tiles to fill the
+ * device (small T: the memory-bound window case); their partial (max, sum, acc) states go
+ * to the context's workspace and a second kernel merges them. With one split (typical for
+ * prefill) a single kernel writes o and lse and no workspace is used.
  */
 typedef struct clkv_attention_window_args {
     clkv_tensor q;
@@ -114,7 +135,9 @@ typedef struct clkv_attention_window_args {
     int64_t max_length;
     /* Softmax scale; 0 means 1/sqrt(D). Must be finite. */
     float scale;
-    /* Key-split count; 0 chooses from the device, T and max_length. */
+    /* Key-split count; 0 chooses from the device, T and max_length. Forced values are
+     * clamped to [1, max_length] (tests and benchmarks); a forced count whose partial
+     * states do not fit one device buffer fails with CLKV_ERR_DEVICE_LIMIT. */
     int32_t num_splits;
 } clkv_attention_window_args;
 
@@ -124,12 +147,21 @@ typedef struct clkv_attention_window_args {
         .scale = 0.0f, .num_splits = 0                                                             \
     }
 
-/* Validate `args` and enqueue window attention. Errors as clkv_attention_decode, plus
- * CLKV_ERR_ARG_SHAPE when q and o disagree on T. */
+/* Validate `args` and enqueue window attention. `done` (optional) receives an event that
+ * completes with the last kernel; the caller releases it.
+ * Errors (nothing enqueued, nothing written): as clkv_attention_decode -- CLKV_ERR_ARG_NULL
+ * (ctx, args, a required buffer), CLKV_ERR_ARG_DTYPE, CLKV_ERR_ARG_SHAPE (dims disagree,
+ * including q, o and lse on T; Hq % Hkv != 0), CLKV_ERR_ARG_UNSUPPORTED (D not in {64, 128,
+ * 256}), CLKV_ERR_ARG_RANGE (max_length outside [-1, L], non-finite scale, negative
+ * num_splits, G*T >= 2^31), CLKV_ERR_ARG_STRIDE, CLKV_ERR_ARG_ALIGNMENT,
+ * CLKV_ERR_ARG_BUFFER_SIZE, CLKV_ERR_ARG_OVERFLOW -- and CLKV_ERR_DEVICE_LIMIT (workspace
+ * larger than one buffer), CLKV_ERR_LOCAL_MEMORY, OpenCL build and launch codes. */
 clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window_args *args,
                                   cl_event *done);
 
-/* Bytes of workspace clkv_attention_window(ctx, args) will use. */
+/* Bytes of workspace clkv_attention_window(ctx, args) will use (0 when it runs as one
+ * kernel); validates args the same way. Pass it to clkv_context_reserve_workspace to
+ * preallocate. */
 clkv_status clkv_attention_window_workspace_size(clkv_context *ctx,
                                                  const clkv_attention_window_args *args,
                                                  size_t *bytes);

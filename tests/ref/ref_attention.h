@@ -38,6 +38,23 @@ int ref_attention_decode_ex(int64_t B, int64_t Hq, int64_t Hkv, int64_t L, int64
                             const float *q, const float *k, const float *v, const int32_t *len,
                             double scale, double *o, double *lse, double *spread);
 
+/* Window / prefill attention (SPEC §1.2), accumulated in double.
+ *
+ * Inputs as stored on the device (rounded to their storage dtypes), row-major:
+ *   q   [B, Hq, T, D]    row t of sequence b is position pos = len[b] - T + t
+ *   k,v [B, Hkv, L, D]   logical layout
+ *   len [B]              valid tokens per sequence (0 <= len[b] <= L); NULL: all L
+ * Outputs:
+ *   o   [B, Hq, T, D]    o[b,h,t] = sum_{j <= pos} exp(z_j - LSE) v[b, h/G, j]
+ *   lse [B, Hq, T]       LSE = log(sum_{j <= pos} exp(z_j)); may be NULL
+ * with z_j = scale * <q[b,h,t], k[b,h/G,j]> (causal: only keys j <= pos). A row with
+ * pos < 0 gives o = 0 and lse = -inf. `spread` (may be NULL) as in
+ * ref_attention_decode_ex, per row: sum_j p_j |v_j - o|.
+ * Returns 0, or -1 for invalid arguments. */
+int ref_attention_window(int64_t B, int64_t Hq, int64_t Hkv, int64_t T, int64_t L, int64_t D,
+                         const float *q, const float *k, const float *v, const int32_t *len,
+                         double scale, double *o, double *lse, double *spread);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,337 @@
+/* clkv_attention_window: validation, tile and split-K sizing, launch. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/internal.h"
+
+#define KERNEL_FILE "attention_window.cl"
+#define WG 128
+
+/* Everything the launch needs, derived from validated arguments. */
+typedef struct window_plan {
+    int64_t B, Hq, Hkv, G, T, L, D;
+    int max_len;
+    float scale;
+    int qt, kt, s_ct, o_ct; /* tile parameters (see attention_window.cl) */
+    int mma;                /* tensor-core (mma.sync) variant, or its portable emulation */
+    int n_qtiles;
+    int splits, chunk;
+    size_t part_acc_bytes, part_ml_bytes;
+} window_plan;
+
+static int is_supported_dim(int64_t d) {
+    return d == 64 || d == 128 || d == 256;
+}
+
+static clkv_status validate(clkv_context *ctx, const clkv_attention_window_args *a) {
+    clkv_status st;
+    if ((st = clkv__check_tensor(ctx, &a->q, "q", 4, CLKV_FLOAT_DTYPES)) ||
+        (st = clkv__check_tensor(ctx, &a->k, "k", 4, CLKV_FLOAT_DTYPES)) ||
+        (st = clkv__check_tensor(ctx, &a->v, "v", 4, CLKV_FLOAT_DTYPES)) ||
+        (st = clkv__check_tensor(ctx, &a->o, "o", 4, CLKV_FLOAT_DTYPES)) ||
+        (st = clkv__check_optional_tensor(ctx, &a->lse, "lse", 3, CLKV_DTYPE_BIT(CLKV_F32))) ||
+        (st =
+             clkv__check_optional_tensor(ctx, &a->lengths, "lengths", 1, CLKV_DTYPE_BIT(CLKV_I32))))
+        return st;
+    if (a->v.dtype != a->k.dtype)
+        return clkv__fail(ctx, CLKV_ERR_ARG_DTYPE, "v: dtype %s differs from k's %s",
+                          clkv_dtype_name(a->v.dtype), clkv_dtype_name(a->k.dtype));
+    const int64_t B = a->q.dims[0], Hq = a->q.dims[1], T = a->q.dims[2], D = a->q.dims[3];
+    const int64_t Hkv = a->k.dims[1], L = a->k.dims[2];
+    if (!is_supported_dim(D))
+        return clkv__fail(ctx, CLKV_ERR_ARG_UNSUPPORTED,
+                          "q: head dim D = %lld, supported: 64, 128, 256", (long long)D);
+    if ((st = clkv__check_dim(ctx, &a->k, "k", 0, B, "batch of q")) ||
+        (st = clkv__check_dim(ctx, &a->k, "k", 3, D, "head dim of q")))
+        return st;
+    for (int i = 0; i < 4; i++)
+        if ((st = clkv__check_dim(ctx, &a->v, "v", i, a->k.dims[i], "must match k")))
+            return st;
+    if ((st = clkv__check_dim(ctx, &a->o, "o", 0, B, "batch of q")) ||
+        (st = clkv__check_dim(ctx, &a->o, "o", 1, Hq, "query heads of q")) ||
+        (st = clkv__check_dim(ctx, &a->o, "o", 2, T, "window length T of q")) ||
+        (st = clkv__check_dim(ctx, &a->o, "o", 3, D, "head dim of q")))
+        return st;
+    if (a->lse.buf && ((st = clkv__check_dim(ctx, &a->lse, "lse", 0, B, "batch of q")) ||
+                       (st = clkv__check_dim(ctx, &a->lse, "lse", 1, Hq, "query heads of q")) ||
+                       (st = clkv__check_dim(ctx, &a->lse, "lse", 2, T, "window length T of q"))))
+        return st;
+    if (a->lengths.buf && (st = clkv__check_dim(ctx, &a->lengths, "lengths", 0, B, "batch of q")))
+        return st;
+    if (Hkv == 0 && Hq > 0)
+        return clkv__fail(ctx, CLKV_ERR_ARG_SHAPE, "k: dims[1] = Hkv = 0 with Hq = %lld",
+                          (long long)Hq);
+    if (Hkv > 0 && Hq % Hkv != 0)
+        return clkv__fail(
+            ctx, CLKV_ERR_ARG_SHAPE,
+            "q: Hq = %lld is not a multiple of k's Hkv = %lld (GQA needs Hq %% Hkv == 0)",
+            (long long)Hq, (long long)Hkv);
+    if (a->max_length < -1 || a->max_length > L)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "max_length: %lld is outside [-1, L = %lld]",
+                          (long long)a->max_length, (long long)L);
+    if (L > INT32_MAX || B > 65535 || Hq > 65535)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE,
+                          "k: L = %lld, B = %lld, Hq = %lld exceed the supported 2^31-1 tokens, "
+                          "65535 sequences, 65535 heads",
+                          (long long)L, (long long)B, (long long)Hq);
+    if (T > INT32_MAX || (Hkv > 0 && T * (Hq / Hkv) > INT32_MAX))
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE,
+                          "q: T = %lld window rows times the group size exceed 2^31-1",
+                          (long long)T);
+    if (!isfinite(a->scale))
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "scale: %g is not finite", (double)a->scale);
+    if (a->num_splits < 0)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "num_splits: %d is negative (0 = automatic)",
+                          (int)a->num_splits);
+    return CLKV_OK;
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) {
+    return (a + b - 1) / b;
+}
+
+/* Local memory of the partial kernel for the tile parameters (mirrors its __local
+ * declarations). */
+static size_t partial_local_bytes(int64_t D, int qt, int kt, int mma, int emulated) {
+    const size_t common = (size_t)qt * (size_t)(kt + 1) * 4 + (size_t)qt * 4 * 4;
+    if (mma)
+        return (size_t)(qt + 2 * kt) * (size_t)(D + 8) * 2 + common +
+               (emulated ? (size_t)WG / 32 * 32 * 6 * 4 : 4);
+    const size_t ld4 = (size_t)D / 4 + 1;
+    return (size_t)qt * ld4 * 16 + (size_t)kt * ld4 * 16 + (size_t)kt * (size_t)(D / 4) * 16 +
+           common;
+}
+
+/* The tensor-core variant (NVIDIA mma.sync through inline PTX; elsewhere a slow portable
+ * emulation of it, to verify its fragment logic) is opt-in while it has not been measured:
+ * CLKV_WINDOW_MMA=1, read once per process. */
+static int mma_requested(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        const char *e = getenv("CLKV_WINDOW_MMA");
+        cached = e && e[0] == '1';
+    }
+    return cached;
+}
+
+static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_args *a,
+                               window_plan *p) {
+    memset(p, 0, sizeof *p);
+    p->B = a->q.dims[0];
+    p->Hq = a->q.dims[1];
+    p->T = a->q.dims[2];
+    p->D = a->q.dims[3];
+    p->Hkv = a->k.dims[1];
+    p->L = a->k.dims[2];
+    p->G = p->Hkv ? p->Hq / p->Hkv : 1;
+    p->max_len = (int)(a->max_length < 0 ? p->L : a->max_length);
+    p->scale = a->scale != 0.0f ? a->scale : (float)(1.0 / sqrt((double)p->D));
+
+    /* Tiles: QT * D = 4096 output values per work-group of 128 lanes (32 f32 accumulators
+     * per lane), K/V tiles sized so everything stays within 48 KiB of local memory. */
+    const int int16 = a->q.dtype == a->k.dtype && a->k.dtype != CLKV_F32;
+    p->mma = int16 && mma_requested();
+    int qt_max;
+    if (p->mma) {
+        /* 16-row mma blocks; 32-key tiles of 16-bit values */
+        qt_max = (int)(4096 / p->D);
+        p->kt = 32;
+        p->o_ct = 32;
+    } else if (p->D == 64) {
+        qt_max = 64;
+        p->kt = 32;
+        p->o_ct = 16;
+    } else if (p->D == 128) {
+        qt_max = 32;
+        p->kt = 16;
+        p->o_ct = 32;
+    } else {
+        qt_max = 16;
+        p->kt = 8;
+        p->o_ct = 32;
+    }
+    p->s_ct = p->kt;
+    const int s_rt = WG / p->s_ct, o_rt = WG / p->o_ct;
+    const int qt_min = p->mma ? 16 : s_rt > o_rt ? s_rt : o_rt;
+    /* Small windows: the smallest power-of-two tile holding all G*T rows. */
+    const int64_t rows = p->G * p->T;
+    int qt = qt_min;
+    while (qt < qt_max && qt < rows)
+        qt *= 2;
+    p->qt = qt;
+    const size_t lmem =
+        partial_local_bytes(p->D, p->qt, p->kt, p->mma, p->mma && !ctx->info.nvidia_ptx);
+    if (lmem > ctx->info.local_mem_bytes)
+        return clkv__fail(ctx, CLKV_ERR_LOCAL_MEMORY,
+                          "attention_window: tiles need %zu bytes of local memory, the device "
+                          "has %llu",
+                          lmem, (unsigned long long)ctx->info.local_mem_bytes);
+    if ((size_t)WG > ctx->info.max_work_group_size)
+        return clkv__fail(ctx, CLKV_ERR_DEVICE_LIMIT,
+                          "attention_window: needs work-groups of %d, the device allows %llu", WG,
+                          (unsigned long long)ctx->info.max_work_group_size);
+    p->n_qtiles = (int)(rows > 0 ? ceil_div(rows, p->qt) : 0);
+
+    /* Split-K: enough work-groups to fill the device (a few per compute unit), with
+     * chunks of at least min_chunk keys so the partial states stay small next to the K/V
+     * bytes. Prefill (many row tiles) gets one split and no merge. */
+    const int gpu = ctx->info.kind == CLKV_DEVICE_KIND_GPU;
+    const int64_t len = p->max_len > 0 ? p->max_len : 1;
+    const int64_t units = p->B * p->Hkv * (int64_t)p->n_qtiles;
+    int64_t splits;
+    if (a->num_splits > 0) {
+        splits = a->num_splits;
+    } else {
+        const int64_t target = (int64_t)ctx->info.compute_units * (gpu ? 4 : 2);
+        const int64_t min_chunk = gpu ? 256 : 512;
+        splits = units > 0 ? ceil_div(target, units) : 1;
+        if (splits > ceil_div(len, min_chunk))
+            splits = ceil_div(len, min_chunk);
+        /* keep the partial states within a quarter of the largest buffer */
+        const uint64_t per_split = (uint64_t)(p->B * p->Hq * p->T) * (uint64_t)(p->D + 2) * 4;
+        while (splits > 1 && per_split * (uint64_t)splits > ctx->info.max_alloc_bytes / 4)
+            splits /= 2;
+    }
+    if (splits > ceil_div(len, p->kt) && a->num_splits <= 0)
+        splits = ceil_div(len, p->kt);
+    if (splits > len)
+        splits = len;
+    if (splits < 1)
+        splits = 1;
+    int64_t chunk = ceil_div(len, splits);
+    if (a->num_splits <= 0) /* whole key tiles per split */
+        chunk = ceil_div(chunk, p->kt) * p->kt;
+    p->chunk = (int)chunk;
+    p->splits = (int)ceil_div(len, chunk);
+    if (p->splits > 1) {
+        const uint64_t nrow = (uint64_t)(p->B * p->Hq * p->T) * (uint64_t)p->splits;
+        if (nrow > (UINT64_MAX / 8) / (uint64_t)p->D)
+            return clkv__fail(ctx, CLKV_ERR_ARG_OVERFLOW,
+                              "num_splits: %d splits of %lld rows overflow the workspace size",
+                              p->splits, (long long)(p->B * p->Hq * p->T));
+        p->part_acc_bytes = clkv__ws_align((size_t)(nrow * (uint64_t)p->D * 4));
+        p->part_ml_bytes = clkv__ws_align((size_t)(nrow * 2 * 4));
+    }
+    return CLKV_OK;
+}
+
+static clkv_status check_common(clkv_context *ctx, const clkv_attention_window_args *args) {
+    if (!ctx)
+        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
+    if (!args)
+        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    return validate(ctx, args);
+}
+
+clkv_status clkv_attention_window_workspace_size(clkv_context *ctx,
+                                                 const clkv_attention_window_args *args,
+                                                 size_t *bytes) {
+    clkv_status st = check_common(ctx, args);
+    if (st != CLKV_OK)
+        return st;
+    if (!bytes)
+        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "bytes: output pointer is NULL");
+    window_plan p;
+    if ((st = plan_launch(ctx, args, &p)) != CLKV_OK)
+        return st;
+    *bytes = (p.B && p.Hq && p.T) ? p.part_acc_bytes + p.part_ml_bytes : 0;
+    return CLKV_OK;
+}
+
+clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window_args *args,
+                                  cl_event *done) {
+    clkv_status st = check_common(ctx, args);
+    if (st != CLKV_OK)
+        return st;
+    window_plan p;
+    if ((st = plan_launch(ctx, args, &p)) != CLKV_OK)
+        return st;
+    if (p.B == 0 || p.Hq == 0 || p.T == 0) /* nothing to compute */
+        return clkv__marker(ctx, done);
+
+    clkv_defs defs;
+    clkv__defs_init(&defs);
+    clkv__defs_int(&defs, "Q_DTYPE", args->q.dtype);
+    clkv__defs_int(&defs, "KV_DTYPE", args->k.dtype);
+    clkv__defs_int(&defs, "O_DTYPE", args->o.dtype);
+    clkv__defs_int(&defs, "HEAD_DIM", p.D);
+    clkv__defs_int(&defs, "WG_SIZE", WG);
+    clkv__defs_int(&defs, "QT", p.qt);
+    clkv__defs_int(&defs, "KT", p.kt);
+    clkv__defs_int(&defs, "S_CT", p.s_ct);
+    clkv__defs_int(&defs, "O_CT", p.o_ct);
+    clkv__defs_int(&defs, "MMA", p.mma);
+    const int direct = p.splits == 1;
+    cl_kernel kp, km = NULL;
+    if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_window_partial", &kp)))
+        return st;
+    if (!direct && (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_window_merge", &km)))
+        return st;
+    cl_mem ws = NULL;
+    if (!direct && (st = clkv__workspace(ctx, p.part_acc_bytes + p.part_ml_bytes, &ws)))
+        return st;
+
+    /* Partial arrays in the workspace: acc first, then (m, l) pairs. */
+    const cl_long ml_off = (cl_long)(p.part_acc_bytes / 4);
+    const cl_long q_off = clkv__elem_offset(&args->q), q_sb = args->q.strides[0],
+                  q_sh = args->q.strides[1], q_st = args->q.strides[2];
+    const cl_long k_off = clkv__elem_offset(&args->k), k_sb = args->k.strides[0],
+                  k_sh = args->k.strides[1], k_sl = args->k.strides[2];
+    const cl_long v_off = clkv__elem_offset(&args->v), v_sb = args->v.strides[0],
+                  v_sh = args->v.strides[1], v_sl = args->v.strides[2];
+    const cl_mem len_buf = args->lengths.buf;
+    const cl_long len_off = len_buf ? clkv__elem_offset(&args->lengths) : 0;
+    const cl_mem o_buf = args->o.buf, lse_buf = args->lse.buf;
+    const cl_long o_off = clkv__elem_offset(&args->o), o_sb = args->o.strides[0],
+                  o_sh = args->o.strides[1], o_st = args->o.strides[2];
+    const cl_long lse_off = lse_buf ? clkv__elem_offset(&args->lse) : 0,
+                  lse_sb = lse_buf ? args->lse.strides[0] : 0,
+                  lse_sh = lse_buf ? args->lse.strides[1] : 0,
+                  lse_st = lse_buf ? args->lse.strides[2] : 0;
+    const cl_int has_len = len_buf != NULL, max_len = p.max_len, T = (cl_int)p.T, Hq = (cl_int)p.Hq,
+                 G = (cl_int)p.G, n_qtiles = p.n_qtiles, chunk = p.chunk, splits = p.splits,
+                 has_lse = lse_buf != NULL, direct_i = direct;
+    const cl_float scale_log2 = p.scale * 1.4426950408889634f;
+    st = clkv__set_args(
+        ctx, kp, "attention_window_partial", 40, CLKV_ARG(args->q.buf), CLKV_ARG(q_off),
+        CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(q_st), CLKV_ARG(args->k.buf), CLKV_ARG(k_off),
+        CLKV_ARG(k_sb), CLKV_ARG(k_sh), CLKV_ARG(k_sl), CLKV_ARG(args->v.buf), CLKV_ARG(v_off),
+        CLKV_ARG(v_sb), CLKV_ARG(v_sh), CLKV_ARG(v_sl), CLKV_ARG(len_buf), CLKV_ARG(len_off),
+        CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(T), CLKV_ARG(Hq), CLKV_ARG(G),
+        CLKV_ARG(n_qtiles), CLKV_ARG(chunk), CLKV_ARG(splits), CLKV_ARG(scale_log2),
+        CLKV_ARG(direct_i), CLKV_ARG(o_buf), CLKV_ARG(o_off), CLKV_ARG(o_sb), CLKV_ARG(o_sh),
+        CLKV_ARG(o_st), CLKV_ARG(lse_buf), CLKV_ARG(lse_off), CLKV_ARG(lse_sb), CLKV_ARG(lse_sh),
+        CLKV_ARG(lse_st), CLKV_ARG(has_lse), CLKV_ARG(ws), CLKV_ARG(ml_off));
+    const cl_long n_rows = (cl_long)(p.B * p.Hq * p.T);
+    if (st == CLKV_OK && !direct)
+        st = clkv__set_args(ctx, km, "attention_window_merge", 17, CLKV_ARG(ws), CLKV_ARG(ml_off),
+                            CLKV_ARG(splits), CLKV_ARG(Hq), CLKV_ARG(T), CLKV_ARG(n_rows),
+                            CLKV_ARG(o_buf), CLKV_ARG(o_off), CLKV_ARG(o_sb), CLKV_ARG(o_sh),
+                            CLKV_ARG(o_st), CLKV_ARG(lse_buf), CLKV_ARG(lse_off), CLKV_ARG(lse_sb),
+                            CLKV_ARG(lse_sh), CLKV_ARG(lse_st), CLKV_ARG(has_lse));
+    /* Every kernel passes the local-memory check before any is enqueued. */
+    if (st == CLKV_OK)
+        st = clkv__check_local_mem(ctx, kp, "attention_window_partial", 0);
+    if (st == CLKV_OK && !direct)
+        st = clkv__check_local_mem(ctx, km, "attention_window_merge", 0);
+    if (st == CLKV_OK) {
+        const size_t gp[3] = {(size_t)p.n_qtiles * WG, (size_t)p.splits, (size_t)(p.B * p.Hkv)};
+        const size_t lp[3] = {WG, 1, 1};
+        clkv__log(ctx,
+                  "attention_window: B=%lld Hq=%lld Hkv=%lld T=%lld D=%lld max_len=%d mma=%d "
+                  "qt=%d kt=%d qtiles=%d splits=%d chunk=%d",
+                  (long long)p.B, (long long)p.Hq, (long long)p.Hkv, (long long)p.T, (long long)p.D,
+                  p.max_len, p.mma, p.qt, p.kt, p.n_qtiles, p.splits, p.chunk);
+        st = clkv__enqueue(ctx, kp, "attention_window_partial", 3, gp, lp, direct ? done : NULL);
+    }
+    if (st == CLKV_OK && !direct) {
+        const size_t d4 = (size_t)p.D / 4;
+        const size_t n = ((size_t)n_rows * d4 + WG - 1) / WG * WG;
+        const size_t gm[1] = {n};
+        const size_t lm[1] = {WG};
+        st = clkv__enqueue(ctx, km, "attention_window_merge", 1, gm, lm, done);
+    }
+    return st;
+}
