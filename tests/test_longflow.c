@@ -21,6 +21,7 @@
 #include "ref/ref_longflow.h"
 
 #include "clkv/longflow.h"
+#include "clkv/select.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -828,6 +829,89 @@ static void test_bad_inputs(void **state) {
     clkv_longflow_cache_destroy(cache);
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* Load from clkv_select_topk's output (the chain SnapKV scores -> top-k -> load)        */
+/* ------------------------------------------------------------------------------------ */
+
+static void test_load_from_topk(void **state) {
+    (void)state;
+    const int64_t B = 2, Hq = 4, Hkv = 2, D = 64, S = 24, Lp = 90;
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_seed(DEFAULT_SEED), 2000);
+    for (int mode = 0; mode < 2; mode++) {
+        const int64_t Hm = mode ? Hkv : 1;
+        const size_t np = (size_t)(B * Hkv * Lp * D), nmap = (size_t)(B * Hm * S);
+        tu_set_case("load from clkv_select_topk, mode %d", mode);
+        float *pk = (float *)tu_malloc(np * sizeof(float)),
+              *pv = (float *)tu_malloc(np * sizeof(float));
+        float *sc = (float *)tu_malloc((size_t)(B * Hm * Lp) * sizeof(float));
+        float *q = (float *)tu_malloc((size_t)(B * Hq * D) * sizeof(float));
+        int32_t lens[2] = {90, 17}, *idx = (int32_t *)tu_malloc(nmap * sizeof(int32_t));
+        tu_fill_normal(&rng, pk, np, 0.0, 1.0);
+        tu_fill_normal(&rng, pv, np, 0.0, 1.0);
+        tu_fill_normal(&rng, sc, (size_t)(B * Hm * Lp), 0.0, 1.0);
+        tu_fill_normal(&rng, q, (size_t)(B * Hq * D), 0.0, 1.0);
+        tu_round_array(BF16, pk, np);
+        tu_round_array(BF16, pv, np);
+        const int64_t bdims[1] = {B}, sdims[3] = {B, Hm, Lp}, idims[3] = {B, Hm, S},
+                      qdims[3] = {B, Hq, D};
+        clkv_select_topk_args ta = CLKV_SELECT_TOPK_ARGS_INIT;
+        ta.scores = tu_tensor_upload(g_ctx, sc, F32, 3, sdims, 0, 0);
+        ta.lengths = tu_tensor_upload_i32(g_ctx, lens, 1, bdims, 0, 0);
+        ta.indices = tu_tensor_alloc(g_ctx, CLKV_I32, 3, idims, 0, 0);
+        ta.k = S;
+        TU_CHECK_OK(g_ctx, clkv_select_topk(g_ctx, &ta, NULL));
+
+        clkv_longflow_cache_create_args ca = CLKV_LONGFLOW_CACHE_CREATE_ARGS_INIT;
+        ca.batch = B;
+        ca.q_heads = Hq;
+        ca.kv_heads = Hkv;
+        ca.head_dim = D;
+        ca.slots = S;
+        ca.dtype = BF16;
+        ca.mode = mode ? PH : PL;
+        clkv_longflow_cache *cache = NULL;
+        TU_CHECK_OK(g_ctx, clkv_longflow_cache_create(g_ctx, &ca, &cache));
+        clkv_longflow_load_args la = CLKV_LONGFLOW_LOAD_ARGS_INIT;
+        la.k = tu_kv_tensor(g_ctx, pk, BF16, B, Hkv, Lp, D, TU_NHD);
+        la.v = tu_kv_tensor(g_ctx, pv, BF16, B, Hkv, Lp, D, TU_HND);
+        la.lengths = ta.lengths;
+        la.indices = ta.indices;
+        la.q = tu_tensor_upload(g_ctx, q, F32, 3, qdims, 0, 0);
+        TU_CHECK_OK(g_ctx, clkv_longflow_cache_load(cache, &la, NULL));
+
+        /* the reference loads the same lists (read back: top-k is tested on its own) */
+        read_i32(ta.indices, idx, nmap);
+        for (int64_t m = 0; m < B * Hm; m++) /* the format load expects: ascending, -1 tail */
+            for (int64_t i = 1; i < S; i++)
+                if (idx[m * S + i] >= 0 && idx[m * S + i] <= idx[m * S + i - 1])
+                    TU_FAIL("top-k list %d is not ascending at %d", (int)m, (int)i);
+        ref_lf_cache rc;
+        double *lsc = (double *)tu_malloc(nmap * sizeof(double));
+        int32_t vic[4];
+        assert_int_equal(ref_lf_init(&rc, B, Hq, Hkv, D, S, mode, 1), 0);
+        assert_int_equal(ref_lf_load(&rc, pk, pv, Lp, lens, idx, S, q, 1.0 / sqrt((double)D), lsc),
+                         0);
+        check_state(cache, &rc, 0, "after a load from top-k");
+        read_i32(clkv_longflow_cache_victims(cache), vic, (size_t)(B * Hm));
+        check_victims(&rc, vic, lsc, -1);
+        ref_lf_free(&rc);
+        clkv_longflow_cache_destroy(cache);
+        tu_release(ta.scores.buf);
+        tu_release(ta.lengths.buf);
+        tu_release(ta.indices.buf);
+        tu_release(la.k.buf);
+        tu_release(la.v.buf);
+        tu_release(la.q.buf);
+        free(pk);
+        free(pv);
+        free(sc);
+        free(q);
+        free(idx);
+        free(lsc);
+    }
+}
+
 int main(void) {
     struct CMUnitTest tests[64];
     size_t nt = 0;
@@ -835,6 +919,8 @@ int main(void) {
     memset(tests, 0, sizeof tests);
     tests[nt].name = "bad_inputs";
     tests[nt++].test_func = test_bad_inputs;
+    tests[nt].name = "load_from_topk";
+    tests[nt++].test_func = test_load_from_topk;
     tests[nt].name = "fill_order_and_protection";
     tests[nt++].test_func = test_fill_order_and_protection;
     for (size_t i = 0; i < N_CASES; i++) {
