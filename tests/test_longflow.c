@@ -15,6 +15,12 @@
  * index, the reference still orders 1e-60 and 1e-80). The reference then continues from
  * the kernel's choice so the run stays comparable; the number of such ties is printed.
  *
+ * Also: bad inputs of every public function (status code, the message names the
+ * argument, nothing written), the fill order of empty slots and the protection of the
+ * newest token checked explicitly, and a load from clkv_select_topk's index lists. The
+ * GPU layouts (several lanes per row, staged K/V tiles) run on CPUs through
+ * CLKV_LONGFLOW_EPL / _WG / _CPASYNC overrides, split-K through CLKV_LONGFLOW_SPLITS.
+ *
  * Reproduce a failure with CLKV_TEST_SEED=<seed printed>.
  */
 #include "util/test_util.h"

@@ -24,10 +24,10 @@
  * Protection. The newest `protect` positions are never chosen as the victim: a valid
  * slot is protected when its position is >= newest - protect + 1, where newest is the
  * position written by this step (after a load: the last prompt position, next_pos - 1).
- * Default protect = 1: the token just written survives at least one more step (the
- * paper's kernel overwrites the argmin over the tokens it just attended; evicting the
- * newest token immediately would make the step a no-op). 0 <= protect < S, so a full
- * cache always has an unprotected slot.
+ * Default protect = 1: the token just written survives at least one more step (evicting
+ * it at once would discard the token the model just produced). protect = 0 is the
+ * authors' kernel exactly: the argmin runs over every valid slot, the new token
+ * included. 0 <= protect < S, so a full cache always has an unprotected slot.
  *
  * Numerics. All arithmetic is f32 with running-max softmax; the score is ranked in the
  * linear domain as exp(z - LSE + log ||v||_1) with the final per-head LSE, so no logit
