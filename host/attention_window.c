@@ -95,7 +95,8 @@ static int64_t ceil_div(int64_t a, int64_t b) {
 /* Local memory of the partial kernel for the tile parameters (mirrors its __local
  * declarations). */
 static size_t partial_local_bytes(int64_t D, int qt, int kt, int mma, int emulated) {
-    const size_t common = (size_t)qt * (size_t)(kt + 1) * 4 + (size_t)qt * 4 * 4;
+    const size_t common =
+        (size_t)qt * (size_t)(kt + 1) * 4 + (size_t)qt * 4 * 4 + (size_t)WG * 2 * 4;
     if (mma)
         return (size_t)(qt + 2 * kt) * (size_t)(D + 8) * 2 + common +
                (emulated ? (size_t)WG / 32 * 32 * 6 * 4 : 4);
@@ -135,7 +136,8 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
     p->mma = int16 && mma_requested();
     int qt_max;
     if (p->mma) {
-        /* 16-row mma blocks; 32-key tiles of 16-bit values */
+        /* 16-row mma blocks, QT * D = 4096 (more rows cost registers: a ptxas build of
+         * the D = 128, 64-row tile needs 255 per lane); 32-key tiles of 16-bit values */
         qt_max = (int)(4096 / p->D);
         p->kt = 32;
         p->o_ct = 32;
