@@ -1,0 +1,474 @@
+/* ParisKV retrieval (SPEC §4): plan/tiers, Stage I collision scores, candidate
+ * selection, Stage II rerank and the final top-k of clkv_pariskv_search, against the plain
+ * C references in tests/ref/ref_pariskv_retrieve.c, on the default device (PoCL in CI).
+ *
+ * The keys are encoded on the device (clkv_pariskv_encode, tested by test_pariskv_encode)
+ * and the encoder's outputs (ids, codes, weights, q_rot, q_norm) are read back as the
+ * references' inputs, so Stage I is compared bit for bit: per-centroid counts, S_i and the
+ * candidate lists must be identical. Stage II scores are compared with an f32 bound
+ * (1e-4 relative plus 2e-6 of the sum of absolute terms); the final top-k as a set where
+ * a disagreement is allowed only between items whose reference scores lie within 1e-5
+ * relative of the k-th reference score (SPEC §0.2).
+ */
+#include "util/test_util.h"
+#include "ref/ref_pariskv_retrieve.h"
+#include "clkv/pariskv_retrieve.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_SEED 0x9A41C0111DEull
+
+#define F32 CLKV_F32
+#define F16 CLKV_F16
+#define BF16 CLKV_BF16
+
+static clkv_context *g_ctx;
+
+static int group_setup(void **state) {
+    (void)state;
+    g_ctx = NULL;
+    return tu_group_setup((void **)&g_ctx) != 0 ? -1 : 0;
+}
+
+static int group_teardown(void **state) {
+    (void)state;
+    return tu_group_teardown((void **)&g_ctx);
+}
+
+static cl_command_queue queue(void) {
+    return clkv_context_queue(g_ctx);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Plan                                                                                 */
+/* ------------------------------------------------------------------------------------ */
+
+static void test_plan(void **state) {
+    (void)state;
+    const int64_t ns[] = {0,     1,     99,    100,    101,     4999, 5000,  5001, 9999, 10000,
+                          29999, 30000, 30001, 131072, 1 << 20, 200,  12345, 2000, 4000, 60000};
+    const int64_t B = (int64_t)(sizeof ns / sizeof ns[0]);
+    int32_t plan[8 * 20];
+    int64_t cmax = -1;
+    const double br[3][2] = {{0.0, 0.0}, {0.1, 0.2}, {0.3, 0.3}};
+    for (int v = 0; v < 3; v++) {
+        tu_set_case("plan beta=%g rho=%g", br[v][0], br[v][1]);
+        TU_CHECK_OK(NULL, clkv_pariskv_plan(ns, B, 100, br[v][0], br[v][1], plan, &cmax));
+        int64_t want_max = 0;
+        for (int64_t b = 0; b < B; b++) {
+            int64_t T[6], C;
+            ref_pariskv_tiers(ns[b], br[v][0], br[v][1], 100, T, &C);
+            assert_int_equal(plan[b], ns[b]);
+            for (int t = 0; t < 6; t++)
+                if (plan[(1 + t) * B + b] != T[t])
+                    TU_FAIL("n=%lld T[%d] = %d, reference %lld", (long long)ns[b], t,
+                            plan[(1 + t) * B + b], (long long)T[t]);
+            if (plan[7 * B + b] != C)
+                TU_FAIL("n=%lld C = %d, reference %lld", (long long)ns[b], plan[7 * B + b],
+                        (long long)C);
+            want_max = C > want_max ? C : want_max;
+        }
+        assert_int_equal(cmax, want_max);
+    }
+    /* Spot values from the SPEC: n = 1000 (beta, rho) = (0.5, 0.5): T_0 = ceil(25) = 25,
+     * C = 500; n = 100000: (0.1, 0.2): T_5 = 20000, C = 10000; n = 50: C = 50. */
+    const int64_t n3[3] = {1000, 100000, 50};
+    TU_CHECK_OK(NULL, clkv_pariskv_plan(n3, 3, 100, 0.0, 0.0, plan, NULL));
+    assert_int_equal(plan[1 * 3 + 0], 25);
+    assert_int_equal(plan[7 * 3 + 0], 500);
+    assert_int_equal(plan[6 * 3 + 1], 20000);
+    assert_int_equal(plan[7 * 3 + 1], 10000);
+    assert_int_equal(plan[7 * 3 + 2], 50);
+    double be, rh;
+    clkv_pariskv_default_ratios(4999, &be, &rh);
+    assert_true(be == 0.5 && rh == 0.5);
+    clkv_pariskv_default_ratios(5000, &be, &rh);
+    assert_true(be == 0.25 && rh == 0.3);
+    clkv_pariskv_default_ratios(29999, &be, &rh);
+    assert_true(be == 0.2 && rh == 0.25);
+    clkv_pariskv_default_ratios(30000, &be, &rh);
+    assert_true(be == 0.1 && rh == 0.2);
+    tu_set_case("%s", "");
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Encoded data on the device                                                           */
+/* ------------------------------------------------------------------------------------ */
+
+typedef struct encoded {
+    int64_t B, Hq, Hkv, L, D, m, nblk;
+    clkv_tensor k, ids, codes, weights, counts, q, q_rot, q_norm;
+    /* host copies (logical row-major) */
+    uint8_t *h_ids, *h_codes;
+    float *h_w, *h_qrot, *h_qnorm;
+    uint32_t *h_counts;
+    float *h_k, *h_q;
+} encoded;
+
+/* Keys: normal noise, plus every 17th key pulled toward the (b, h) group-mean query
+ * direction so retrieval has structure (and S has ties at many values). */
+static void gen_data(tu_rng *r, encoded *e, float *k, float *q) {
+    const int64_t G = e->Hq / e->Hkv, D = e->D;
+    tu_fill_normal(r, q, (size_t)(e->B * e->Hq * D), 0.0, 1.0);
+    for (int64_t b = 0; b < e->B; b++)
+        for (int64_t h = 0; h < e->Hkv; h++) {
+            double qm[256] = {0};
+            for (int64_t g = 0; g < G; g++)
+                for (int64_t d = 0; d < D; d++)
+                    qm[d] += q[((b * e->Hq) + h * G + g) * D + d] / (double)G;
+            for (int64_t i = 0; i < e->L; i++) {
+                float *row = k + ((b * e->Hkv + h) * e->L + i) * D;
+                tu_fill_normal(r, row, (size_t)D, 0.0, 1.0);
+                if (i % 17 == 3) {
+                    const double a = tu_rng_range(r, 0.5, 3.0);
+                    for (int64_t d = 0; d < D; d++)
+                        row[d] = (float)(row[d] * 0.5 + a * qm[d]);
+                }
+            }
+        }
+}
+
+/* Encode zone [zone_start, zone_start + n[b]) of every sequence in `pieces` calls. */
+static void encode_zone(encoded *e, int64_t zone_start, const int64_t *n, int pieces,
+                        clkv_dtype wdt) {
+    (void)wdt;
+    int64_t nmax = 0;
+    int32_t ends[16];
+    for (int64_t b = 0; b < e->B; b++) {
+        nmax = n[b] > nmax ? n[b] : nmax;
+        ends[b] = (int32_t)(zone_start + n[b]);
+    }
+    const int64_t ld[1] = {e->B};
+    clkv_tensor lens = tu_tensor_upload_i32(g_ctx, ends, 1, ld, 0, 0);
+    for (int p = 0; p < pieces; p++) {
+        clkv_pariskv_encode_args a = CLKV_PARISKV_ENCODE_ARGS_INIT;
+        a.k = e->k;
+        a.lengths = lens;
+        a.ids = e->ids;
+        a.codes = e->codes;
+        a.weights = e->weights;
+        a.counts = e->counts;
+        a.m = (int32_t)e->m;
+        a.seed = 77;
+        a.start = zone_start + nmax * p / pieces;
+        a.end = zone_start + nmax * (p + 1) / pieces;
+        TU_CHECK_OK(g_ctx, clkv_pariskv_encode(g_ctx, &a, NULL));
+    }
+    TU_CHECK_CL(clFinish(queue()));
+    tu_release(lens.buf);
+}
+
+static void encoded_create(encoded *e, tu_rng *r, int64_t B, int64_t Hq, int64_t Hkv, int64_t L,
+                           int64_t D, int m, clkv_dtype kdt, clkv_dtype wdt) {
+    memset(e, 0, sizeof *e);
+    e->B = B;
+    e->Hq = Hq;
+    e->Hkv = Hkv;
+    e->L = L;
+    e->D = D;
+    e->m = m;
+    e->nblk = D / m;
+    e->h_k = (float *)tu_malloc((size_t)(B * Hkv * L * D) * sizeof(float));
+    e->h_q = (float *)tu_malloc((size_t)(B * Hq * D) * sizeof(float));
+    gen_data(r, e, e->h_k, e->h_q);
+    tu_round_array(kdt, e->h_k, (size_t)(B * Hkv * L * D));
+    tu_round_array(kdt, e->h_q, (size_t)(B * Hq * D));
+    const int64_t idd[4] = {B, Hkv, L, e->nblk}, cd[4] = {B, Hkv, L, D / 2},
+                  nd[4] = {B, Hkv, e->nblk, (int64_t)1 << m}, qd[3] = {B, Hq, D},
+                  rd[3] = {B, Hkv, D}, qnd[2] = {B, Hkv};
+    e->k = tu_kv_tensor(g_ctx, e->h_k, kdt, B, Hkv, L, D, TU_NHD);
+    e->ids = tu_tensor_alloc(g_ctx, CLKV_U8, 4, idd, 4, 0);
+    e->codes = tu_tensor_alloc(g_ctx, CLKV_U8, 4, cd, 0, 0);
+    e->weights = tu_tensor_alloc(g_ctx, wdt, 4, idd, 0, 0);
+    e->counts = tu_tensor_alloc(g_ctx, CLKV_U32, 4, nd, 0, 0);
+    const cl_uint zero = 0;
+    TU_CHECK_CL(clEnqueueFillBuffer(queue(), e->counts.buf, &zero, 4, 0,
+                                    tu_buffer_size(e->counts.buf), 0, NULL, NULL));
+    e->q = tu_tensor_upload(g_ctx, e->h_q, kdt, 3, qd, 0, 0);
+    e->q_rot = tu_tensor_alloc(g_ctx, F32, 3, rd, 0, 0);
+    e->q_norm = tu_tensor_alloc(g_ctx, F32, 2, qnd, 0, 0);
+    clkv_pariskv_query_args qa = CLKV_PARISKV_QUERY_ARGS_INIT;
+    qa.q = e->q;
+    qa.q_rot = e->q_rot;
+    qa.q_norm = e->q_norm;
+    qa.seed = 77;
+    TU_CHECK_OK(g_ctx, clkv_pariskv_query_transform(g_ctx, &qa, NULL));
+}
+
+/* Read every device array back into the host copies (call after encode_zone). */
+static void encoded_read(encoded *e) {
+    const size_t rows = (size_t)(e->B * e->Hkv * e->L);
+    free(e->h_ids);
+    free(e->h_codes);
+    free(e->h_w);
+    free(e->h_counts);
+    free(e->h_qrot);
+    free(e->h_qnorm);
+    e->h_ids = (uint8_t *)tu_malloc(rows * (size_t)e->nblk);
+    e->h_codes = (uint8_t *)tu_malloc(rows * (size_t)e->D / 2);
+    e->h_w = (float *)tu_malloc(rows * (size_t)e->nblk * sizeof(float));
+    e->h_counts = (uint32_t *)tu_malloc((size_t)(e->B * e->Hkv * e->nblk << e->m) * 4);
+    e->h_qrot = (float *)tu_malloc((size_t)(e->B * e->Hkv * e->D) * sizeof(float));
+    e->h_qnorm = (float *)tu_malloc((size_t)(e->B * e->Hkv) * sizeof(float));
+    tu_buffer_read(g_ctx, e->ids.buf, (size_t)e->ids.offset, e->h_ids, rows * (size_t)e->nblk);
+    tu_buffer_read(g_ctx, e->codes.buf, 0, e->h_codes, rows * (size_t)e->D / 2);
+    tu_tensor_read(g_ctx, &e->weights, e->h_w);
+    tu_buffer_read(g_ctx, e->counts.buf, 0, e->h_counts,
+                   (size_t)(e->B * e->Hkv * e->nblk << e->m) * 4);
+    tu_tensor_read(g_ctx, &e->q_rot, e->h_qrot);
+    tu_tensor_read(g_ctx, &e->q_norm, e->h_qnorm);
+}
+
+static void encoded_destroy(encoded *e) {
+    tu_release(e->k.buf);
+    tu_release(e->ids.buf);
+    tu_release(e->codes.buf);
+    tu_release(e->weights.buf);
+    tu_release(e->counts.buf);
+    tu_release(e->q.buf);
+    tu_release(e->q_rot.buf);
+    tu_release(e->q_norm.buf);
+    free(e->h_ids);
+    free(e->h_codes);
+    free(e->h_w);
+    free(e->h_counts);
+    free(e->h_qrot);
+    free(e->h_qnorm);
+    free(e->h_k);
+    free(e->h_q);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Search against the reference                                                         */
+/* ------------------------------------------------------------------------------------ */
+
+typedef struct scase {
+    const char *name;
+    int64_t B, Hq, Hkv, D;
+    int m;
+    clkv_dtype kdt, wdt;
+    int64_t zone_start;
+    int64_t n[3];
+    int64_t top_k;
+    double beta, rho;
+    int pieces; /* encode calls (incremental == bulk) */
+} scase;
+
+/* clang-format off */
+static const scase g_scases[] = {
+    {"search_d128_m8_b1_g4_n6000", 1, 8, 2, 128, 8, BF16, F16, 4, {6000}, 100, 0, 0, 1},
+    {"search_d64_m8_b3_g8_ragged", 3, 16, 2, 64, 8, F16, F32, 4, {4999, 0, 101}, 100, 0, 0, 3},
+    {"search_d256_m8_b3_g2_small", 3, 4, 2, 256, 8, F32, BF16, 4, {1, 100, 2049}, 100, 0, 0, 2},
+    {"search_d128_m4_b1_g1_fixed", 1, 3, 3, 128, 4, F16, F16, 0, {3000}, 64, 0.05, 0.1, 1},
+    {"search_d64_m2_b1_g4_wide", 1, 4, 1, 64, 2, F32, F32, 2, {2500}, 100, 0, 0, 4},
+    {"search_d128_m8_b3_g4_n10001", 3, 8, 2, 128, 8, BF16, BF16, 4, {10001, 5000, 2}, 100, 0, 0, 1},
+};
+/* clang-format on */
+
+static void run_search_case(void **state) {
+    const scase *c = (const scase *)*state;
+    tu_set_case("%s", c->name);
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_seed(DEFAULT_SEED), (uint64_t)(c - g_scases) + 11);
+    int64_t nmax = 0;
+    for (int64_t b = 0; b < c->B; b++)
+        nmax = c->n[b] > nmax ? c->n[b] : nmax;
+    const int64_t L = c->zone_start + nmax + 5;
+    encoded e;
+    encoded_create(&e, &rng, c->B, c->Hq, c->Hkv, L, c->D, c->m, c->kdt, c->wdt);
+    encode_zone(&e, c->zone_start, c->n, c->pieces, c->wdt);
+    encoded_read(&e);
+
+    int32_t plan[8 * 3];
+    int64_t cmax;
+    TU_CHECK_OK(NULL, clkv_pariskv_plan(c->n, c->B, c->top_k, c->beta, c->rho, plan, &cmax));
+    const int64_t pd[2] = {8, c->B};
+    clkv_tensor plan_t = tu_tensor_upload_i32(g_ctx, plan, 2, pd, 8, 0);
+    const int64_t Z = nmax + 3, Cm = cmax + 2;
+    const int64_t sd[3] = {c->B, c->Hkv, Z}, cmd[3] = {c->B, c->Hkv, Cm},
+                  xd[3] = {c->B, c->Hkv, c->top_k};
+    clkv_pariskv_search_args a = CLKV_PARISKV_SEARCH_ARGS_INIT;
+    a.q_rot = e.q_rot;
+    a.q_norm = e.q_norm;
+    a.ids = e.ids;
+    a.codes = e.codes;
+    a.weights = e.weights;
+    a.counts = e.counts;
+    a.plan = plan_t;
+    a.idx = tu_tensor_alloc(g_ctx, CLKV_I32, 3, xd, 4, 8);
+    a.collide_scores = tu_tensor_alloc(g_ctx, CLKV_I32, 3, sd, 0, 0);
+    a.candidates = tu_tensor_alloc(g_ctx, CLKV_I32, 3, cmd, 0, 0);
+    a.candidate_scores = tu_tensor_alloc(g_ctx, F32, 3, cmd, 0, 0);
+    a.zone_start = c->zone_start;
+    a.max_zone = nmax;
+    a.max_candidates = cmax;
+    a.top_k = c->top_k;
+    a.m = c->m;
+    const double t0 = tu_now();
+    TU_CHECK_OK(g_ctx, clkv_pariskv_search(g_ctx, &a, NULL));
+    TU_CHECK_CL(clFinish(queue()));
+    const double t1 = tu_now();
+    tu_assert_written_exactly(g_ctx, &a.idx, "idx");
+
+    const size_t rows = (size_t)(c->B * c->Hkv);
+    int32_t *gS = (int32_t *)tu_malloc(rows * (size_t)Z * 4);
+    int32_t *gC = (int32_t *)tu_malloc(rows * (size_t)Cm * 4);
+    float *gCs = (float *)tu_malloc(rows * (size_t)Cm * 4);
+    int32_t *gI = (int32_t *)tu_malloc(rows * (size_t)(c->top_k + 1) * 4);
+    tu_buffer_read(g_ctx, a.collide_scores.buf, 0, gS, rows * (size_t)Z * 4);
+    tu_buffer_read(g_ctx, a.candidates.buf, 0, gC, rows * (size_t)Cm * 4);
+    tu_buffer_read(g_ctx, a.candidate_scores.buf, 0, gCs, rows * (size_t)Cm * 4);
+    tu_buffer_read(g_ctx, a.idx.buf, 4, gI, rows * (size_t)c->top_k * 4);
+
+    /* The same search without the optional outputs (workspace path) gives the same idx. */
+    clkv_pariskv_search_args a2 = a;
+    a2.collide_scores.buf = a2.candidates.buf = a2.candidate_scores.buf = NULL;
+    a2.idx = tu_tensor_alloc(g_ctx, CLKV_I32, 3, xd, 0, 0);
+    TU_CHECK_OK(g_ctx, clkv_pariskv_search(g_ctx, &a2, NULL));
+    int32_t *gI2 = (int32_t *)tu_malloc(rows * (size_t)(c->top_k + 1) * 4);
+    tu_buffer_read(g_ctx, a2.idx.buf, 0, gI2, rows * (size_t)c->top_k * 4);
+    if (memcmp(gI, gI2, rows * (size_t)c->top_k * 4) != 0)
+        TU_FAIL("idx differs between the runs with and without optional outputs");
+
+    const int64_t nc = (int64_t)1 << c->m, nblk = e.nblk;
+    uint32_t *rc = (uint32_t *)tu_malloc((size_t)(nblk * nc) * 4);
+    int32_t *rS = (int32_t *)tu_malloc((size_t)(nmax + 1) * 4);
+    int32_t *rC = (int32_t *)tu_malloc((size_t)(nmax + 1) * 4);
+    double *rs = (double *)tu_malloc((size_t)(nmax + 1) * sizeof(double));
+    double *rmag = (double *)tu_malloc((size_t)(nmax + 1) * sizeof(double));
+    int32_t *rI = (int32_t *)tu_malloc((size_t)(c->top_k + 1) * 4);
+    size_t n_tie_ok = 0;
+    clkv_pariskv_levels lv;
+    TU_CHECK_OK(NULL, clkv_pariskv_levels_default(c->m, 0, &lv));
+    for (int64_t b = 0; b < c->B; b++)
+        for (int64_t h = 0; h < c->Hkv; h++) {
+            const size_t row = (size_t)(b * c->Hkv + h);
+            const int64_t n = c->n[b];
+            const uint8_t *ids = e.h_ids + (row * (size_t)L + (size_t)c->zone_start) * (size_t)nblk;
+            /* counts: what the encoder maintained == the zone's ids (bulk or incremental) */
+            ref_pariskv_counts(c->m, nblk, ids, nblk, n, rc);
+            if (memcmp(rc, e.h_counts + row * (size_t)(nblk * nc), (size_t)(nblk * nc) * 4) != 0)
+                TU_FAIL("b=%lld h=%lld: device counts differ from the zone's ids", (long long)b,
+                        (long long)h);
+            int64_t T[6], C;
+            ref_pariskv_tiers(n, c->beta, c->rho, c->top_k, T, &C);
+            ref_pariskv_collide(c->m, nblk, e.h_qrot + row * (size_t)c->D, ids, nblk, n, rc, T, rS);
+            for (int64_t i = 0; i < n; i++)
+                if (gS[row * (size_t)Z + (size_t)i] != rS[i])
+                    TU_FAIL("b=%lld h=%lld: S[%lld] = %d, reference %d", (long long)b, (long long)h,
+                            (long long)i, gS[row * (size_t)Z + (size_t)i], rS[i]);
+            ref_pariskv_candidates(rS, n, C, rC);
+            for (int64_t j = 0; j < Cm; j++) {
+                const int32_t want = j < C ? (int32_t)(rC[j] + c->zone_start) : -1;
+                if (gC[row * (size_t)Cm + (size_t)j] != want)
+                    TU_FAIL("b=%lld h=%lld: candidates[%lld] = %d, reference %d (C = %lld)",
+                            (long long)b, (long long)h, (long long)j,
+                            gC[row * (size_t)Cm + (size_t)j], want, (long long)C);
+            }
+            /* Stage II scores of the candidates */
+            for (int64_t j = 0; j < C; j++) {
+                const size_t tok = row * (size_t)L + (size_t)(rC[j] + c->zone_start);
+                rs[j] = ref_pariskv_rerank_score(c->D, c->m, lv.a, e.h_qrot + row * (size_t)c->D,
+                                                 e.h_qnorm[row], e.h_codes + tok * (size_t)c->D / 2,
+                                                 e.h_w + tok * (size_t)nblk, &rmag[j]);
+                const double got = gCs[row * (size_t)Cm + (size_t)j];
+                if (!(fabs(got - rs[j]) <= 1e-4 * fabs(rs[j]) + 2e-6 * rmag[j]))
+                    TU_FAIL("b=%lld h=%lld: s^ of candidate %lld (pos %d) = %.9g, reference %.9g",
+                            (long long)b, (long long)h, (long long)j, rC[j], got, rs[j]);
+            }
+            /* final top-k as sets with the tie rule */
+            const int64_t kk = ref_pariskv_topk(rs, C, c->top_k, rI);
+            double thr = 0.0;
+            if (kk > 0) {
+                double *sorted = (double *)tu_malloc((size_t)C * sizeof(double));
+                memcpy(sorted, rs, (size_t)C * sizeof(double));
+                for (int64_t x = 0; x < kk; x++) /* partial selection of the kk-th largest */
+                    for (int64_t y = x + 1; y < C; y++)
+                        if (sorted[y] > sorted[x]) {
+                            const double t = sorted[x];
+                            sorted[x] = sorted[y];
+                            sorted[y] = t;
+                        }
+                thr = sorted[kk - 1];
+                free(sorted);
+            }
+            const int32_t *got = gI + row * (size_t)c->top_k;
+            for (int64_t j = 0; j < c->top_k; j++) {
+                if (j >= kk) {
+                    if (got[j] != -1)
+                        TU_FAIL("b=%lld h=%lld: idx[%lld] = %d, expected -1 padding", (long long)b,
+                                (long long)h, (long long)j, got[j]);
+                    continue;
+                }
+                if (j > 0 && got[j] <= got[j - 1])
+                    TU_FAIL("b=%lld h=%lld: idx not ascending at %lld", (long long)b, (long long)h,
+                            (long long)j);
+            }
+            /* each side's extra items must be near-ties of the threshold */
+            for (int side = 0; side < 2; side++) {
+                const int32_t *x = side ? got : rI;
+                for (int64_t j = 0; j < kk; j++) {
+                    const int32_t pos = side ? x[j] : (int32_t)(rC[x[j]] + c->zone_start);
+                    int found = 0;
+                    for (int64_t y = 0; y < kk && !found; y++)
+                        found = side ? (int32_t)(rC[rI[y]] + c->zone_start) == pos : got[y] == pos;
+                    if (found)
+                        continue;
+                    int64_t cj = -1; /* candidate slot of pos */
+                    for (int64_t y = 0; y < C; y++)
+                        if (rC[y] + c->zone_start == pos)
+                            cj = y;
+                    if (cj < 0)
+                        TU_FAIL("b=%lld h=%lld: idx holds %d, not a candidate", (long long)b,
+                                (long long)h, pos);
+                    if (fabs(rs[cj] - thr) > 1e-5 * fabs(thr) + 2e-6 * rmag[cj])
+                        TU_FAIL("b=%lld h=%lld: top-k differs at pos %d (score %.9g, threshold "
+                                "%.9g)",
+                                (long long)b, (long long)h, pos, rs[cj], thr);
+                    n_tie_ok++;
+                }
+            }
+        }
+    printf("  %-40s search %.1f ms, %zu near-threshold swaps\n", c->name, (t1 - t0) * 1e3,
+           n_tie_ok);
+    free(rc);
+    free(rS);
+    free(rC);
+    free(rs);
+    free(rmag);
+    free(rI);
+    free(gS);
+    free(gC);
+    free(gCs);
+    free(gI);
+    free(gI2);
+    tu_release(plan_t.buf);
+    tu_release(a.idx.buf);
+    tu_release(a2.idx.buf);
+    tu_release(a.collide_scores.buf);
+    tu_release(a.candidates.buf);
+    tu_release(a.candidate_scores.buf);
+    encoded_destroy(&e);
+    tu_set_case("%s", "");
+}
+
+#define N_SCASES (sizeof g_scases / sizeof g_scases[0])
+
+int main(void) {
+    struct CMUnitTest tests[N_SCASES + 16];
+    memset(tests, 0, sizeof tests);
+    size_t n = 0;
+    printf("[ seed     ] 0x%016llx (set CLKV_TEST_SEED to change)\n",
+           (unsigned long long)tu_seed(DEFAULT_SEED));
+    tests[n].name = "plan_tiers";
+    tests[n++].test_func = test_plan;
+    for (size_t i = 0; i < N_SCASES; i++) {
+        tests[n].name = g_scases[i].name;
+        tests[n].test_func = run_search_case;
+        tests[n++].initial_state = (void *)&g_scases[i];
+    }
+    return _cmocka_run_group_tests("pariskv_retrieve", tests, n, group_setup, group_teardown);
+}
