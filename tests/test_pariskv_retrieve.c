@@ -11,7 +11,9 @@
  * relative of the k-th reference score (SPEC §0.2).
  */
 #include "util/test_util.h"
+#include "ref/ref_attention.h"
 #include "ref/ref_pariskv_retrieve.h"
+#include "ref/ref_sparse.h"
 #include "clkv/pariskv_retrieve.h"
 
 #include <math.h>
@@ -455,6 +457,240 @@ static void run_search_case(void **state) {
     tu_set_case("%s", "");
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* Retrieval index: decode steps                                                        */
+/* ------------------------------------------------------------------------------------ */
+
+/* A caller-side K/V cache [B, Hkv, L, D] (HND) with host mirror, plus q / o buffers. */
+typedef struct kvcache {
+    int64_t B, Hq, Hkv, L, D;
+    clkv_dtype dt;
+    float *hk, *hv, *hq;
+    int32_t *len;
+    clkv_tensor k, v, q, lengths, o, lse, idx;
+} kvcache;
+
+static void kv_create(kvcache *c, int64_t B, int64_t Hq, int64_t Hkv, int64_t L, int64_t D,
+                      int64_t top_k, clkv_dtype dt) {
+    memset(c, 0, sizeof *c);
+    c->B = B;
+    c->Hq = Hq;
+    c->Hkv = Hkv;
+    c->L = L;
+    c->D = D;
+    c->dt = dt;
+    const size_t nkv = (size_t)(B * Hkv * L * D);
+    c->hk = (float *)tu_calloc(nkv, sizeof(float));
+    c->hv = (float *)tu_calloc(nkv, sizeof(float));
+    c->hq = (float *)tu_calloc((size_t)(B * Hq * D), sizeof(float));
+    c->len = (int32_t *)tu_calloc((size_t)B, sizeof(int32_t));
+    c->k = tu_kv_tensor(g_ctx, c->hk, dt, B, Hkv, L, D, TU_HND);
+    c->v = tu_kv_tensor(g_ctx, c->hv, dt, B, Hkv, L, D, TU_HND);
+    const int64_t qd[3] = {B, Hq, D}, bd[1] = {B}, ld[2] = {B, Hq}, xd[3] = {B, Hkv, top_k};
+    c->q = tu_tensor_alloc(g_ctx, dt, 3, qd, 0, 0);
+    c->lengths = tu_tensor_alloc(g_ctx, CLKV_I32, 1, bd, 0, 0);
+    c->o = tu_tensor_alloc(g_ctx, F32, 3, qd, 0, 0);
+    c->lse = tu_tensor_alloc(g_ctx, F32, 2, ld, 0, 0);
+    c->idx = tu_tensor_alloc(g_ctx, CLKV_I32, 3, xd, 0, 0);
+}
+
+static void kv_destroy(kvcache *c) {
+    tu_release(c->k.buf);
+    tu_release(c->v.buf);
+    tu_release(c->q.buf);
+    tu_release(c->lengths.buf);
+    tu_release(c->o.buf);
+    tu_release(c->lse.buf);
+    tu_release(c->idx.buf);
+    free(c->hk);
+    free(c->hv);
+    free(c->hq);
+    free(c->len);
+}
+
+/* Store row (b, h, i) of K and V (already rounded) on the device. */
+static void kv_write_row(kvcache *c, int64_t b, int64_t h, int64_t i) {
+    const size_t es = tu_dtype_size(c->dt), row = (size_t)(((b * c->Hkv + h) * c->L + i) * c->D);
+    void *pk = tu_pack(c->dt, c->hk + row, (size_t)c->D);
+    void *pv = tu_pack(c->dt, c->hv + row, (size_t)c->D);
+    tu_buffer_write(g_ctx, c->k.buf, row * es, pk, (size_t)c->D * es);
+    tu_buffer_write(g_ctx, c->v.buf, row * es, pv, (size_t)c->D * es);
+    free(pk);
+    free(pv);
+}
+
+static void kv_write_q_len(kvcache *c) {
+    void *pq = tu_pack(c->dt, c->hq, (size_t)(c->B * c->Hq * c->D));
+    tu_buffer_write(g_ctx, c->q.buf, 0, pq, (size_t)(c->B * c->Hq * c->D) * tu_dtype_size(c->dt));
+    free(pq);
+    tu_buffer_write(g_ctx, c->lengths.buf, 0, c->len, (size_t)c->B * 4);
+}
+
+static void index_config(clkv_pariskv_index_config *cfg, const kvcache *c, int64_t sink,
+                         int64_t local, int64_t update, int64_t top_k) {
+    clkv_pariskv_index_config d = CLKV_PARISKV_INDEX_CONFIG_INIT;
+    *cfg = d;
+    cfg->batch = c->B;
+    cfg->q_heads = c->Hq;
+    cfg->kv_heads = c->Hkv;
+    cfg->head_dim = c->D;
+    cfg->capacity = c->L;
+    cfg->seed = 1234;
+    cfg->sink = sink;
+    cfg->local = local;
+    cfg->update = update;
+    cfg->top_k = top_k;
+    cfg->dense_min = 0;
+}
+
+/* Decode steps over a ragged batch with small regions (sink 4, local 48, update 40,
+ * top_k 24; dense below 100 tokens): every step's output against the double reference of
+ * the same attention (decode attention on dense steps; sparse attention over sink +
+ * retrieved + tail with the step's own indices on sparse steps); the retrieved set must be
+ * top_k distinct zone positions; zone bookkeeping as documented; and after every flush,
+ * a fresh index prefilled (bulk) at the same lengths retrieves exactly the same
+ * positions as the incrementally updated one. */
+static void test_index_steps(void **state) {
+    (void)state;
+    const int64_t B = 3, Hq = 8, Hkv = 2, D = 128, L = 420, K = 24;
+    const int64_t sink = 4, local = 48, update = 40;
+    tu_set_case("index steps");
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_seed(DEFAULT_SEED), 501);
+    kvcache c;
+    kv_create(&c, B, Hq, Hkv, L, D, K, BF16);
+    const int64_t pre[3] = {90, 30, 60}; /* dense for 10 steps, then sparse */
+    tu_fill_normal(&rng, c.hk, (size_t)(B * Hkv * L * D), 0.0, 1.0);
+    tu_fill_normal(&rng, c.hv, (size_t)(B * Hkv * L * D), 0.0, 1.0);
+    tu_round_array(BF16, c.hk, (size_t)(B * Hkv * L * D));
+    tu_round_array(BF16, c.hv, (size_t)(B * Hkv * L * D));
+    {
+        void *pk = tu_pack(BF16, c.hk, (size_t)(B * Hkv * L * D));
+        void *pv = tu_pack(BF16, c.hv, (size_t)(B * Hkv * L * D));
+        tu_buffer_write(g_ctx, c.k.buf, 0, pk, (size_t)(B * Hkv * L * D) * 2);
+        tu_buffer_write(g_ctx, c.v.buf, 0, pv, (size_t)(B * Hkv * L * D) * 2);
+        free(pk);
+        free(pv);
+    }
+    clkv_pariskv_index_config cfg;
+    index_config(&cfg, &c, sink, local, update, K);
+    clkv_pariskv_index *ix = NULL;
+    TU_CHECK_OK(g_ctx, clkv_pariskv_index_create(g_ctx, &cfg, &ix));
+    TU_CHECK_OK(g_ctx, clkv_pariskv_index_prefill(g_ctx, ix, &c.k, pre));
+    int64_t tail = local;
+    for (int64_t b = 0; b < B; b++) {
+        c.len[b] = (int32_t)pre[b];
+        assert_int_equal(clkv_pariskv_index_length(ix, b), pre[b]);
+        assert_int_equal(clkv_pariskv_index_zone_length(ix, b),
+                         pre[b] - sink - local > 0 ? pre[b] - sink - local : 0);
+    }
+    const int steps = 130;
+    double *ro = (double *)tu_malloc((size_t)(B * Hq * D) * sizeof(double));
+    double *rl = (double *)tu_malloc((size_t)(B * Hq) * sizeof(double));
+    float *go = (float *)tu_malloc((size_t)(B * Hq * D) * sizeof(float));
+    float *gl = (float *)tu_malloc((size_t)(B * Hq) * sizeof(float));
+    int32_t *gi = (int32_t *)tu_malloc((size_t)(B * Hkv * K) * 4);
+    int32_t *gi2 = (int32_t *)tu_malloc((size_t)(B * Hkv * K) * 4);
+    int n_sparse = 0, n_flush = 0;
+    for (int s = 0; s < steps; s++) {
+        tu_set_case("index steps: step %d", s);
+        for (int64_t b = 0; b < B; b++) {
+            for (int64_t h = 0; h < Hkv; h++)
+                kv_write_row(&c, b, h, c.len[b]); /* rows were pre-filled with random data */
+            c.len[b]++;
+        }
+        tu_fill_normal(&rng, c.hq, (size_t)(B * Hq * D), 0.0, 1.0);
+        tu_round_array(BF16, c.hq, (size_t)(B * Hq * D));
+        kv_write_q_len(&c);
+        const int sparse = clkv_pariskv_index_next_is_sparse(ix);
+        tu_buffer_poison(g_ctx, c.idx.buf, 0, tu_buffer_size(c.idx.buf));
+        clkv_pariskv_step_args a = CLKV_PARISKV_STEP_ARGS_INIT;
+        a.q = c.q;
+        a.k = c.k;
+        a.v = c.v;
+        a.lengths = c.lengths;
+        a.o = c.o;
+        a.lse = c.lse;
+        a.idx_out = c.idx;
+        TU_CHECK_OK(g_ctx, clkv_pariskv_index_step(g_ctx, ix, &a, NULL));
+        tail++;
+        const int flushed = tail >= local + update;
+        if (flushed)
+            tail = local;
+        for (int64_t b = 0; b < B; b++) {
+            const int64_t n = c.len[b] - sink - tail;
+            assert_int_equal(clkv_pariskv_index_length(ix, b), c.len[b]);
+            if (clkv_pariskv_index_zone_length(ix, b) != (n > 0 ? n : 0))
+                TU_FAIL("b=%lld zone %lld, expected %lld", (long long)b,
+                        (long long)clkv_pariskv_index_zone_length(ix, b),
+                        (long long)(n > 0 ? n : 0));
+        }
+        tu_tensor_read(g_ctx, &c.o, go);
+        tu_tensor_read(g_ctx, &c.lse, gl);
+        const double scale = 1.0 / sqrt((double)D);
+        if (sparse) {
+            n_sparse++;
+            tu_buffer_read(g_ctx, c.idx.buf, 0, gi, (size_t)(B * Hkv * K) * 4);
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t h = 0; h < Hkv; h++) {
+                    const int64_t n = clkv_pariskv_index_zone_length(ix, b);
+                    const int32_t *r = gi + (b * Hkv + h) * K;
+                    for (int64_t j = 0; j < K; j++) {
+                        const int ok =
+                            j < n ? (r[j] >= sink && r[j] < sink + n && (j == 0 || r[j] > r[j - 1]))
+                                  : r[j] == -1;
+                        if (!ok)
+                            TU_FAIL("b=%lld h=%lld: idx[%lld] = %d (zone %lld)", (long long)b,
+                                    (long long)h, (long long)j, r[j], (long long)n);
+                    }
+                }
+            ref_attention_sparse(B, Hq, Hkv, L, D, c.hq, c.hk, c.hv, c.len, gi, K, sink, tail,
+                                 scale, ro, rl);
+        } else {
+            ref_attention_decode(B, Hq, Hkv, L, D, c.hq, c.hk, c.hv, c.len, scale, ro, rl);
+        }
+        const int64_t od[3] = {B, Hq, D}, ld2[2] = {B, Hq};
+        tu_assert_close("o", go, ro, (size_t)(B * Hq * D), tu_tol_for(F32), 3, od);
+        tu_assert_lse("lse", gl, rl, (size_t)(B * Hq), TU_LSE_ATOL, 2, ld2);
+        if (flushed && sparse) {
+            /* incremental == bulk: a fresh index prefilled at these lengths */
+            n_flush++;
+            clkv_pariskv_index *fresh = NULL;
+            int64_t lens[3];
+            for (int64_t b = 0; b < B; b++)
+                lens[b] = c.len[b];
+            TU_CHECK_OK(g_ctx, clkv_pariskv_index_create(g_ctx, &cfg, &fresh));
+            TU_CHECK_OK(g_ctx, clkv_pariskv_index_prefill(g_ctx, fresh, &c.k, lens));
+            for (int64_t b = 0; b < B; b++)
+                assert_int_equal(clkv_pariskv_index_zone_length(fresh, b),
+                                 clkv_pariskv_index_zone_length(ix, b));
+            TU_CHECK_OK(g_ctx, clkv_pariskv_index_search(g_ctx, fresh, &c.q, &c.idx, NULL));
+            tu_buffer_read(g_ctx, c.idx.buf, 0, gi2, (size_t)(B * Hkv * K) * 4);
+            if (memcmp(gi, gi2, (size_t)(B * Hkv * K) * 4) != 0)
+                TU_FAIL("step %d: incrementally encoded index retrieves other positions than a "
+                        "bulk prefill",
+                        s);
+            TU_CHECK_CL(clFinish(queue()));
+            clkv_pariskv_index_destroy(fresh);
+        }
+    }
+    printf("  index steps: %d steps, %d sparse, %d flushes checked against bulk prefill\n", steps,
+           n_sparse, n_flush);
+    if (n_sparse < steps / 2 || n_sparse > steps - 5 || n_flush < 2)
+        TU_FAIL("the schedule did not exercise both paths / flushes (%d sparse, %d flushes)",
+                n_sparse, n_flush);
+    clkv_pariskv_index_destroy(ix);
+    clkv_pariskv_index_destroy(NULL);
+    free(ro);
+    free(rl);
+    free(go);
+    free(gl);
+    free(gi);
+    free(gi2);
+    kv_destroy(&c);
+    tu_set_case("%s", "");
+}
+
 #define N_SCASES (sizeof g_scases / sizeof g_scases[0])
 
 int main(void) {
@@ -470,5 +706,7 @@ int main(void) {
         tests[n].test_func = run_search_case;
         tests[n++].initial_state = (void *)&g_scases[i];
     }
+    tests[n].name = "index_steps";
+    tests[n++].test_func = test_index_steps;
     return _cmocka_run_group_tests("pariskv_retrieve", tests, n, group_setup, group_teardown);
 }
