@@ -843,6 +843,254 @@ static void test_index_recall(void **state) {
     tu_set_case("%s", "");
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* Bad inputs                                                                           */
+/* ------------------------------------------------------------------------------------ */
+
+static void expect_reject(clkv_status st, clkv_status want, const char *name, cl_mem out,
+                          cl_event ev, const char *what) {
+    const clkv_context *mctx = strcmp(name, "ctx") == 0 ? NULL : g_ctx;
+    tu_set_case("bad input: %s", what);
+    if (st != want)
+        TU_FAIL("status %s (%d), expected %s; message: %s", clkv_status_string(st), st,
+                clkv_status_string(want), clkv_last_error(mctx));
+    if (!tu_msg_names(clkv_last_error(mctx), name))
+        TU_FAIL("message \"%s\" does not name \"%s\"", clkv_last_error(mctx), name);
+    assert_null(ev);
+    clFinish(queue());
+    if (out)
+        tu_assert_buffer_poison(g_ctx, out, what);
+}
+
+static void test_plan_bad_inputs(void **state) {
+    (void)state;
+    const int64_t n[2] = {100, 5000}, bad_n[2] = {100, -1};
+    int32_t plan[16];
+    memset(plan, 0x5a, sizeof plan);
+    const clkv_context *none = NULL;
+    (void)none;
+#define PBAD(call, want, name)                                                                     \
+    do {                                                                                           \
+        tu_set_case("bad plan input: %s", #call);                                                  \
+        const clkv_status st_ = (call);                                                            \
+        if (st_ != (want))                                                                         \
+            TU_FAIL("status %d, expected %d", st_, (want));                                        \
+        if (!tu_msg_names(clkv_last_error(NULL), name))                                            \
+            TU_FAIL("message \"%s\" does not name \"%s\"", clkv_last_error(NULL), name);           \
+        for (int i_ = 0; i_ < 16; i_++)                                                            \
+            assert_int_equal(plan[i_], 0x5a5a5a5a);                                                \
+    } while (0)
+    PBAD(clkv_pariskv_plan(NULL, 2, 100, 0, 0, plan, NULL), CLKV_ERR_ARG_NULL, "n");
+    PBAD(clkv_pariskv_plan(n, 2, 100, 0, 0, NULL, NULL), CLKV_ERR_ARG_NULL, "plan");
+    PBAD(clkv_pariskv_plan(n, -1, 100, 0, 0, plan, NULL), CLKV_ERR_ARG_RANGE, "B");
+    PBAD(clkv_pariskv_plan(n, 2, -1, 0, 0, plan, NULL), CLKV_ERR_ARG_RANGE, "top_k");
+    PBAD(clkv_pariskv_plan(bad_n, 2, 100, 0, 0, plan, NULL), CLKV_ERR_ARG_RANGE, "n");
+    PBAD(clkv_pariskv_plan(n, 2, 100, 0.1, 0, plan, NULL), CLKV_ERR_ARG_RANGE, "rho");
+    PBAD(clkv_pariskv_plan(n, 2, 100, 0.3, 0.2, plan, NULL), CLKV_ERR_ARG_RANGE, "rho");
+    PBAD(clkv_pariskv_plan(n, 2, 100, 0.3, 1.5, plan, NULL), CLKV_ERR_ARG_RANGE, "rho");
+    PBAD(clkv_pariskv_plan(n, 2, 100, NAN, 0.2, plan, NULL), CLKV_ERR_ARG_RANGE, "beta");
+#undef PBAD
+    tu_set_case("%s", "");
+}
+
+static void test_search_bad_inputs(void **state) {
+    (void)state;
+    const int64_t B = 2, Hkv = 2, L = 64, D = 64, nblk = 8, K = 8;
+    const int64_t rd[3] = {B, Hkv, D}, nd[2] = {B, Hkv}, idd[4] = {B, Hkv, L, nblk},
+                  cd[4] = {B, Hkv, L, D / 2}, cnd[4] = {B, Hkv, nblk, 256}, pd[2] = {8, B},
+                  xd[3] = {B, Hkv, K}, sd[3] = {B, Hkv, 60};
+    float *z = (float *)tu_calloc((size_t)(B * Hkv * L * D), sizeof(float));
+    int32_t plan[16];
+    const int64_t zl[2] = {60, 10};
+    int64_t cmax;
+    TU_CHECK_OK(NULL, clkv_pariskv_plan(zl, 2, K, 0, 0, plan, &cmax));
+    clkv_pariskv_search_args base = CLKV_PARISKV_SEARCH_ARGS_INIT;
+    base.q_rot = tu_tensor_upload(g_ctx, z, F32, 3, rd, 0, 0);
+    base.q_norm = tu_tensor_upload(g_ctx, z, F32, 2, nd, 0, 0);
+    base.ids = tu_tensor_upload(g_ctx, z, CLKV_U8, 4, idd, 0, 0);
+    base.codes = tu_tensor_upload(g_ctx, z, CLKV_U8, 4, cd, 0, 0);
+    base.weights = tu_tensor_upload(g_ctx, z, F16, 4, idd, 0, 0);
+    base.counts = tu_tensor_upload(g_ctx, z, CLKV_U32, 4, cnd, 0, 0);
+    base.plan = tu_tensor_upload_i32(g_ctx, plan, 2, pd, 0, 0);
+    base.idx = tu_tensor_alloc(g_ctx, CLKV_I32, 3, xd, 0, 0);
+    base.collide_scores = tu_tensor_alloc(g_ctx, CLKV_I32, 3, sd, 0, 0);
+    base.zone_start = 4;
+    base.max_zone = 60;
+    base.max_candidates = cmax;
+    base.top_k = K;
+    const cl_mem out = base.idx.buf;
+    clkv_pariskv_search_args a;
+    cl_event ev = NULL;
+    size_t bytes;
+    expect_reject(clkv_pariskv_search(NULL, &base, &ev), CLKV_ERR_ARG_NULL, "ctx", NULL, ev, "ctx");
+    expect_reject(clkv_pariskv_search(g_ctx, NULL, &ev), CLKV_ERR_ARG_NULL, "args", out, ev,
+                  "args");
+    expect_reject(clkv_pariskv_search_workspace_size(g_ctx, &base, NULL), CLKV_ERR_ARG_NULL,
+                  "bytes", out, NULL, "bytes");
+#define BAD(mut, want, name)                                                                       \
+    do {                                                                                           \
+        a = base;                                                                                  \
+        mut;                                                                                       \
+        ev = NULL;                                                                                 \
+        expect_reject(clkv_pariskv_search(g_ctx, &a, &ev), want, name, out, ev, #mut);             \
+        expect_reject(clkv_pariskv_search_workspace_size(g_ctx, &a, &bytes), want, name, out,      \
+                      NULL, #mut " (workspace_size)");                                             \
+        tu_assert_buffer_poison(g_ctx, base.collide_scores.buf, #mut " (collide_scores)");         \
+    } while (0)
+    BAD(a.q_rot.buf = NULL, CLKV_ERR_ARG_NULL, "q_rot");
+    BAD(a.q_norm.buf = NULL, CLKV_ERR_ARG_NULL, "q_norm");
+    BAD(a.ids.buf = NULL, CLKV_ERR_ARG_NULL, "ids");
+    BAD(a.codes.buf = NULL, CLKV_ERR_ARG_NULL, "codes");
+    BAD(a.weights.buf = NULL, CLKV_ERR_ARG_NULL, "weights");
+    BAD(a.counts.buf = NULL, CLKV_ERR_ARG_NULL, "counts");
+    BAD(a.plan.buf = NULL, CLKV_ERR_ARG_NULL, "plan");
+    BAD(a.idx.buf = NULL, CLKV_ERR_ARG_NULL, "idx");
+    BAD(a.q_rot.dtype = F16, CLKV_ERR_ARG_DTYPE, "q_rot");
+    BAD(a.ids.dtype = CLKV_I32, CLKV_ERR_ARG_DTYPE, "ids");
+    BAD(a.weights.dtype = CLKV_U8, CLKV_ERR_ARG_DTYPE, "weights");
+    BAD(a.counts.dtype = CLKV_I32, CLKV_ERR_ARG_DTYPE, "counts");
+    BAD(a.plan.dtype = CLKV_U32, CLKV_ERR_ARG_DTYPE, "plan");
+    BAD(a.collide_scores.dtype = CLKV_U8, CLKV_ERR_ARG_DTYPE, "collide_scores");
+    BAD(a.q_rot.dims[2] = 32, CLKV_ERR_ARG_UNSUPPORTED, "q_rot");
+    BAD(a.m = 9, CLKV_ERR_ARG_RANGE, "m");
+    BAD(a.m = 4, CLKV_ERR_ARG_SHAPE, "ids");
+    BAD(a.ids.dims[3] = 4, CLKV_ERR_ARG_SHAPE, "ids");
+    BAD(a.codes.dims[2] = 32, CLKV_ERR_ARG_SHAPE, "codes");
+    BAD(a.weights.dims[1] = 1, CLKV_ERR_ARG_SHAPE, "weights");
+    BAD(a.counts.dims[3] = 128, CLKV_ERR_ARG_SHAPE, "counts");
+    BAD(a.plan.dims[0] = 7, CLKV_ERR_ARG_SHAPE, "plan");
+    BAD(a.q_norm.dims[0] = 1, CLKV_ERR_ARG_SHAPE, "q_norm");
+    BAD(a.top_k = 9, CLKV_ERR_ARG_SHAPE, "idx");
+    BAD(a.top_k = -1, CLKV_ERR_ARG_RANGE, "top_k");
+    BAD(a.zone_start = -1, CLKV_ERR_ARG_RANGE, "zone_start");
+    BAD(a.zone_start = 65, CLKV_ERR_ARG_RANGE, "zone_start");
+    BAD(a.max_zone = 61, CLKV_ERR_ARG_RANGE, "max_zone");
+    BAD(a.max_zone = -2, CLKV_ERR_ARG_RANGE, "max_zone");
+    BAD(a.max_candidates = 61, CLKV_ERR_ARG_RANGE, "max_candidates");
+    BAD(a.collide_scores.dims[2] = 59, CLKV_ERR_ARG_SHAPE, "collide_scores");
+    BAD((a.candidates = base.idx, a.candidates.dims[2] = 8), CLKV_ERR_ARG_SHAPE, "candidates");
+    BAD(a.ids.strides[3] = 2, CLKV_ERR_ARG_STRIDE, "ids");
+    BAD(a.weights.offset = 1, CLKV_ERR_ARG_ALIGNMENT, "weights");
+    BAD(a.codes.offset = 1, CLKV_ERR_ARG_BUFFER_SIZE, "codes");
+    BAD(a.counts.strides[0] = INT64_MAX / 2, CLKV_ERR_ARG_OVERFLOW, "counts");
+    clkv_pariskv_levels lv;
+    clkv_pariskv_levels_published_m8(&lv);
+    lv.m = 4;
+    BAD(a.levels = &lv, CLKV_ERR_ARG_RANGE, "levels");
+#undef BAD
+    tu_set_case("search bad inputs: baseline");
+    TU_CHECK_OK(g_ctx, clkv_pariskv_search(g_ctx, &base, NULL));
+    TU_CHECK_CL(clFinish(queue()));
+    tu_release(base.q_rot.buf);
+    tu_release(base.q_norm.buf);
+    tu_release(base.ids.buf);
+    tu_release(base.codes.buf);
+    tu_release(base.weights.buf);
+    tu_release(base.counts.buf);
+    tu_release(base.plan.buf);
+    tu_release(base.idx.buf);
+    tu_release(base.collide_scores.buf);
+    free(z);
+    tu_set_case("%s", "");
+}
+
+static void test_index_bad_inputs(void **state) {
+    (void)state;
+    kvcache c;
+    kv_create(&c, 2, 4, 2, 40, 64, 8, F32);
+    clkv_pariskv_index_config base;
+    index_config(&base, &c, 4, 8, 8, 8);
+    clkv_pariskv_index_config cfg;
+    clkv_pariskv_index *ix = (clkv_pariskv_index *)(uintptr_t)1;
+#define CBAD(mut, want, name)                                                                      \
+    do {                                                                                           \
+        cfg = base;                                                                                \
+        mut;                                                                                       \
+        ix = (clkv_pariskv_index *)(uintptr_t)1;                                                   \
+        expect_reject(clkv_pariskv_index_create(g_ctx, &cfg, &ix), want, name, NULL, NULL, #mut);  \
+        assert_null(ix);                                                                           \
+    } while (0)
+    expect_reject(clkv_pariskv_index_create(NULL, &base, &ix), CLKV_ERR_ARG_NULL, "ctx", NULL, NULL,
+                  "ctx");
+    expect_reject(clkv_pariskv_index_create(g_ctx, NULL, &ix), CLKV_ERR_ARG_NULL, "cfg", NULL, NULL,
+                  "cfg");
+    expect_reject(clkv_pariskv_index_create(g_ctx, &base, NULL), CLKV_ERR_ARG_NULL, "out", NULL,
+                  NULL, "out");
+    CBAD(cfg.batch = 0, CLKV_ERR_ARG_RANGE, "batch");
+    CBAD(cfg.kv_heads = 0, CLKV_ERR_ARG_RANGE, "kv_heads");
+    CBAD(cfg.q_heads = 3, CLKV_ERR_ARG_SHAPE, "q_heads");
+    CBAD(cfg.head_dim = 96, CLKV_ERR_ARG_UNSUPPORTED, "head_dim");
+    CBAD(cfg.m = 1, CLKV_ERR_ARG_RANGE, "m");
+    CBAD(cfg.capacity = 0, CLKV_ERR_ARG_RANGE, "capacity");
+    CBAD(cfg.update = 0, CLKV_ERR_ARG_RANGE, "update");
+    CBAD(cfg.sink = -1, CLKV_ERR_ARG_RANGE, "update");
+    CBAD(cfg.weight_dtype = CLKV_U8, CLKV_ERR_ARG_DTYPE, "weight_dtype");
+    CBAD((cfg.beta = 0.5, cfg.rho = 0.1), CLKV_ERR_ARG_RANGE, "rho");
+    int8_t bad_signs[64];
+    memset(bad_signs, 1, sizeof bad_signs);
+    bad_signs[7] = 0;
+    CBAD(cfg.signs = bad_signs, CLKV_ERR_ARG_RANGE, "signs");
+#undef CBAD
+    TU_CHECK_OK(g_ctx, clkv_pariskv_index_create(g_ctx, &base, &ix));
+    const int64_t lens[2] = {30, 12}, bad_lens[2] = {30, 41};
+    clkv_tensor kb = c.k;
+    kb.dims[2] = 39;
+    expect_reject(clkv_pariskv_index_prefill(g_ctx, ix, &c.k, NULL), CLKV_ERR_ARG_NULL, "lengths",
+                  NULL, NULL, "prefill lengths NULL");
+    expect_reject(clkv_pariskv_index_prefill(g_ctx, ix, &c.k, bad_lens), CLKV_ERR_ARG_RANGE,
+                  "lengths", NULL, NULL, "prefill length > capacity");
+    expect_reject(clkv_pariskv_index_prefill(g_ctx, ix, &kb, lens), CLKV_ERR_ARG_SHAPE, "k", NULL,
+                  NULL, "prefill k dims");
+    expect_reject(clkv_pariskv_index_search(g_ctx, ix, &c.q, &c.idx, NULL), CLKV_ERR_ARG_RANGE,
+                  "index", c.idx.buf, NULL, "search before prefill");
+    TU_CHECK_OK(g_ctx, clkv_pariskv_index_prefill(g_ctx, ix, &c.k, lens));
+    clkv_tensor qb = c.q;
+    qb.dims[1] = 2;
+    expect_reject(clkv_pariskv_index_search(g_ctx, ix, &qb, &c.idx, NULL), CLKV_ERR_ARG_SHAPE, "q",
+                  c.idx.buf, NULL, "search q heads");
+    clkv_tensor xb = c.idx;
+    xb.dims[2] = 7;
+    expect_reject(clkv_pariskv_index_search(g_ctx, ix, &c.q, &xb, NULL), CLKV_ERR_ARG_SHAPE, "idx",
+                  c.idx.buf, NULL, "search idx dims");
+    clkv_pariskv_step_args sb = CLKV_PARISKV_STEP_ARGS_INIT, s;
+    sb.q = c.q;
+    sb.k = c.k;
+    sb.v = c.v;
+    sb.lengths = c.lengths;
+    sb.o = c.o;
+    sb.idx_out = c.idx;
+#define SBAD(mut, want, name)                                                                      \
+    do {                                                                                           \
+        s = sb;                                                                                    \
+        mut;                                                                                       \
+        cl_event ev_ = NULL;                                                                       \
+        expect_reject(clkv_pariskv_index_step(g_ctx, ix, &s, &ev_), want, name, c.o.buf, ev_,      \
+                      #mut);                                                                       \
+        assert_int_equal(clkv_pariskv_index_length(ix, 0), 30);                                    \
+    } while (0)
+    SBAD(s.q.buf = NULL, CLKV_ERR_ARG_NULL, "q");
+    SBAD(s.v.dims[2] = 39, CLKV_ERR_ARG_SHAPE, "v");
+    SBAD(s.lengths.buf = NULL, CLKV_ERR_ARG_NULL, "lengths");
+    SBAD(s.o.dims[1] = 2, CLKV_ERR_ARG_SHAPE, "o");
+    SBAD(s.idx_out.dims[2] = 7, CLKV_ERR_ARG_SHAPE, "idx_out");
+    SBAD(s.scale = INFINITY, CLKV_ERR_ARG_RANGE, "scale");
+    expect_reject(clkv_pariskv_index_step(g_ctx, ix, NULL, NULL), CLKV_ERR_ARG_NULL, "args",
+                  c.o.buf, NULL, "step args NULL");
+#undef SBAD
+    /* a full sequence: nothing appended */
+    const int64_t full[2] = {40, 3};
+    TU_CHECK_OK(g_ctx, clkv_pariskv_index_prefill(g_ctx, ix, &c.k, full));
+    expect_reject(clkv_pariskv_index_step(g_ctx, ix, &sb, NULL), CLKV_ERR_ARG_RANGE, "index",
+                  c.o.buf, NULL, "step past capacity");
+    assert_int_equal(clkv_pariskv_index_length(ix, 1), 3);
+    assert_int_equal(clkv_pariskv_index_length(NULL, 0), -1);
+    assert_int_equal(clkv_pariskv_index_length(ix, 2), -1);
+    assert_int_equal(clkv_pariskv_index_next_is_sparse(NULL), -1);
+    clkv_pariskv_index_destroy(ix);
+    kv_destroy(&c);
+    tu_set_case("%s", "");
+}
+
 #define N_SCASES (sizeof g_scases / sizeof g_scases[0])
 
 int main(void) {
@@ -860,6 +1108,12 @@ int main(void) {
     }
     tests[n].name = "index_steps";
     tests[n++].test_func = test_index_steps;
+    tests[n].name = "plan_bad_inputs";
+    tests[n++].test_func = test_plan_bad_inputs;
+    tests[n].name = "search_bad_inputs";
+    tests[n++].test_func = test_search_bad_inputs;
+    tests[n].name = "index_bad_inputs";
+    tests[n++].test_func = test_index_bad_inputs;
     tests[n].name = "index_recall";
     tests[n++].test_func = test_index_recall;
     return _cmocka_run_group_tests("pariskv_retrieve", tests, n, group_setup, group_teardown);
