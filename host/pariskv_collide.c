@@ -165,7 +165,7 @@ clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_s
 }
 
 clkv_status clkv__pariskv_stage1_enqueue(clkv_context *ctx, const pkv_search_plan *p,
-                                         const pkv_search_kernels *k) {
+                                         const pkv_search_kernels *k, cl_event *ev) {
     clkv_status st;
     const size_t g_rank[3] = {(size_t)p->nc, (size_t)p->nblk, (size_t)(p->B * p->Hkv)};
     const size_t l_rank[3] = {(size_t)p->nc, 1, 1};
@@ -178,11 +178,13 @@ clkv_status clkv__pariskv_stage1_enqueue(clkv_context *ctx, const pkv_search_pla
               (long long)p->B, (long long)p->Hkv, (long long)p->nblk, p->m,
               (long long)p->zone_start, (long long)p->max_zone, (long long)p->max_cand, p->nchunks,
               p->wg);
-    if ((st = clkv__enqueue(ctx, k->rank, "pkv_rank", 3, g_rank, l_rank, NULL)) ||
-        (st = clkv__enqueue(ctx, k->collide, "pkv_collide", 3, g_chunk, l_wg, NULL)) ||
-        (st = clkv__enqueue(ctx, k->threshold, "pkv_threshold", 2, g_thr, l_wg, NULL)))
+    if ((st = clkv__enqueue(ctx, k->rank, "pkv_rank", 3, g_rank, l_rank, ev ? &ev[0] : NULL)) ||
+        (st =
+             clkv__enqueue(ctx, k->collide, "pkv_collide", 3, g_chunk, l_wg, ev ? &ev[1] : NULL)) ||
+        (st =
+             clkv__enqueue(ctx, k->threshold, "pkv_threshold", 2, g_thr, l_wg, ev ? &ev[2] : NULL)))
         return st;
     if (p->max_cand > 0)
-        st = clkv__enqueue(ctx, k->compact, "pkv_compact", 3, g_chunk, l_wg, NULL);
+        st = clkv__enqueue(ctx, k->compact, "pkv_compact", 3, g_chunk, l_wg, ev ? &ev[3] : NULL);
     return st;
 }

@@ -14,8 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clkv/pariskv_retrieve.h"
-#include "runtime/internal.h"
+#include "host/pariskv_retrieve_internal.h"
 
 struct clkv_pariskv_index {
     int64_t B, Hq, Hkv, D, L, nblk;
@@ -338,9 +337,10 @@ static clkv_status check_q(clkv_context *ctx, const clkv_pariskv_index *x, const
     return CLKV_OK;
 }
 
-/* Query transform + search, both validated before either is enqueued. */
+/* Query transform + search, both validated before either is enqueued; `ev` (optional):
+ * profile the search kernels instead of returning `done`. */
 static clkv_status search(clkv_context *ctx, clkv_pariskv_index *x, const clkv_tensor *q,
-                          const clkv_tensor *idx, cl_event *done) {
+                          const clkv_tensor *idx, cl_event *done, cl_event *ev) {
     clkv_pariskv_search_args s = search_args(x, idx);
     size_t ws;
     clkv_status st = clkv_pariskv_search_workspace_size(ctx, &s, &ws);
@@ -353,7 +353,7 @@ static clkv_status search(clkv_context *ctx, clkv_pariskv_index *x, const clkv_t
     qa.signs = x->signs;
     if ((st = clkv_pariskv_query_transform(ctx, &qa, NULL)))
         return st;
-    return clkv_pariskv_search(ctx, &s, done);
+    return ev ? clkv__pariskv_search_profiled(ctx, &s, ev) : clkv_pariskv_search(ctx, &s, done);
 }
 
 clkv_status clkv_pariskv_index_search(clkv_context *ctx, clkv_pariskv_index *x,
@@ -372,7 +372,16 @@ clkv_status clkv_pariskv_index_search(clkv_context *ctx, clkv_pariskv_index *x,
     clkv_status st = check_q(ctx, x, q);
     if (st != CLKV_OK)
         return st;
-    return search(ctx, x, q, idx, done);
+    return search(ctx, x, q, idx, done, NULL);
+}
+
+clkv_status clkv__pariskv_index_search_profiled(clkv_context *ctx, clkv_pariskv_index *x,
+                                                const clkv_tensor *q, const clkv_tensor *idx,
+                                                cl_event ev[6]) {
+    clkv_status st = check_q(ctx, x, q);
+    if (st != CLKV_OK)
+        return st;
+    return search(ctx, x, q, idx, NULL, ev);
 }
 
 clkv_status clkv_pariskv_index_step(clkv_context *ctx, clkv_pariskv_index *x,
@@ -490,7 +499,7 @@ clkv_status clkv_pariskv_index_step(clkv_context *ctx, clkv_pariskv_index *x,
     }
     if (!sparse)
         return clkv_attention_decode(ctx, &da, done);
-    if ((st = search(ctx, x, &a->q, &idx, NULL)))
+    if ((st = search(ctx, x, &a->q, &idx, NULL, NULL)))
         return st;
     return clkv_attention_sparse(ctx, &sa, done);
 }

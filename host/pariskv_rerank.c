@@ -74,18 +74,22 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
 }
 
 clkv_status clkv__pariskv_stage2_enqueue(clkv_context *ctx, const pkv_search_plan *p,
-                                         const pkv_search_kernels *k, cl_event *done) {
+                                         const pkv_search_kernels *k, cl_event *done,
+                                         cl_event *ev) {
     clkv_status st;
     const size_t wg = (size_t)p->wg;
     const size_t l_wg[3] = {wg, 1, 1};
     if (p->max_cand > 0) {
         const size_t g_rr[3] = {((size_t)p->max_cand + wg - 1) / wg * wg, (size_t)p->Hkv,
                                 (size_t)p->B};
-        if ((st = clkv__enqueue(ctx, k->rerank, "pkv_rerank", 3, g_rr, l_wg, NULL)))
+        if ((st = clkv__enqueue(ctx, k->rerank, "pkv_rerank", 3, g_rr, l_wg, ev ? &ev[0] : NULL)))
             return st;
     }
     const size_t g_tk[3] = {wg, (size_t)p->Hkv, (size_t)p->B};
-    return clkv__enqueue(ctx, k->topk, "pkv_topk", 3, g_tk, l_wg, done);
+    /* The top-k kernel is the last one: its event is `done` (or ev[1] when profiling). */
+    if ((st = clkv__enqueue(ctx, k->topk, "pkv_topk", 3, g_tk, l_wg, ev ? &ev[1] : done)))
+        return st;
+    return ev && done ? clkv__marker(ctx, done) : CLKV_OK;
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -269,8 +273,8 @@ clkv_status clkv_pariskv_search_workspace_size(clkv_context *ctx,
     return st;
 }
 
-clkv_status clkv_pariskv_search(clkv_context *ctx, const clkv_pariskv_search_args *args,
-                                cl_event *done) {
+static clkv_status search_impl(clkv_context *ctx, const clkv_pariskv_search_args *args,
+                               cl_event *done, cl_event *ev) {
     if (!ctx)
         return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
     if (!args)
@@ -288,7 +292,19 @@ clkv_status clkv_pariskv_search(clkv_context *ctx, const clkv_pariskv_search_arg
     if ((st = clkv__pariskv_stage1_prepare(ctx, args, &p, ws, &k)) ||
         (st = clkv__pariskv_stage2_prepare(ctx, args, &p, ws, &k)))
         return st;
-    if ((st = clkv__pariskv_stage1_enqueue(ctx, &p, &k)))
+    if ((st = clkv__pariskv_stage1_enqueue(ctx, &p, &k, ev)))
         return st;
-    return clkv__pariskv_stage2_enqueue(ctx, &p, &k, done);
+    return clkv__pariskv_stage2_enqueue(ctx, &p, &k, done, ev ? ev + 4 : NULL);
+}
+
+clkv_status clkv_pariskv_search(clkv_context *ctx, const clkv_pariskv_search_args *args,
+                                cl_event *done) {
+    return search_impl(ctx, args, done, NULL);
+}
+
+clkv_status clkv__pariskv_search_profiled(clkv_context *ctx, const clkv_pariskv_search_args *args,
+                                          cl_event ev[6]) {
+    for (int i = 0; i < 6; i++)
+        ev[i] = NULL;
+    return search_impl(ctx, args, NULL, ev);
 }

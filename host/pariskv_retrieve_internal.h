@@ -21,7 +21,9 @@ typedef struct pkv_search_kernels {
     cl_kernel rank, collide, threshold, compact, rerank, topk;
 } pkv_search_kernels;
 
-/* Each stage in two steps, so every kernel is built, has its arguments set and passes
+/* `ev` (optional): events of the stage's kernels (stage 1: 4, stage 2: 2), NULL where a
+ * kernel was not enqueued.
+ * Each stage in two steps, so every kernel is built, has its arguments set and passes
  * the local-memory check before anything is enqueued. Stage I (rank, collide with the
  * histogram, threshold, compaction) writes candidates to args->candidates when given,
  * else to the workspace at p->off_cand. Stage II (rerank, top-k) writes args->idx. */
@@ -29,11 +31,23 @@ clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_s
                                          const pkv_search_plan *p, cl_mem ws,
                                          pkv_search_kernels *k);
 clkv_status clkv__pariskv_stage1_enqueue(clkv_context *ctx, const pkv_search_plan *p,
-                                         const pkv_search_kernels *k);
+                                         const pkv_search_kernels *k, cl_event *ev);
 clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_search_args *args,
                                          const pkv_search_plan *p, cl_mem ws,
                                          pkv_search_kernels *k);
 clkv_status clkv__pariskv_stage2_enqueue(clkv_context *ctx, const pkv_search_plan *p,
-                                         const pkv_search_kernels *k, cl_event *done);
+                                         const pkv_search_kernels *k, cl_event *done, cl_event *ev);
+
+/* clkv_pariskv_search with one event per kernel for profiling (benchmarks): ev[0..5] =
+ * rank, collide, threshold, compact, rerank, top-k (NULL where a kernel was not
+ * enqueued); the caller releases them. */
+clkv_status clkv__pariskv_search_profiled(clkv_context *ctx, const clkv_pariskv_search_args *args,
+                                          cl_event ev[6]);
+
+/* clkv_pariskv_index_search with the per-kernel events of the search (as above; the
+ * query transform is not included). */
+clkv_status clkv__pariskv_index_search_profiled(clkv_context *ctx, clkv_pariskv_index *index,
+                                                const clkv_tensor *q, const clkv_tensor *idx,
+                                                cl_event ev[6]);
 
 #endif /* CLKV_HOST_PARISKV_RETRIEVE_INTERNAL_H */

@@ -17,7 +17,9 @@ void usage_bench(FILE *f) {
                "\n"
                "benchmarks:\n"
                "  attention-decode   decode attention (SPEC 1.1) vs. the device's streaming-read\n"
-               "                     bandwidth; see clkv bench attention-decode --help\n");
+               "                     bandwidth; see clkv bench attention-decode --help\n"
+               "  retrieval          ParisKV retrieval stages and decode step (SPEC 4); see\n"
+               "                     clkv bench retrieval --help\n");
 }
 
 void usage_bench_decode(FILE *f) {
@@ -374,6 +376,9 @@ int cmd_bench(int argc, char **argv) {
     }
     if (strcmp(argv[1], "attention-decode") == 0) {
         return bench_decode(argc - 1, argv + 1);
+    }
+    if (strcmp(argv[1], "retrieval") == 0) {
+        return bench_retrieval(argc - 1, argv + 1);
     }
     fprintf(stderr, "clkv bench: unknown benchmark '%s'\n", argv[1]);
     usage_bench(stderr);
