@@ -38,16 +38,20 @@ inline ulong pkc_scan(__local ulong *tmp, ulong v, ulong *total) {
     return tmp[lid] - v;
 }
 
-/* Bonus table per (b, h, blk): bonus[c] = #{t : before(c) < T_t}.
- * Grid (NC, NBLK, B * Hkv), local (NC). */
+/* Bonus table per (b, h, blk): bonus[c] = #{t : before(c) < T_t}; also zeroes the row
+ * histograms. Grid (NC, NBLK, B * Hkv), local (NC). */
 __kernel __attribute__((reqd_work_group_size(NC, 1, 1))) void
 pkv_rank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global const uint *cnt,
          long c_off, long c_sb, long c_sh, long c_sblk, __global const int *plan, long plan_off,
-         int B, int Hkv, __global uchar *bonus, long bonus_off) {
+         int B, int Hkv, __global uchar *bonus, long bonus_off, __global uint *rowhist,
+         long rh_off) {
     __local float sc[NC];
     __local uint ct[NC];
     const int c = (int)get_local_id(0), blk = (int)get_group_id(1), bh = (int)get_group_id(2);
     const int b = bh / Hkv, h = bh % Hkv;
+    if (blk == 0) /* the row histogram pkv_collide accumulates into */
+        for (int v = c; v < NBINS; v += NC)
+            rowhist[rh_off + (long)bh * NBINS + v] = 0;
     __global const float *q = qr + qr_off + b * qr_sb + h * qr_sh + blk * SUB_M;
     float s = 0.0f;
     for (int j = 0; j < SUB_M; j++)
@@ -67,7 +71,8 @@ pkv_rank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global
     bonus[bonus_off + ((long)bh * NBLK + blk) * NC + c] = (uchar)bonus_c;
 }
 
-/* S_i for the zone tokens of one chunk and the chunk's histogram of S.
+/* S_i for the zone tokens of one chunk, the chunk's histogram of S, and its sum over the
+ * chunks of the row (global atomics into rowhist).
  * Grid (nchunks * WG, Hkv, B), local (WG). Token i = chunk*CHUNK + r*WG + lid (coalesced
  * id rows). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
@@ -75,7 +80,7 @@ pkv_collide(__global const uchar *ids, long id_off, long id_sb, long id_sh, long
             __global const int *plan, long plan_off, int B, int zone_start, int max_zone,
             __global const uchar *bonus, long bonus_off, __global S_T *sc, long s_off, long s_sb,
             long s_sh, __global int *dbg, long dbg_off, long dbg_sb, long dbg_sh, int has_dbg,
-            __global uint *chist, long ch_off, int nchunks) {
+            __global uint *chist, long ch_off, int nchunks, __global uint *rowhist, long rh_off) {
     __local uchar tab[NBLK * NC];
     __local uint hist[NBINS];
     const int lid = (int)get_local_id(0), chunk = (int)get_group_id(0);
@@ -113,8 +118,12 @@ pkv_collide(__global const uchar *ids, long id_off, long id_sb, long id_sh, long
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     __global uint *out = chist + ch_off + (bh * nchunks + chunk) * NBINS;
-    for (int i = lid; i < NBINS; i += WG)
-        out[i] = hist[i];
+    for (int i = lid; i < NBINS; i += WG) {
+        const uint x = hist[i];
+        out[i] = x;
+        if (x)
+            atomic_add(rowhist + rh_off + bh * NBINS + i, x);
+    }
 }
 
 /* Threshold per (b, h): the smallest value thr such that #(S > thr) < C <= #(S >= thr),
@@ -122,23 +131,36 @@ pkv_collide(__global const uchar *ids, long id_off, long id_sb, long id_sh, long
  * ties to take (ties in position order). Writes cinfo[chunk] = (base, ties, thr, -).
  * Grid (WG, B * Hkv), local (WG). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
-pkv_threshold(__global const uint *chist, long ch_off, int nchunks, __global const int *plan,
-              long plan_off, int B, int Hkv, int max_cand, __global int *cinfo, long ci_off,
-              __global int *cand, long cd_off, long cd_sb, long cd_sh, int fill_cand) {
+pkv_threshold(__global const uint *chist, long ch_off, int nchunks, __global const uint *rowhist,
+              long rh_off, __global const int *plan, long plan_off, int B, int Hkv, int max_cand,
+              __global int *cinfo, long ci_off, __global int *cand, long cd_off, long cd_sb,
+              long cd_sh, int fill_cand) {
     __local uint tot[NBINS];
     __local int sh_thr, sh_take;
     __local ulong tmp[WG];
     const int lid = (int)get_local_id(0), bh = (int)get_group_id(1);
     const int b = bh / Hkv, h = bh % Hkv;
     __global const uint *hh = chist + ch_off + (long)bh * nchunks * NBINS;
-    for (int v = lid; v < NBINS; v += WG) {
-        uint s = 0;
-        for (int c = 0; c < nchunks; c++)
-            s += hh[(long)c * NBINS + v];
-        tot[v] = s;
-    }
+    for (int v = lid; v < NBINS; v += WG)
+        tot[v] = rowhist[rh_off + (long)bh * NBINS + v];
     barrier(CLK_LOCAL_MEM_FENCE);
     const int C = clamp(plan[plan_off + 7 * B + b], 0, max_cand);
+#if NBINS <= WG
+    { /* values in descending order, one per work-item */
+        if (lid == 0) {
+            sh_thr = NBINS; /* C = 0: nothing selected */
+            sh_take = 0;
+        }
+        const int v = NBINS - 1 - lid;
+        const uint x = lid < NBINS ? tot[v] : 0u;
+        ulong total;
+        const ulong above = pkc_scan(tmp, x, &total);
+        if (C > 0 && lid < NBINS && above < (ulong)C && above + x >= (ulong)C) {
+            sh_thr = v;
+            sh_take = C - (int)above;
+        }
+    }
+#else
     if (lid == 0) {
         int thr = NBINS, take = 0; /* C = 0: nothing selected */
         uint cum = 0;
@@ -155,6 +177,7 @@ pkv_threshold(__global const uint *chist, long ch_off, int nchunks, __global con
         sh_thr = thr;
         sh_take = take;
     }
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
     const int thr = sh_thr, take = sh_take;
     __global int *ci = cinfo + ci_off + (long)bh * nchunks * 4;

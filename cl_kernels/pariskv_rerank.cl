@@ -113,6 +113,19 @@ pkv_topk(__global const float *cs, long cs_off, long cs_sb, long cs_sh, __global
                     atomic_inc(&hist[(key >> shift) & 0xffu]);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
+#if WG >= 256
+            { /* bins in descending order, one per work-item: the bin where the count of
+               * larger keys reaches `need` */
+                const int v = 255 - lid;
+                const uint x = lid < 256 ? hist[v] : 0u;
+                ulong tot;
+                const ulong above = pkr_scan(tmp, x, &tot);
+                if (lid < 256 && above < need && above + x >= need) {
+                    sh_prefix = prefix | ((uint)v << shift);
+                    sh_need = need - (uint)above;
+                }
+            }
+#else
             if (lid == 0) {
                 uint cum = 0;
                 for (int v = 255; v >= 0; v--) {
@@ -124,6 +137,7 @@ pkv_topk(__global const float *cs, long cs_off, long cs_sb, long cs_sh, __global
                     cum += hist[v];
                 }
             }
+#endif
             barrier(CLK_LOCAL_MEM_FENCE);
             prefix = sh_prefix;
             need = sh_need;

@@ -120,7 +120,8 @@ clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_s
     const cl_long dbg_off = dbg ? clkv__elem_offset(DB) : 0, dbg_sb = dbg ? DB->strides[0] : 0,
                   dbg_sh = dbg ? DB->strides[1] : 0;
     const cl_int has_dbg = dbg != NULL;
-    const cl_long ch_off = (cl_long)(p->off_hist / 4), ci_off = (cl_long)(p->off_cinfo / 4);
+    const cl_long ch_off = (cl_long)(p->off_hist / 4), ci_off = (cl_long)(p->off_cinfo / 4),
+                  rh_off = (cl_long)(p->off_rowhist / 4);
     /* Candidates: the caller's tensor or the workspace [B, Hkv, max_cand]. */
     const cl_mem cand = a->candidates.buf ? a->candidates.buf : ws;
     const cl_long cd_off =
@@ -129,23 +130,23 @@ clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_s
     const cl_long cd_sh = a->candidates.buf ? a->candidates.strides[1] : p->max_cand;
     const cl_int fill_cand = a->candidates.buf ? (cl_int)a->candidates.dims[2] : 0;
 
-    if ((st = clkv__set_args(ctx, kr, "pkv_rank", 15, CLKV_ARG(QR->buf), CLKV_ARG(qr_off),
+    if ((st = clkv__set_args(ctx, kr, "pkv_rank", 17, CLKV_ARG(QR->buf), CLKV_ARG(qr_off),
                              CLKV_ARG(qr_sb), CLKV_ARG(qr_sh), CLKV_ARG(CN->buf), CLKV_ARG(c_off),
                              CLKV_ARG(c_sb), CLKV_ARG(c_sh), CLKV_ARG(c_sblk), CLKV_ARG(PL->buf),
                              CLKV_ARG(plan_off), CLKV_ARG(B), CLKV_ARG(Hkv), CLKV_ARG(ws),
-                             CLKV_ARG(bonus_off))) ||
+                             CLKV_ARG(bonus_off), CLKV_ARG(ws), CLKV_ARG(rh_off))) ||
         (st = clkv__set_args(
-             ctx, kc, "pkv_collide", 24, CLKV_ARG(ID->buf), CLKV_ARG(id_off), CLKV_ARG(id_sb),
+             ctx, kc, "pkv_collide", 26, CLKV_ARG(ID->buf), CLKV_ARG(id_off), CLKV_ARG(id_sb),
              CLKV_ARG(id_sh), CLKV_ARG(id_sl), CLKV_ARG(PL->buf), CLKV_ARG(plan_off), CLKV_ARG(B),
              CLKV_ARG(zone_start), CLKV_ARG(max_zone), CLKV_ARG(ws), CLKV_ARG(bonus_off),
              CLKV_ARG(ws), CLKV_ARG(s_off), CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(dbg),
              CLKV_ARG(dbg_off), CLKV_ARG(dbg_sb), CLKV_ARG(dbg_sh), CLKV_ARG(has_dbg), CLKV_ARG(ws),
-             CLKV_ARG(ch_off), CLKV_ARG(nchunks))) ||
-        (st = clkv__set_args(ctx, kt, "pkv_threshold", 15, CLKV_ARG(ws), CLKV_ARG(ch_off),
-                             CLKV_ARG(nchunks), CLKV_ARG(PL->buf), CLKV_ARG(plan_off), CLKV_ARG(B),
-                             CLKV_ARG(Hkv), CLKV_ARG(max_cand), CLKV_ARG(ws), CLKV_ARG(ci_off),
-                             CLKV_ARG(cand), CLKV_ARG(cd_off), CLKV_ARG(cd_sb), CLKV_ARG(cd_sh),
-                             CLKV_ARG(fill_cand))) ||
+             CLKV_ARG(ch_off), CLKV_ARG(nchunks), CLKV_ARG(ws), CLKV_ARG(rh_off))) ||
+        (st = clkv__set_args(ctx, kt, "pkv_threshold", 17, CLKV_ARG(ws), CLKV_ARG(ch_off),
+                             CLKV_ARG(nchunks), CLKV_ARG(ws), CLKV_ARG(rh_off), CLKV_ARG(PL->buf),
+                             CLKV_ARG(plan_off), CLKV_ARG(B), CLKV_ARG(Hkv), CLKV_ARG(max_cand),
+                             CLKV_ARG(ws), CLKV_ARG(ci_off), CLKV_ARG(cand), CLKV_ARG(cd_off),
+                             CLKV_ARG(cd_sb), CLKV_ARG(cd_sh), CLKV_ARG(fill_cand))) ||
         (st = clkv__set_args(ctx, kp, "pkv_compact", 15, CLKV_ARG(ws), CLKV_ARG(s_off),
                              CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(PL->buf), CLKV_ARG(plan_off),
                              CLKV_ARG(zone_start), CLKV_ARG(max_zone), CLKV_ARG(ws),

@@ -245,6 +245,8 @@ static clkv_status validate_search(clkv_context *ctx, const clkv_pariskv_search_
     off += clkv__ws_align(rows * (size_t)max_zone * (p->s_wide ? 2 : 1));
     p->off_hist = off;
     off += clkv__ws_align(rows * (size_t)p->nchunks * (size_t)p->nbins * 4);
+    p->off_rowhist = off;
+    off += clkv__ws_align(rows * (size_t)p->nbins * 4);
     p->off_cinfo = off;
     off += clkv__ws_align(rows * (size_t)p->nchunks * 16);
     p->off_cand = off;

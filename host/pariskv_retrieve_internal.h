@@ -13,7 +13,7 @@ typedef struct pkv_search_plan {
     int wg, per_item, chunk, nchunks;
     clkv_pariskv_levels levels;
     /* Workspace byte offsets (each 256-aligned) and the total. */
-    size_t off_bonus, off_s, off_hist, off_cinfo, off_cand, off_cs, total;
+    size_t off_bonus, off_s, off_hist, off_rowhist, off_cinfo, off_cand, off_cs, total;
 } pkv_search_plan;
 
 /* The kernels of one search (owned by the program cache). */
