@@ -23,16 +23,20 @@ pkv_rerank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __glob
            int max_cand, __global const int *cand, long ca_off, long ca_sb, long ca_sh,
            __global float *cs, long cs_off, long cs_sb, long cs_sh) {
     __local float q[HEAD_DIM];
+    __local float av[16]; /* signed levels by nibble: av[8 + t] = a[t], av[t] = -a[t] */
     const int lid = (int)get_local_id(0);
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     for (int i = lid; i < HEAD_DIM; i += WG)
         q[i] = qr[qr_off + b * qr_sb + h * qr_sh + i];
+    if (lid < 16) {
+        const float l[8] = {lev.s0, lev.s1, lev.s2, lev.s3, lev.s4, lev.s5, lev.s6, lev.s7};
+        av[lid] = lid >= 8 ? l[lid - 8] : -l[lid];
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
     const int C = clamp(plan[plan_off + 7 * B + b], 0, max_cand);
     const int j = (int)get_global_id(0);
     if (j >= C)
         return;
-    const float av[8] = {lev.s0, lev.s1, lev.s2, lev.s3, lev.s4, lev.s5, lev.s6, lev.s7};
     const long p = cand[ca_off + b * ca_sb + h * ca_sh + j];
     __global const uchar *row = codes + cd_off + b * cd_sb + h * cd_sh + p * cd_sl;
     const long wrow = w_off + b * w_sb + h * w_sh + p * w_sl;
@@ -42,16 +46,12 @@ pkv_rerank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __glob
 #if CODES_U32 && SUB_M == 8
         const uint x = ((__global const uint *)row)[blk];
         for (int jj = 0; jj < 8; jj++) {
-            const uint nib = (x >> (4 * jj)) & 0xfu;
-            const float v = (nib & 8u) ? av[nib & 7u] : -av[nib & 7u];
-            dot += v * q[blk * 8 + jj];
+            dot += av[(x >> (4 * jj)) & 0xfu] * q[blk * 8 + jj];
         }
 #else
         for (int jj = 0; jj < SUB_M; jj++) {
             const int c = blk * SUB_M + jj;
-            const uint nib = (row[c >> 1] >> (4 * (c & 1))) & 0xfu;
-            const float v = (nib & 8u) ? av[nib & 7u] : -av[nib & 7u];
-            dot += v * q[c];
+            dot += av[(row[c >> 1] >> (4 * (c & 1))) & 0xfu] * q[c];
         }
 #endif
         acc += CLKV_LOAD(W_DTYPE)(wts, wrow + blk) * dot;
