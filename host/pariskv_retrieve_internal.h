@@ -11,6 +11,7 @@ typedef struct pkv_search_plan {
     int64_t B, Hkv, L, D, nblk, zone_start, max_zone, max_cand, top_k;
     int m, nc, nbins, s_wide;
     int wg, per_item, chunk, nchunks;
+    int wg2; /* work-group size of Stage II (rerank, top-k) */
     clkv_pariskv_levels levels;
     /* Workspace byte offsets (each 256-aligned) and the total. */
     size_t off_bonus, off_s, off_hist, off_rowhist, off_cinfo, off_cand, off_cs, total;
