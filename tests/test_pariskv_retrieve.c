@@ -9,6 +9,12 @@
  * (1e-4 relative plus 2e-6 of the sum of absolute terms); the final top-k as a set where
  * a disagreement is allowed only between items whose reference scores lie within 1e-5
  * relative of the k-th reference score (SPEC §0.2).
+ *
+ * The retrieval index is tested over decode steps (dense and sparse paths, flushes):
+ * attention outputs against the double references of decode / sparse attention with the
+ * step's own selection, that selection against the reference pipeline run on the same
+ * data, the incrementally encoded index against a bulk prefill at the same lengths, and
+ * recall@100 over 1000 streaming steps. Bad-input tests cover every public function.
  */
 #include "util/test_util.h"
 #include "ref/ref_attention.h"
@@ -108,6 +114,8 @@ typedef struct encoded {
     float *h_w, *h_qrot, *h_qnorm;
     uint32_t *h_counts;
     float *h_k, *h_q;
+    uint64_t seed; /* sigma seed of the encoder and the query transform */
+    int wraps;     /* k, q, h_k, h_q belong to the caller (encoded_wrap) */
 } encoded;
 
 /* Keys: normal noise, plus every 17th key pulled toward the (b, h) group-mean query
@@ -154,13 +162,36 @@ static void encode_zone(encoded *e, int64_t zone_start, const int64_t *n, int pi
         a.weights = e->weights;
         a.counts = e->counts;
         a.m = (int32_t)e->m;
-        a.seed = 77;
+        a.seed = e->seed;
         a.start = zone_start + nmax * p / pieces;
         a.end = zone_start + nmax * (p + 1) / pieces;
         TU_CHECK_OK(g_ctx, clkv_pariskv_encode(g_ctx, &a, NULL));
     }
     TU_CHECK_CL(clFinish(queue()));
     tu_release(lens.buf);
+}
+
+/* Allocate the encoder outputs (counts zeroed) and run the query transform of e->q. */
+static void encoded_alloc(encoded *e, clkv_dtype wdt) {
+    const int64_t B = e->B, Hkv = e->Hkv, L = e->L, D = e->D;
+    const int64_t idd[4] = {B, Hkv, L, e->nblk}, cd[4] = {B, Hkv, L, D / 2},
+                  nd[4] = {B, Hkv, e->nblk, (int64_t)1 << e->m}, rd[3] = {B, Hkv, D},
+                  qnd[2] = {B, Hkv};
+    e->ids = tu_tensor_alloc(g_ctx, CLKV_U8, 4, idd, 4, 0);
+    e->codes = tu_tensor_alloc(g_ctx, CLKV_U8, 4, cd, 0, 0);
+    e->weights = tu_tensor_alloc(g_ctx, wdt, 4, idd, 0, 0);
+    e->counts = tu_tensor_alloc(g_ctx, CLKV_U32, 4, nd, 0, 0);
+    const cl_uint zero = 0;
+    TU_CHECK_CL(clEnqueueFillBuffer(queue(), e->counts.buf, &zero, 4, 0,
+                                    tu_buffer_size(e->counts.buf), 0, NULL, NULL));
+    e->q_rot = tu_tensor_alloc(g_ctx, F32, 3, rd, 0, 0);
+    e->q_norm = tu_tensor_alloc(g_ctx, F32, 2, qnd, 0, 0);
+    clkv_pariskv_query_args qa = CLKV_PARISKV_QUERY_ARGS_INIT;
+    qa.q = e->q;
+    qa.q_rot = e->q_rot;
+    qa.q_norm = e->q_norm;
+    qa.seed = e->seed;
+    TU_CHECK_OK(g_ctx, clkv_pariskv_query_transform(g_ctx, &qa, NULL));
 }
 
 static void encoded_create(encoded *e, tu_rng *r, int64_t B, int64_t Hq, int64_t Hkv, int64_t L,
@@ -178,26 +209,11 @@ static void encoded_create(encoded *e, tu_rng *r, int64_t B, int64_t Hq, int64_t
     gen_data(r, e, e->h_k, e->h_q);
     tu_round_array(kdt, e->h_k, (size_t)(B * Hkv * L * D));
     tu_round_array(kdt, e->h_q, (size_t)(B * Hq * D));
-    const int64_t idd[4] = {B, Hkv, L, e->nblk}, cd[4] = {B, Hkv, L, D / 2},
-                  nd[4] = {B, Hkv, e->nblk, (int64_t)1 << m}, qd[3] = {B, Hq, D},
-                  rd[3] = {B, Hkv, D}, qnd[2] = {B, Hkv};
     e->k = tu_kv_tensor(g_ctx, e->h_k, kdt, B, Hkv, L, D, TU_NHD);
-    e->ids = tu_tensor_alloc(g_ctx, CLKV_U8, 4, idd, 4, 0);
-    e->codes = tu_tensor_alloc(g_ctx, CLKV_U8, 4, cd, 0, 0);
-    e->weights = tu_tensor_alloc(g_ctx, wdt, 4, idd, 0, 0);
-    e->counts = tu_tensor_alloc(g_ctx, CLKV_U32, 4, nd, 0, 0);
-    const cl_uint zero = 0;
-    TU_CHECK_CL(clEnqueueFillBuffer(queue(), e->counts.buf, &zero, 4, 0,
-                                    tu_buffer_size(e->counts.buf), 0, NULL, NULL));
+    const int64_t qd[3] = {B, Hq, D};
     e->q = tu_tensor_upload(g_ctx, e->h_q, kdt, 3, qd, 0, 0);
-    e->q_rot = tu_tensor_alloc(g_ctx, F32, 3, rd, 0, 0);
-    e->q_norm = tu_tensor_alloc(g_ctx, F32, 2, qnd, 0, 0);
-    clkv_pariskv_query_args qa = CLKV_PARISKV_QUERY_ARGS_INIT;
-    qa.q = e->q;
-    qa.q_rot = e->q_rot;
-    qa.q_norm = e->q_norm;
-    qa.seed = 77;
-    TU_CHECK_OK(g_ctx, clkv_pariskv_query_transform(g_ctx, &qa, NULL));
+    e->seed = 77;
+    encoded_alloc(e, wdt);
 }
 
 /* Read every device array back into the host copies (call after encode_zone). */
@@ -225,12 +241,16 @@ static void encoded_read(encoded *e) {
 }
 
 static void encoded_destroy(encoded *e) {
-    tu_release(e->k.buf);
+    if (!e->wraps) {
+        tu_release(e->k.buf);
+        tu_release(e->q.buf);
+        free(e->h_k);
+        free(e->h_q);
+    }
     tu_release(e->ids.buf);
     tu_release(e->codes.buf);
     tu_release(e->weights.buf);
     tu_release(e->counts.buf);
-    tu_release(e->q.buf);
     tu_release(e->q_rot.buf);
     tu_release(e->q_norm.buf);
     free(e->h_ids);
@@ -239,13 +259,93 @@ static void encoded_destroy(encoded *e) {
     free(e->h_counts);
     free(e->h_qrot);
     free(e->h_qnorm);
-    free(e->h_k);
-    free(e->h_q);
 }
 
 /* ------------------------------------------------------------------------------------ */
 /* Search against the reference                                                         */
 /* ------------------------------------------------------------------------------------ */
+
+/* The reference pipeline of one (b, KV head) row of `e` (host copies read back): counts
+ * of the zone's ids, S, the C candidates (zone indices, ascending), their Stage II scores
+ * and absolute-term sums. Arrays hold n + 1 entries (counts nblk * 2^m). Returns C. */
+static int64_t ref_row(const encoded *e, size_t row, int64_t zone_start, int64_t n, int64_t top_k,
+                       double beta, double rho, const float a[8], uint32_t *rc, int32_t *rS,
+                       int32_t *rC, double *rs, double *rmag) {
+    const int64_t nblk = e->nblk, D = e->D;
+    const uint8_t *ids = e->h_ids + (row * (size_t)e->L + (size_t)zone_start) * (size_t)nblk;
+    ref_pariskv_counts((int)e->m, nblk, ids, nblk, n, rc);
+    int64_t T[6], C;
+    ref_pariskv_tiers(n, beta, rho, top_k, T, &C);
+    ref_pariskv_collide((int)e->m, nblk, e->h_qrot + row * (size_t)D, ids, nblk, n, rc, T, rS);
+    ref_pariskv_candidates(rS, n, C, rC);
+    for (int64_t j = 0; j < C; j++) {
+        const size_t tok = row * (size_t)e->L + (size_t)(rC[j] + zone_start);
+        rs[j] = ref_pariskv_rerank_score(D, (int)e->m, a, e->h_qrot + row * (size_t)D,
+                                         e->h_qnorm[row], e->h_codes + tok * (size_t)D / 2,
+                                         e->h_w + tok * (size_t)nblk, &rmag[j]);
+    }
+    return C;
+}
+
+/* A device top-k row (positions) against the reference scores rs of the C candidates rC
+ * (zone indices): ascending, -1 padded after min(K, C), and equal as a set except for
+ * items whose reference scores lie within 1e-5 relative (plus the f32 bound) of the k-th
+ * reference score. Returns the number of such near-threshold swaps. */
+static size_t check_topk_row(const int32_t *got, int64_t K, const int32_t *rC, int64_t C,
+                             const double *rs, const double *rmag, int64_t zone_start, int64_t b,
+                             int64_t h) {
+    int32_t *rI = (int32_t *)tu_malloc((size_t)(K + 1) * 4);
+    const int64_t kk = ref_pariskv_topk(rs, C, K, rI);
+    double thr = 0.0;
+    if (kk > 0) {
+        double *sorted = (double *)tu_malloc((size_t)C * sizeof(double));
+        memcpy(sorted, rs, (size_t)C * sizeof(double));
+        for (int64_t x = 0; x < kk; x++) /* partial selection of the kk-th largest */
+            for (int64_t y = x + 1; y < C; y++)
+                if (sorted[y] > sorted[x]) {
+                    const double t = sorted[x];
+                    sorted[x] = sorted[y];
+                    sorted[y] = t;
+                }
+        thr = sorted[kk - 1];
+        free(sorted);
+    }
+    for (int64_t j = 0; j < K; j++) {
+        if (j >= kk) {
+            if (got[j] != -1)
+                TU_FAIL("b=%lld h=%lld: idx[%lld] = %d, expected -1 padding", (long long)b,
+                        (long long)h, (long long)j, got[j]);
+            continue;
+        }
+        if (j > 0 && got[j] <= got[j - 1])
+            TU_FAIL("b=%lld h=%lld: idx not ascending at %lld", (long long)b, (long long)h,
+                    (long long)j);
+    }
+    size_t swaps = 0;
+    for (int side = 0; side < 2; side++) { /* each side's extra items must be near-ties */
+        for (int64_t j = 0; j < kk; j++) {
+            const int32_t pos = side ? got[j] : (int32_t)(rC[rI[j]] + zone_start);
+            int found = 0;
+            for (int64_t y = 0; y < kk && !found; y++)
+                found = side ? (int32_t)(rC[rI[y]] + zone_start) == pos : got[y] == pos;
+            if (found)
+                continue;
+            int64_t cj = -1; /* candidate slot of pos */
+            for (int64_t y = 0; y < C; y++)
+                if (rC[y] + zone_start == pos)
+                    cj = y;
+            if (cj < 0)
+                TU_FAIL("b=%lld h=%lld: idx holds %d, not a candidate", (long long)b, (long long)h,
+                        pos);
+            if (fabs(rs[cj] - thr) > 1e-5 * fabs(thr) + 2e-6 * rmag[cj])
+                TU_FAIL("b=%lld h=%lld: top-k differs at pos %d (score %.9g, threshold %.9g)",
+                        (long long)b, (long long)h, pos, rs[cj], thr);
+            swaps++;
+        }
+    }
+    free(rI);
+    return swaps;
+}
 
 typedef struct scase {
     const char *name;
@@ -342,7 +442,6 @@ static void run_search_case(void **state) {
     int32_t *rC = (int32_t *)tu_malloc((size_t)(nmax + 1) * 4);
     double *rs = (double *)tu_malloc((size_t)(nmax + 1) * sizeof(double));
     double *rmag = (double *)tu_malloc((size_t)(nmax + 1) * sizeof(double));
-    int32_t *rI = (int32_t *)tu_malloc((size_t)(c->top_k + 1) * 4);
     size_t n_tie_ok = 0;
     clkv_pariskv_levels lv;
     TU_CHECK_OK(NULL, clkv_pariskv_levels_default(c->m, 0, &lv));
@@ -350,20 +449,16 @@ static void run_search_case(void **state) {
         for (int64_t h = 0; h < c->Hkv; h++) {
             const size_t row = (size_t)(b * c->Hkv + h);
             const int64_t n = c->n[b];
-            const uint8_t *ids = e.h_ids + (row * (size_t)L + (size_t)c->zone_start) * (size_t)nblk;
+            const int64_t C = ref_row(&e, row, c->zone_start, n, c->top_k, c->beta, c->rho, lv.a,
+                                      rc, rS, rC, rs, rmag);
             /* counts: what the encoder maintained == the zone's ids (bulk or incremental) */
-            ref_pariskv_counts(c->m, nblk, ids, nblk, n, rc);
             if (memcmp(rc, e.h_counts + row * (size_t)(nblk * nc), (size_t)(nblk * nc) * 4) != 0)
                 TU_FAIL("b=%lld h=%lld: device counts differ from the zone's ids", (long long)b,
                         (long long)h);
-            int64_t T[6], C;
-            ref_pariskv_tiers(n, c->beta, c->rho, c->top_k, T, &C);
-            ref_pariskv_collide(c->m, nblk, e.h_qrot + row * (size_t)c->D, ids, nblk, n, rc, T, rS);
             for (int64_t i = 0; i < n; i++)
                 if (gS[row * (size_t)Z + (size_t)i] != rS[i])
                     TU_FAIL("b=%lld h=%lld: S[%lld] = %d, reference %d", (long long)b, (long long)h,
                             (long long)i, gS[row * (size_t)Z + (size_t)i], rS[i]);
-            ref_pariskv_candidates(rS, n, C, rC);
             for (int64_t j = 0; j < Cm; j++) {
                 const int32_t want = j < C ? (int32_t)(rC[j] + c->zone_start) : -1;
                 if (gC[row * (size_t)Cm + (size_t)j] != want)
@@ -371,69 +466,14 @@ static void run_search_case(void **state) {
                             (long long)b, (long long)h, (long long)j,
                             gC[row * (size_t)Cm + (size_t)j], want, (long long)C);
             }
-            /* Stage II scores of the candidates */
             for (int64_t j = 0; j < C; j++) {
-                const size_t tok = row * (size_t)L + (size_t)(rC[j] + c->zone_start);
-                rs[j] = ref_pariskv_rerank_score(c->D, c->m, lv.a, e.h_qrot + row * (size_t)c->D,
-                                                 e.h_qnorm[row], e.h_codes + tok * (size_t)c->D / 2,
-                                                 e.h_w + tok * (size_t)nblk, &rmag[j]);
                 const double got = gCs[row * (size_t)Cm + (size_t)j];
                 if (!(fabs(got - rs[j]) <= 1e-4 * fabs(rs[j]) + 2e-6 * rmag[j]))
                     TU_FAIL("b=%lld h=%lld: s^ of candidate %lld (pos %d) = %.9g, reference %.9g",
                             (long long)b, (long long)h, (long long)j, rC[j], got, rs[j]);
             }
-            /* final top-k as sets with the tie rule */
-            const int64_t kk = ref_pariskv_topk(rs, C, c->top_k, rI);
-            double thr = 0.0;
-            if (kk > 0) {
-                double *sorted = (double *)tu_malloc((size_t)C * sizeof(double));
-                memcpy(sorted, rs, (size_t)C * sizeof(double));
-                for (int64_t x = 0; x < kk; x++) /* partial selection of the kk-th largest */
-                    for (int64_t y = x + 1; y < C; y++)
-                        if (sorted[y] > sorted[x]) {
-                            const double t = sorted[x];
-                            sorted[x] = sorted[y];
-                            sorted[y] = t;
-                        }
-                thr = sorted[kk - 1];
-                free(sorted);
-            }
-            const int32_t *got = gI + row * (size_t)c->top_k;
-            for (int64_t j = 0; j < c->top_k; j++) {
-                if (j >= kk) {
-                    if (got[j] != -1)
-                        TU_FAIL("b=%lld h=%lld: idx[%lld] = %d, expected -1 padding", (long long)b,
-                                (long long)h, (long long)j, got[j]);
-                    continue;
-                }
-                if (j > 0 && got[j] <= got[j - 1])
-                    TU_FAIL("b=%lld h=%lld: idx not ascending at %lld", (long long)b, (long long)h,
-                            (long long)j);
-            }
-            /* each side's extra items must be near-ties of the threshold */
-            for (int side = 0; side < 2; side++) {
-                const int32_t *x = side ? got : rI;
-                for (int64_t j = 0; j < kk; j++) {
-                    const int32_t pos = side ? x[j] : (int32_t)(rC[x[j]] + c->zone_start);
-                    int found = 0;
-                    for (int64_t y = 0; y < kk && !found; y++)
-                        found = side ? (int32_t)(rC[rI[y]] + c->zone_start) == pos : got[y] == pos;
-                    if (found)
-                        continue;
-                    int64_t cj = -1; /* candidate slot of pos */
-                    for (int64_t y = 0; y < C; y++)
-                        if (rC[y] + c->zone_start == pos)
-                            cj = y;
-                    if (cj < 0)
-                        TU_FAIL("b=%lld h=%lld: idx holds %d, not a candidate", (long long)b,
-                                (long long)h, pos);
-                    if (fabs(rs[cj] - thr) > 1e-5 * fabs(thr) + 2e-6 * rmag[cj])
-                        TU_FAIL("b=%lld h=%lld: top-k differs at pos %d (score %.9g, threshold "
-                                "%.9g)",
-                                (long long)b, (long long)h, pos, rs[cj], thr);
-                    n_tie_ok++;
-                }
-            }
+            n_tie_ok += check_topk_row(gI + row * (size_t)c->top_k, c->top_k, rC, C, rs, rmag,
+                                       c->zone_start, b, h);
         }
     printf("  %-40s search %.1f ms, %zu near-threshold swaps\n", c->name, (t1 - t0) * 1e3,
            n_tie_ok);
@@ -442,7 +482,6 @@ static void run_search_case(void **state) {
     free(rC);
     free(rs);
     free(rmag);
-    free(rI);
     free(gS);
     free(gC);
     free(gCs);
@@ -544,6 +583,57 @@ static void index_config(clkv_pariskv_index_config *cfg, const kvcache *c, int64
     cfg->dense_min = 0;
 }
 
+/* The retrieved positions `gi` [B, Hkv, K] of a step against the reference pipeline run
+ * on the same data: the zones are encoded again in bulk (same seed and weight dtype as the
+ * index), the query transformed, and ref_row + check_topk_row compare row by row. */
+static int check_step_selection(kvcache *c, const clkv_pariskv_index *ix, int64_t sink,
+                                const int32_t *gi) {
+    encoded e;
+    memset(&e, 0, sizeof e);
+    e.B = c->B;
+    e.Hq = c->Hq;
+    e.Hkv = c->Hkv;
+    e.L = c->L;
+    e.D = c->D;
+    e.m = 8;
+    e.nblk = c->D / 8;
+    e.k = c->k;
+    e.q = c->q;
+    e.h_k = c->hk;
+    e.h_q = c->hq;
+    e.seed = 1234;
+    e.wraps = 1;
+    encoded_alloc(&e, F16);
+    int64_t n[8], nmax = 0;
+    for (int64_t b = 0; b < c->B; b++) {
+        n[b] = clkv_pariskv_index_zone_length(ix, b);
+        nmax = n[b] > nmax ? n[b] : nmax;
+    }
+    encode_zone(&e, sink, n, 1, F16);
+    encoded_read(&e);
+    clkv_pariskv_levels lv;
+    clkv_pariskv_levels_published_m8(&lv);
+    const int64_t K = c->idx.dims[2];
+    uint32_t *rc = (uint32_t *)tu_malloc((size_t)(e.nblk * 256) * 4);
+    int32_t *rS = (int32_t *)tu_malloc((size_t)(nmax + 1) * 4);
+    int32_t *rC = (int32_t *)tu_malloc((size_t)(nmax + 1) * 4);
+    double *rs = (double *)tu_malloc((size_t)(nmax + 1) * sizeof(double));
+    double *rmag = (double *)tu_malloc((size_t)(nmax + 1) * sizeof(double));
+    for (int64_t b = 0; b < c->B; b++)
+        for (int64_t h = 0; h < c->Hkv; h++) {
+            const size_t row = (size_t)(b * c->Hkv + h);
+            const int64_t C = ref_row(&e, row, sink, n[b], K, 0.0, 0.0, lv.a, rc, rS, rC, rs, rmag);
+            check_topk_row(gi + row * (size_t)K, K, rC, C, rs, rmag, sink, b, h);
+        }
+    free(rc);
+    free(rS);
+    free(rC);
+    free(rs);
+    free(rmag);
+    encoded_destroy(&e);
+    return 1;
+}
+
 /* Decode steps over a ragged batch with small regions (sink 4, local 48, update 40,
  * top_k 24; dense below 100 tokens): every step's output against the double reference of
  * the same attention (decode attention on dense steps; sparse attention over sink +
@@ -592,7 +682,7 @@ static void test_index_steps(void **state) {
     float *gl = (float *)tu_malloc((size_t)(B * Hq) * sizeof(float));
     int32_t *gi = (int32_t *)tu_malloc((size_t)(B * Hkv * K) * 4);
     int32_t *gi2 = (int32_t *)tu_malloc((size_t)(B * Hkv * K) * 4);
-    int n_sparse = 0, n_flush = 0;
+    int n_sparse = 0, n_flush = 0, n_ref = 0;
     for (int s = 0; s < steps; s++) {
         tu_set_case("index steps: step %d", s);
         for (int64_t b = 0; b < B; b++) {
@@ -645,6 +735,8 @@ static void test_index_steps(void **state) {
                                     (long long)h, (long long)j, r[j], (long long)n);
                     }
                 }
+            if (s % 10 == 0 || flushed) /* the same selection by the reference pipeline */
+                n_ref += check_step_selection(&c, ix, sink, gi);
             ref_attention_sparse(B, Hq, Hkv, L, D, c.hq, c.hk, c.hv, c.len, gi, K, sink, tail,
                                  scale, ro, rl);
         } else {
@@ -675,8 +767,9 @@ static void test_index_steps(void **state) {
             clkv_pariskv_index_destroy(fresh);
         }
     }
-    printf("  index steps: %d steps, %d sparse, %d flushes checked against bulk prefill\n", steps,
-           n_sparse, n_flush);
+    printf("  index steps: %d steps, %d sparse, %d flushes checked against bulk prefill, %d "
+           "selections against the reference\n",
+           steps, n_sparse, n_flush, n_ref);
     if (n_sparse < steps / 2 || n_sparse > steps - 5 || n_flush < 2)
         TU_FAIL("the schedule did not exercise both paths / flushes (%d sparse, %d flushes)",
                 n_sparse, n_flush);
