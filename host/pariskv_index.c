@@ -203,7 +203,8 @@ int clkv_pariskv_index_next_is_sparse(const clkv_pariskv_index *x) {
 /* Plan (and, for prefill, zone ends) to the device: non-blocking writes from host arrays
  * that are not touched again before the previous write completed. */
 static clkv_status upload_plan(clkv_context *ctx, clkv_pariskv_index *x, int with_ends) {
-    if (x->plan_evt) {
+    if (x->plan_evt) { /* long complete in a decode loop (`update` steps ago) */
+        clFlush(clkv_context_queue(ctx));
         clWaitForEvents(1, &x->plan_evt);
         clReleaseEvent(x->plan_evt);
         x->plan_evt = NULL;

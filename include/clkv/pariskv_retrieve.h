@@ -185,7 +185,10 @@ clkv_status clkv_pariskv_search_workspace_size(clkv_context *ctx,
  * loop never reads device memory.
  *
  * The index owns its code storage (ids, codes, weights [B, Hkv, capacity, ..], counts,
- * plan, q_rot, q_norm; created once), not the K/V cache. The caller writes the new
+ * plan, q_rot, q_norm, the retrieved indices; created once), not the K/V cache; searches
+ * use the context workspace only within one call. Memory: B * Hkv * capacity * (D/m +
+ * D/2 + D/m * weight size) bytes (D = 128, m = 8, f16 weights: 112 bytes per token and
+ * KV head). The caller writes the new
  * token's K/V at position len_b (the length before the step) and keeps a device lengths
  * buffer [B] that equals the index's lengths (clkv_pariskv_index_length) at every call.
  */
@@ -231,8 +234,8 @@ typedef struct clkv_pariskv_index_config {
 clkv_status clkv_pariskv_index_create(clkv_context *ctx, const clkv_pariskv_index_config *cfg,
                                       clkv_pariskv_index **out);
 
-/* Release everything (NULL is accepted). Waits for nothing: finish the queue first if
- * calls are in flight. */
+/* Release everything (NULL is accepted). Finish the queue first if calls using the index
+ * are in flight (only the index's own pending plan upload is waited for). */
 void clkv_pariskv_index_destroy(clkv_pariskv_index *index);
 
 /* Prefill: lengths[b] (host, 0 <= lengths[b] <= capacity) tokens of k [B, Hkv, L, D]
