@@ -116,6 +116,7 @@ typedef struct encoded {
     float *h_k, *h_q;
     uint64_t seed; /* sigma seed of the encoder and the query transform */
     int wraps;     /* k, q, h_k, h_q belong to the caller (encoded_wrap) */
+    int unaligned; /* ids / codes at byte offsets 1 / 2 (the kernels' byte paths) */
 } encoded;
 
 /* Keys: normal noise, plus every 17th key pulled toward the (b, h) group-mean query
@@ -177,8 +178,8 @@ static void encoded_alloc(encoded *e, clkv_dtype wdt) {
     const int64_t idd[4] = {B, Hkv, L, e->nblk}, cd[4] = {B, Hkv, L, D / 2},
                   nd[4] = {B, Hkv, e->nblk, (int64_t)1 << e->m}, rd[3] = {B, Hkv, D},
                   qnd[2] = {B, Hkv};
-    e->ids = tu_tensor_alloc(g_ctx, CLKV_U8, 4, idd, 4, 0);
-    e->codes = tu_tensor_alloc(g_ctx, CLKV_U8, 4, cd, 0, 0);
+    e->ids = tu_tensor_alloc(g_ctx, CLKV_U8, 4, idd, e->unaligned ? 1 : 4, 0);
+    e->codes = tu_tensor_alloc(g_ctx, CLKV_U8, 4, cd, e->unaligned ? 2 : 0, 0);
     e->weights = tu_tensor_alloc(g_ctx, wdt, 4, idd, 0, 0);
     e->counts = tu_tensor_alloc(g_ctx, CLKV_U32, 4, nd, 0, 0);
     const cl_uint zero = 0;
@@ -195,8 +196,9 @@ static void encoded_alloc(encoded *e, clkv_dtype wdt) {
 }
 
 static void encoded_create(encoded *e, tu_rng *r, int64_t B, int64_t Hq, int64_t Hkv, int64_t L,
-                           int64_t D, int m, clkv_dtype kdt, clkv_dtype wdt) {
+                           int64_t D, int m, clkv_dtype kdt, clkv_dtype wdt, int unaligned) {
     memset(e, 0, sizeof *e);
+    e->unaligned = unaligned;
     e->B = B;
     e->Hq = Hq;
     e->Hkv = Hkv;
@@ -232,7 +234,8 @@ static void encoded_read(encoded *e) {
     e->h_qrot = (float *)tu_malloc((size_t)(e->B * e->Hkv * e->D) * sizeof(float));
     e->h_qnorm = (float *)tu_malloc((size_t)(e->B * e->Hkv) * sizeof(float));
     tu_buffer_read(g_ctx, e->ids.buf, (size_t)e->ids.offset, e->h_ids, rows * (size_t)e->nblk);
-    tu_buffer_read(g_ctx, e->codes.buf, 0, e->h_codes, rows * (size_t)e->D / 2);
+    tu_buffer_read(g_ctx, e->codes.buf, (size_t)e->codes.offset, e->h_codes,
+                   rows * (size_t)e->D / 2);
     tu_tensor_read(g_ctx, &e->weights, e->h_w);
     tu_buffer_read(g_ctx, e->counts.buf, 0, e->h_counts,
                    (size_t)(e->B * e->Hkv * e->nblk << e->m) * 4);
@@ -356,19 +359,20 @@ typedef struct scase {
     int64_t n[3];
     int64_t top_k;
     double beta, rho;
-    int pieces; /* encode calls (incremental == bulk) */
+    int pieces;    /* encode calls (incremental == bulk) */
+    int unaligned; /* id / code rows at odd byte offsets (the kernels' byte-load paths) */
 } scase;
 
 /* clang-format off */
 static const scase g_scases[] = {
-    {"search_d128_m8_b1_g4_n6000", 1, 8, 2, 128, 8, BF16, F16, 4, {6000}, 100, 0, 0, 1},
-    {"search_d64_m8_b3_g8_ragged", 3, 16, 2, 64, 8, F16, F32, 4, {4999, 0, 101}, 100, 0, 0, 3},
-    {"search_d256_m8_b3_g2_small", 3, 4, 2, 256, 8, F32, BF16, 4, {1, 100, 2049}, 100, 0, 0, 2},
-    {"search_d128_m4_b1_g1_fixed", 1, 3, 3, 128, 4, F16, F16, 0, {3000}, 64, 0.05, 0.1, 1},
-    {"search_d64_m2_b1_g4_wide", 1, 4, 1, 64, 2, F32, F32, 2, {2500}, 100, 0, 0, 4},
-    {"search_d64_m8_b1_g2_empty_zone", 1, 2, 1, 64, 8, F32, F32, 4, {0}, 100, 0, 0, 1},
-    {"search_d64_m8_b1_g2_n30000", 1, 2, 1, 64, 8, F16, F16, 4, {30000}, 100, 0, 0, 2},
-    {"search_d128_m8_b3_g4_n10001", 3, 8, 2, 128, 8, BF16, BF16, 4, {10001, 5000, 2}, 100, 0, 0, 1},
+    {"search_d128_m8_b1_g4_n6000", 1, 8, 2, 128, 8, BF16, F16, 4, {6000}, 100, 0, 0, 1, 0},
+    {"search_d64_m8_b3_g8_ragged_unaligned", 3, 16, 2, 64, 8, F16, F32, 4, {4999, 0, 101}, 100, 0, 0, 3, 1},
+    {"search_d256_m8_b3_g2_small", 3, 4, 2, 256, 8, F32, BF16, 4, {1, 100, 2049}, 100, 0, 0, 2, 0},
+    {"search_d128_m4_b1_g1_fixed", 1, 3, 3, 128, 4, F16, F16, 0, {3000}, 64, 0.05, 0.1, 1, 0},
+    {"search_d64_m2_b1_g4_wide", 1, 4, 1, 64, 2, F32, F32, 2, {2500}, 100, 0, 0, 4, 0},
+    {"search_d64_m8_b1_g2_empty_zone", 1, 2, 1, 64, 8, F16, F32, 4, {0}, 100, 0, 0, 1, 1},
+    {"search_d128_m8_b1_g2_n30000", 1, 2, 1, 128, 8, BF16, F16, 4, {30000}, 100, 0, 0, 2, 0},
+    {"search_d128_m8_b3_g4_n10001", 3, 8, 2, 128, 8, BF16, F16, 4, {10001, 5000, 2}, 100, 0, 0, 1, 0},
 };
 /* clang-format on */
 
@@ -382,7 +386,9 @@ static void run_search_case(void **state) {
         nmax = c->n[b] > nmax ? c->n[b] : nmax;
     const int64_t L = c->zone_start + nmax + 5;
     encoded e;
-    encoded_create(&e, &rng, c->B, c->Hq, c->Hkv, L, c->D, c->m, c->kdt, c->wdt);
+    /* the ragged case with unaligned id / code rows (the kernels' byte-load paths; one
+     * case only, to keep the number of PoCL program builds down) */
+    encoded_create(&e, &rng, c->B, c->Hq, c->Hkv, L, c->D, c->m, c->kdt, c->wdt, c - g_scases == 1);
     encode_zone(&e, c->zone_start, c->n, c->pieces, c->wdt);
     encoded_read(&e);
 
@@ -794,10 +800,10 @@ static void test_index_steps(void **state) {
  * planted the same way, one flush of the update buffer). Every 10 steps, recall@100 of
  * the retrieved set against the exact top-100 zone tokens by the true group-mean logit
  * <q_mean, k>.
- * Measured on PoCL with seeds 0x9A41C0111DE, 1, 2, 3, 4: mean 0.961 .. 0.968, worst check
- * 0.90 .. 0.94. Floors: mean 0.90, every check 0.80 (seed variation stays well inside;
- * a broken Stage I that picked candidates at random would give ~0.5 with beta = 0.5, a
- * broken rerank far less). */
+ * Measured on PoCL (bf16 K/V) with seeds 0x9A41C0111DE, 1, 2, 3, 4: mean 0.961 .. 0.968,
+ * worst check 0.91 .. 0.94. Floors: mean 0.90, every check 0.80 (seed variation stays well
+ * inside; a broken Stage I that picked candidates at random would give ~0.5 with
+ * beta = 0.5, a broken rerank far less). */
 #define RECALL_STEPS 1000
 #define RECALL_FLOOR 0.90
 #define RECALL_FLOOR_MIN 0.80
@@ -820,7 +826,7 @@ static void test_index_recall(void **state) {
     tu_rng rng;
     tu_rng_seed(&rng, tu_seed(DEFAULT_SEED), 777);
     kvcache c;
-    kv_create(&c, B, Hq, Hkv, L, D, K, F16);
+    kv_create(&c, B, Hq, Hkv, L, D, K, BF16);
     /* orthonormal (a, b) per KV head */
     double ua[2][128], ub[2][128];
     for (int64_t h = 0; h < Hkv; h++) {
@@ -847,11 +853,11 @@ static void test_index_recall(void **state) {
             gen_recall_key(&rng, ua[h], ub[h], D, kr);
             tu_fill_normal(&rng, c.hv + ((h * L) + i) * D, (size_t)D, 0.0, 1.0);
         }
-    tu_round_array(F16, c.hk, (size_t)(Hkv * L * D));
-    tu_round_array(F16, c.hv, (size_t)(Hkv * L * D));
+    tu_round_array(BF16, c.hk, (size_t)(Hkv * L * D));
+    tu_round_array(BF16, c.hv, (size_t)(Hkv * L * D));
     {
-        void *pk = tu_pack(F16, c.hk, (size_t)(Hkv * L * D));
-        void *pv = tu_pack(F16, c.hv, (size_t)(Hkv * L * D));
+        void *pk = tu_pack(BF16, c.hk, (size_t)(Hkv * L * D));
+        void *pv = tu_pack(BF16, c.hv, (size_t)(Hkv * L * D));
         tu_buffer_write(g_ctx, c.k.buf, 0, pk, (size_t)(Hkv * L * D) * 2);
         tu_buffer_write(g_ctx, c.v.buf, 0, pv, (size_t)(Hkv * L * D) * 2);
         free(pk);
@@ -881,7 +887,7 @@ static void test_index_recall(void **state) {
                 c.hq[hq * D + d] = (float)(8.0 * (cos(w * s) * ua[h][d] + sin(w * s) * ub[h][d]) +
                                            0.3 * tu_rng_normal(&rng));
         }
-        tu_round_array(F16, c.hq, (size_t)(Hq * D));
+        tu_round_array(BF16, c.hq, (size_t)(Hq * D));
         kv_write_q_len(&c);
         clkv_pariskv_step_args a = CLKV_PARISKV_STEP_ARGS_INIT;
         a.q = c.q;
@@ -990,7 +996,7 @@ static void test_plan_bad_inputs(void **state) {
 
 static void test_search_bad_inputs(void **state) {
     (void)state;
-    const int64_t B = 2, Hkv = 2, L = 64, D = 64, nblk = 8, K = 8;
+    const int64_t B = 2, Hkv = 2, L = 64, D = 128, nblk = 16, K = 8;
     const int64_t rd[3] = {B, Hkv, D}, nd[2] = {B, Hkv}, idd[4] = {B, Hkv, L, nblk},
                   cd[4] = {B, Hkv, L, D / 2}, cnd[4] = {B, Hkv, nblk, 256}, pd[2] = {8, B},
                   xd[3] = {B, Hkv, K}, sd[3] = {B, Hkv, 60};
@@ -1092,7 +1098,7 @@ static void test_search_bad_inputs(void **state) {
 static void test_index_bad_inputs(void **state) {
     (void)state;
     kvcache c;
-    kv_create(&c, 2, 4, 2, 40, 64, 8, F32);
+    kv_create(&c, 2, 4, 2, 40, 128, 8, BF16);
     clkv_pariskv_index_config base;
     index_config(&base, &c, 4, 8, 8, 8);
     clkv_pariskv_index_config cfg;
@@ -1121,7 +1127,7 @@ static void test_index_bad_inputs(void **state) {
     CBAD(cfg.sink = -1, CLKV_ERR_ARG_RANGE, "update");
     CBAD(cfg.weight_dtype = CLKV_U8, CLKV_ERR_ARG_DTYPE, "weight_dtype");
     CBAD((cfg.beta = 0.5, cfg.rho = 0.1), CLKV_ERR_ARG_RANGE, "rho");
-    int8_t bad_signs[64];
+    int8_t bad_signs[128];
     memset(bad_signs, 1, sizeof bad_signs);
     bad_signs[7] = 0;
     CBAD(cfg.signs = bad_signs, CLKV_ERR_ARG_RANGE, "signs");
