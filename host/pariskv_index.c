@@ -28,6 +28,7 @@ struct clkv_pariskv_index {
     cl_mem ids, codes, weights, counts, plan, q_rot, q_norm, idx, ends;
     int64_t *len;  /* host lengths */
     int64_t *zone; /* host zone lengths */
+    int64_t *old;  /* scratch: zone lengths before a flush */
     int32_t *plan_host, *ends_host;
     cl_event plan_evt; /* the last non-blocking write from plan_host / ends_host */
     int64_t tail, max_cand;
@@ -57,6 +58,7 @@ void clkv_pariskv_index_destroy(clkv_pariskv_index *x) {
             clReleaseMemObject(*bufs[i]);
     free(x->len);
     free(x->zone);
+    free(x->old);
     free(x->plan_host);
     free(x->ends_host);
     free(x);
@@ -152,9 +154,10 @@ clkv_status clkv_pariskv_index_create(clkv_context *ctx, const clkv_pariskv_inde
     }
     x->len = (int64_t *)calloc((size_t)x->B, sizeof(int64_t));
     x->zone = (int64_t *)calloc((size_t)x->B, sizeof(int64_t));
+    x->old = (int64_t *)calloc((size_t)x->B, sizeof(int64_t));
     x->plan_host = (int32_t *)calloc((size_t)(8 * x->B), sizeof(int32_t));
     x->ends_host = (int32_t *)calloc((size_t)x->B, sizeof(int32_t));
-    if (!x->len || !x->zone || !x->plan_host || !x->ends_host) {
+    if (!x->len || !x->zone || !x->old || !x->plan_host || !x->ends_host) {
         clkv_pariskv_index_destroy(x);
         return clkv__fail(ctx, CLKV_ERR_OUT_OF_HOST_MEMORY, "index: out of host memory");
     }
@@ -462,9 +465,7 @@ clkv_status clkv_pariskv_index_step(clkv_context *ctx, clkv_pariskv_index *x,
     x->tail = tail;
     if (flush) {
         int64_t s0 = -1, e0 = -1, same = 1;
-        int64_t *old = (int64_t *)malloc((size_t)x->B * sizeof(int64_t));
-        if (!old)
-            return clkv__fail(ctx, CLKV_ERR_OUT_OF_HOST_MEMORY, "index: out of host memory");
+        int64_t *old = x->old;
         for (int64_t b = 0; b < x->B; b++) {
             old[b] = x->zone[b];
             const int64_t n = x->len[b] - x->sink - x->tail;
@@ -492,7 +493,6 @@ clkv_status clkv_pariskv_index_step(clkv_context *ctx, clkv_pariskv_index *x,
                 st = clkv_pariskv_encode(ctx, &ea, NULL);
             }
         }
-        free(old);
         if (st == CLKV_OK)
             st = upload_plan(ctx, x, 0);
         if (st != CLKV_OK)
