@@ -504,6 +504,86 @@ static void run_search_case(void **state) {
     tu_set_case("%s", "");
 }
 
+/* Ties (SPEC §0.2): every zone token has the same ids, codes and weights, so all S and
+ * all s^ are equal: the candidates must be the first C zone positions and the top-k the
+ * first top_k of them, whatever the chunking (n spans several chunks and work-items). */
+static void test_search_ties(void **state) {
+    (void)state;
+    tu_set_case("search ties");
+    const int64_t B = 2, Hkv = 2, D = 128, nblk = 16, zs = 3, L = 9000, K = 100;
+    const int64_t n[2] = {8997, 4500};
+    const size_t rows = (size_t)(B * Hkv * L);
+    uint8_t *ids = (uint8_t *)tu_malloc(rows * (size_t)nblk);
+    uint8_t *codes = (uint8_t *)tu_malloc(rows * (size_t)D / 2);
+    float *w = (float *)tu_malloc(rows * (size_t)nblk * sizeof(float));
+    for (size_t r = 0; r < rows; r++) {
+        for (int64_t b = 0; b < nblk; b++) {
+            ids[r * (size_t)nblk + (size_t)b] = (uint8_t)(37 * b + 11);
+            w[r * (size_t)nblk + (size_t)b] = 1.5f;
+        }
+        for (int64_t c = 0; c < D / 2; c++)
+            codes[r * (size_t)D / 2 + (size_t)c] = (uint8_t)(0x9c + c % 3);
+    }
+    uint32_t *cnt = (uint32_t *)tu_calloc((size_t)(B * Hkv * nblk * 256), 4);
+    for (int64_t bh = 0; bh < B * Hkv; bh++)
+        for (int64_t b = 0; b < nblk; b++)
+            cnt[(bh * nblk + b) * 256 + (37 * b + 11) % 256] = (uint32_t)n[bh / Hkv];
+    float qr[2 * 2 * 128], qn[4] = {1.0f, 2.0f, 0.5f, 1.0f};
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_seed(DEFAULT_SEED), 9);
+    tu_fill_normal(&rng, qr, sizeof qr / sizeof qr[0], 0.0, 0.1);
+    int32_t plan[16];
+    int64_t cmax;
+    TU_CHECK_OK(NULL, clkv_pariskv_plan(n, B, K, 0, 0, plan, &cmax));
+    const int64_t rd[3] = {B, Hkv, D}, nd[2] = {B, Hkv}, pd[2] = {8, B}, xd[3] = {B, Hkv, K},
+                  cmd[3] = {B, Hkv, cmax};
+    clkv_pariskv_search_args a = CLKV_PARISKV_SEARCH_ARGS_INIT;
+    a.q_rot = tu_tensor_upload(g_ctx, qr, F32, 3, rd, 0, 0);
+    a.q_norm = tu_tensor_upload(g_ctx, qn, F32, 2, nd, 0, 0);
+    a.ids = clkv_tensor_4d(tu_buffer_from_host(g_ctx, ids, rows * (size_t)nblk), CLKV_U8, B, Hkv, L,
+                           nblk);
+    a.codes = clkv_tensor_4d(tu_buffer_from_host(g_ctx, codes, rows * (size_t)D / 2), CLKV_U8, B,
+                             Hkv, L, D / 2);
+    const int64_t wd[4] = {B, Hkv, L, nblk};
+    a.weights = tu_tensor_upload(g_ctx, w, F16, 4, wd, 0, 0);
+    a.counts = clkv_tensor_4d(tu_buffer_from_host(g_ctx, cnt, (size_t)(B * Hkv * nblk * 256) * 4),
+                              CLKV_U32, B, Hkv, nblk, 256);
+    a.plan = tu_tensor_upload_i32(g_ctx, plan, 2, pd, 0, 0);
+    a.idx = tu_tensor_alloc(g_ctx, CLKV_I32, 3, xd, 0, 0);
+    a.candidates = tu_tensor_alloc(g_ctx, CLKV_I32, 3, cmd, 0, 0);
+    a.zone_start = zs;
+    a.max_zone = n[0];
+    a.max_candidates = cmax;
+    a.top_k = K;
+    TU_CHECK_OK(g_ctx, clkv_pariskv_search(g_ctx, &a, NULL));
+    int32_t *gi = (int32_t *)tu_malloc((size_t)(B * Hkv * K) * 4);
+    int32_t *gc = (int32_t *)tu_malloc((size_t)(B * Hkv * cmax) * 4);
+    tu_buffer_read(g_ctx, a.idx.buf, 0, gi, (size_t)(B * Hkv * K) * 4);
+    tu_buffer_read(g_ctx, a.candidates.buf, 0, gc, (size_t)(B * Hkv * cmax) * 4);
+    for (int64_t bh = 0; bh < B * Hkv; bh++) {
+        const int64_t C = plan[7 * B + bh / Hkv];
+        for (int64_t j = 0; j < cmax; j++)
+            if (gc[bh * cmax + j] != (j < C ? (int32_t)(zs + j) : -1))
+                TU_FAIL("row %lld: candidates[%lld] = %d, expected %lld", (long long)bh,
+                        (long long)j, gc[bh * cmax + j], (long long)(j < C ? zs + j : -1));
+        for (int64_t j = 0; j < K; j++)
+            if (gi[bh * K + j] != (int32_t)(zs + j))
+                TU_FAIL("row %lld: idx[%lld] = %d, expected %lld (ties: lowest positions)",
+                        (long long)bh, (long long)j, gi[bh * K + j], (long long)(zs + j));
+    }
+    cl_mem bufs[9] = {a.q_rot.buf,  a.q_norm.buf, a.ids.buf, a.codes.buf,     a.weights.buf,
+                      a.counts.buf, a.plan.buf,   a.idx.buf, a.candidates.buf};
+    for (int i = 0; i < 9; i++)
+        tu_release(bufs[i]);
+    free(ids);
+    free(codes);
+    free(w);
+    free(cnt);
+    free(gi);
+    free(gc);
+    tu_set_case("%s", "");
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* Retrieval index: decode steps                                                        */
 /* ------------------------------------------------------------------------------------ */
@@ -1207,6 +1287,8 @@ int main(void) {
         tests[n].test_func = run_search_case;
         tests[n++].initial_state = (void *)&g_scases[i];
     }
+    tests[n].name = "search_ties";
+    tests[n++].test_func = test_search_ties;
     tests[n].name = "index_steps";
     tests[n++].test_func = test_index_steps;
     tests[n].name = "plan_bad_inputs";
