@@ -12,6 +12,7 @@
 
 #define NBLK (HEAD_DIM / SUB_M)
 #define W_T CLKV_STORAGE(W_DTYPE)
+#define NSUB (WG >= 32 ? WG / 32 : 1) /* top-k sub-histograms */
 
 /* s^ of candidate j: q_norm * sum_blk w_blk * sum_j v_j q~_j (f32, in coordinate order).
  * Grid (ceil(max_cand / WG) * WG, Hkv, B), local (WG). */
@@ -91,7 +92,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_topk(__global const float *cs, long cs_off, long cs_sb, long cs_sh, __global const int *cand,
          long ca_off, long ca_sb, long ca_sh, __global const int *plan, long plan_off, int B,
          int max_cand, int top_k, __global int *idx, long ix_off, long ix_sb, long ix_sh) {
-    __local uint hist[256];
+    /* One 256-bin histogram per 32 work-items: the keys of one row mostly share their high
+     * bytes, so a single histogram would serialize every work-item on one counter. */
+    __local uint hist[NSUB * 256];
     __local uint sh_prefix, sh_need;
     __local ulong tmp[WG];
     const int lid = (int)get_local_id(0);
@@ -104,20 +107,24 @@ pkv_topk(__global const float *cs, long cs_off, long cs_sb, long cs_sh, __global
     uint prefix = 0, mask = 0, need = (uint)kk;
     if (kk > 0) {
         for (int shift = 24; shift >= 0; shift -= 8) {
-            for (int i = lid; i < 256; i += WG)
+            for (int i = lid; i < NSUB * 256; i += WG)
                 hist[i] = 0;
             barrier(CLK_LOCAL_MEM_FENCE);
+            __local uint *mine = hist + (lid / 32) * 256;
             for (int j = lid; j < C; j += WG) {
                 const uint key = pkr_key(s[j]);
                 if ((key & mask) == prefix)
-                    atomic_inc(&hist[(key >> shift) & 0xffu]);
+                    atomic_inc(&mine[(key >> shift) & 0xffu]);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
 #if WG >= 256
             { /* bins in descending order, one per work-item: the bin where the count of
                * larger keys reaches `need` */
                 const int v = 255 - lid;
-                const uint x = lid < 256 ? hist[v] : 0u;
+                uint x = 0;
+                if (lid < 256)
+                    for (int q = 0; q < NSUB; q++)
+                        x += hist[q * 256 + v];
                 ulong tot;
                 const ulong above = pkr_scan(tmp, x, &tot);
                 if (lid < 256 && above < need && above + x >= need) {
@@ -129,12 +136,15 @@ pkv_topk(__global const float *cs, long cs_off, long cs_sb, long cs_sh, __global
             if (lid == 0) {
                 uint cum = 0;
                 for (int v = 255; v >= 0; v--) {
-                    if (cum + hist[v] >= need) {
+                    uint x = 0;
+                    for (int q = 0; q < NSUB; q++)
+                        x += hist[q * 256 + v];
+                    if (cum + x >= need) {
                         sh_prefix = prefix | ((uint)v << shift);
                         sh_need = need - cum;
                         break;
                     }
-                    cum += hist[v];
+                    cum += x;
                 }
             }
 #endif
