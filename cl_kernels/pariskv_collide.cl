@@ -15,6 +15,7 @@
 #define NC (1 << SUB_M)
 #define NBINS (6 * NBLK + 1)
 #define CHUNK (WG * PER_ITEM)
+#define CSUB (WG >= 32 ? WG / 32 : 1) /* collide sub-histograms */
 #if S_WIDE
 #define S_T ushort
 #else
@@ -82,16 +83,17 @@ pkv_collide(__global const uchar *ids, long id_off, long id_sb, long id_sh, long
             long s_sh, __global int *dbg, long dbg_off, long dbg_sb, long dbg_sh, int has_dbg,
             __global uint *chist, long ch_off, int nchunks, __global uint *rowhist, long rh_off) {
     __local uchar tab[NBLK * NC];
-    __local uint hist[NBINS];
+    __local uint hist[CSUB * NBINS]; /* one histogram per 32 work-items (less contention) */
     const int lid = (int)get_local_id(0), chunk = (int)get_group_id(0);
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const int Hkv = (int)get_num_groups(1);
     const long bh = (long)b * Hkv + h;
     for (int i = lid; i < NBLK * NC; i += WG)
         tab[i] = bonus[bonus_off + bh * (NBLK * NC) + i];
-    for (int i = lid; i < NBINS; i += WG)
+    for (int i = lid; i < CSUB * NBINS; i += WG)
         hist[i] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
+    __local uint *mine = hist + (lid / 32) * NBINS;
     const int n = clamp(plan[plan_off + b], 0, max_zone);
     __global const uchar *base = ids + id_off + b * id_sb + h * id_sh;
     for (int r = 0; r < PER_ITEM; r++) {
@@ -114,12 +116,14 @@ pkv_collide(__global const uchar *ids, long id_off, long id_sb, long id_sh, long
         sc[s_off + b * s_sb + h * s_sh + i] = (S_T)S;
         if (has_dbg)
             dbg[dbg_off + b * dbg_sb + h * dbg_sh + i] = (int)S;
-        atomic_inc(&hist[S]);
+        atomic_inc(&mine[S]);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     __global uint *out = chist + ch_off + (bh * nchunks + chunk) * NBINS;
     for (int i = lid; i < NBINS; i += WG) {
-        const uint x = hist[i];
+        uint x = 0;
+        for (int q = 0; q < CSUB; q++)
+            x += hist[q * NBINS + i];
         out[i] = x;
         if (x)
             atomic_add(rowhist + rh_off + bh * NBINS + i, x);
