@@ -14,6 +14,7 @@
 #include "clkv/select.h"
 #include "clkv/quant.h"
 #include "clkv/pariskv.h"
+#include "clkv/offload.h"
 
 #ifdef __cplusplus
 extern "C" {
