@@ -20,6 +20,8 @@ int cmd_demo(int argc, char **argv);
 void usage_devices(FILE *f);
 void usage_bench(FILE *f);
 void usage_bench_decode(FILE *f);
+void usage_bench_sparse(FILE *f);
+int bench_sparse(int argc, char **argv); /* tools/bench_sparse.c */
 void usage_demo(FILE *f);
 
 /* 1 when argv[i] is "-h" or "--help". */

@@ -17,7 +17,9 @@ void usage_bench(FILE *f) {
                "\n"
                "benchmarks:\n"
                "  attention-decode   decode attention (SPEC 1.1) vs. the device's streaming-read\n"
-               "                     bandwidth; see clkv bench attention-decode --help\n");
+               "                     bandwidth; see clkv bench attention-decode --help\n"
+               "  attention-sparse   sparse decode attention (SPEC 1.3), sink + top-k + local;\n"
+               "                     see clkv bench attention-sparse --help\n");
 }
 
 void usage_bench_decode(FILE *f) {
@@ -374,6 +376,9 @@ int cmd_bench(int argc, char **argv) {
     }
     if (strcmp(argv[1], "attention-decode") == 0) {
         return bench_decode(argc - 1, argv + 1);
+    }
+    if (strcmp(argv[1], "attention-sparse") == 0) {
+        return bench_sparse(argc - 1, argv + 1);
     }
     fprintf(stderr, "clkv bench: unknown benchmark '%s'\n", argv[1]);
     usage_bench(stderr);
