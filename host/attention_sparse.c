@@ -126,11 +126,10 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_sparse_ar
     const clkv_device_info *dev = &ctx->info;
     const uint32_t esize = clkv_dtype_size(a->k.dtype);
     if (dev->nvidia_ptx) {
-        /* One 16-byte load per lane and row where the group is small (gathered rows: many
-         * rows in flight matter more than wide lanes); two for large groups. */
-        p->epl = (int)(16 / esize) * (p->group <= 4 ? 1 : 2);
-        if (p->epl > p->D)
-            p->epl = (int)p->D;
+        /* As decode attention: fewer, fatter lanes when few heads share a row (fewer
+         * shuffles per row); more lanes for large groups so q and acc stay in registers.
+         * 128 lanes hold 128 / TPR gathered rows in flight, two per row-group. */
+        p->epl = p->group <= 4 ? 16 : 8;
         p->wg = 128;
         p->unroll = 2;
     } else {

@@ -15,6 +15,7 @@
 #include "clkv/quant.h"
 #include "clkv/pariskv.h"
 #include "clkv/pariskv_retrieve.h"
+#include "clkv/offload.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -22,6 +22,8 @@ void usage_bench(FILE *f);
 void usage_bench_decode(FILE *f);
 void usage_bench_retrieval(FILE *f);
 int bench_retrieval(int argc, char **argv); /* tools/bench_retrieval.c */
+void usage_bench_sparse(FILE *f);
+int bench_sparse(int argc, char **argv); /* tools/bench_sparse.c */
 void usage_demo(FILE *f);
 
 /* 1 when argv[i] is "-h" or "--help". */

@@ -18,6 +18,8 @@ void usage_bench(FILE *f) {
                "benchmarks:\n"
                "  attention-decode   decode attention (SPEC 1.1) vs. the device's streaming-read\n"
                "                     bandwidth; see clkv bench attention-decode --help\n"
+               "  attention-sparse   sparse decode attention (SPEC 1.3), sink + top-k + local;\n"
+               "                     see clkv bench attention-sparse --help\n"
                "  retrieval          ParisKV retrieval stages and decode step (SPEC 4); see\n"
                "                     clkv bench retrieval --help\n");
 }
@@ -376,6 +378,9 @@ int cmd_bench(int argc, char **argv) {
     }
     if (strcmp(argv[1], "attention-decode") == 0) {
         return bench_decode(argc - 1, argv + 1);
+    }
+    if (strcmp(argv[1], "attention-sparse") == 0) {
+        return bench_sparse(argc - 1, argv + 1);
     }
     if (strcmp(argv[1], "retrieval") == 0) {
         return bench_retrieval(argc - 1, argv + 1);
