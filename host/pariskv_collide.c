@@ -89,7 +89,7 @@ clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_s
     clkv__defs_int(&defs, "NBLK", p->nblk);
     clkv__defs_int(&defs, "WG", p->wg);
     clkv__defs_int(&defs, "PER_ITEM", p->per_item);
-    clkv__defs_int(&defs, "IDS_U32", clkv__rows_aligned(&a->ids, 4));
+    clkv__defs_int(&defs, "IDS_U32", clkv__rows_aligned(&a->ids, 4) && p->nblk % 4 == 0);
     clkv__defs_int(&defs, "S_WIDE", p->s_wide);
     cl_kernel kr, kc, kt, kp;
     clkv_status st;

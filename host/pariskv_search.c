@@ -48,9 +48,13 @@ static clkv_status validate_search(clkv_context *ctx, const clkv_pariskv_search_
         return st;
     const int64_t B = a->q_rot.dims[0], Hkv = a->q_rot.dims[1], D = a->q_rot.dims[2];
     const int64_t L = a->ids.dims[2];
-    if (D != 64 && D != 128 && D != 256)
+    /* Every head dim the encoder produces codes for (SRHT or dense rotation). */
+    const int pow2 = D > 0 && (D & (D - 1)) == 0;
+    if (D < 2 || D > 512 || D % 2 != 0 || (pow2 && D != 64 && D != 128 && D != 256))
         return clkv__fail(ctx, CLKV_ERR_ARG_UNSUPPORTED,
-                          "q_rot: head dim D = %lld, supported: 64, 128, 256", (long long)D);
+                          "q_rot: head dim D = %lld, supported: 64, 128, 256 and even D in "
+                          "[2, 512] that is not a power of two (as the encoder)",
+                          (long long)D);
     if (a->m < CLKV_PARISKV_MIN_M || a->m > CLKV_PARISKV_MAX_M)
         return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "m: %d is outside [2, 8]", (int)a->m);
     if (D % a->m != 0)

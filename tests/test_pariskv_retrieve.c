@@ -372,6 +372,7 @@ static const scase g_scases[] = {
     {"search_d64_m2_b1_g4_wide", 1, 4, 1, 64, 2, F32, F32, 2, {2500}, 100, 0, 0, 4, 0},
     {"search_d64_m8_b1_g2_empty_zone", 1, 2, 1, 64, 8, F16, F32, 4, {0}, 100, 0, 0, 1, 1},
     {"search_d128_m8_b1_g2_n30000", 1, 2, 1, 128, 8, BF16, F16, 4, {30000}, 100, 0, 0, 2, 0},
+    {"search_d100_m4_b1_g2_dense_rotation", 1, 4, 2, 100, 4, BF16, F16, 4, {3000}, 100, 0, 0, 1, 0},
     {"search_d128_m8_b3_g4_n10001", 3, 8, 2, 128, 8, BF16, F16, 4, {10001, 5000, 2}, 100, 0, 0, 1, 0},
 };
 /* clang-format on */
@@ -1133,6 +1134,7 @@ static void test_search_bad_inputs(void **state) {
     BAD(a.plan.dtype = CLKV_U32, CLKV_ERR_ARG_DTYPE, "plan");
     BAD(a.collide_scores.dtype = CLKV_U8, CLKV_ERR_ARG_DTYPE, "collide_scores");
     BAD(a.q_rot.dims[2] = 32, CLKV_ERR_ARG_UNSUPPORTED, "q_rot");
+    BAD(a.q_rot.dims[2] = 33, CLKV_ERR_ARG_UNSUPPORTED, "q_rot");
     BAD(a.m = 9, CLKV_ERR_ARG_RANGE, "m");
     BAD(a.m = 4, CLKV_ERR_ARG_SHAPE, "ids");
     BAD(a.ids.dims[3] = 4, CLKV_ERR_ARG_SHAPE, "ids");

@@ -106,7 +106,8 @@ clkv_status clkv_pariskv_plan(const int64_t *n, int64_t B, int64_t top_k, double
  *   candidates       [B, Hkv, Cm]   i32   the C_b candidate positions ascending, then -1
  *                                         (Cm >= max_candidates)
  *   candidate_scores [B, Hkv, Cm]   f32   s^ of candidates[.., j], j < C_b (rest untouched)
- * Requirements: D in {64, 128, 256}; m in {2, 4, 8} dividing D; zone_start + max_zone <= L;
+ * Requirements: D as the encoder (64, 128, 256, or an even D in [2, 512] that is not a
+ * power of two); m in 2..8 dividing D; zone_start + max_zone <= L;
  * the plan's n_b <= max_zone and C_b <= max_candidates (the host bounds size the launch;
  * larger device values are clamped to them).
  *
@@ -153,7 +154,7 @@ typedef struct clkv_pariskv_search_args {
 /* Validate `args` and enqueue the search. `done` (optional) receives an event completing
  * with the last kernel. Errors (nothing enqueued, nothing written): CLKV_ERR_ARG_NULL,
  * CLKV_ERR_ARG_DTYPE, CLKV_ERR_ARG_SHAPE (dims disagree, m does not divide D),
- * CLKV_ERR_ARG_UNSUPPORTED (D not in {64, 128, 256}), CLKV_ERR_ARG_RANGE (m outside
+ * CLKV_ERR_ARG_UNSUPPORTED (D not as above), CLKV_ERR_ARG_RANGE (m outside
  * 2..8, zone_start < 0, max_zone / max_candidates / top_k out of range, zone beyond L,
  * bad levels, sizes beyond 2^31-1), CLKV_ERR_ARG_STRIDE, CLKV_ERR_ARG_ALIGNMENT,
  * CLKV_ERR_ARG_BUFFER_SIZE, CLKV_ERR_ARG_OVERFLOW; OpenCL codes, CLKV_ERR_LOCAL_MEMORY
