@@ -17,6 +17,8 @@
 #include "clkv/quant_cache.h"
 #include "clkv/pariskv.h"
 #include "clkv/longflow.h"
+#include "clkv/pariskv_retrieve.h"
+#include "clkv/offload.h"
 
 #ifdef __cplusplus
 extern "C" {

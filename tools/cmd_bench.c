@@ -27,6 +27,8 @@ static const bench_entry benches[] = {
     {"attention-window", bench_window, "window / prefill attention with LSE (SPEC 1.2)"},
     {"attention-quant", bench_attention_quant,
      "decode attention over a quantized KV cache vs bf16"},
+    {"attention-sparse", bench_sparse, "sparse decode attention (SPEC 1.3): sink + top-k + local"},
+    {"retrieval", bench_retrieval, "ParisKV retrieval stages and decode step (SPEC 4)"},
     {"compress", bench_compress, "AdaKV budgets, top-k, compaction, per-head-length decode"},
     {"longflow", bench_longflow, "LongFlow step (SPEC 2.3) vs. decode attention, same cache"},
 };
