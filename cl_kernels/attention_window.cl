@@ -53,6 +53,25 @@
 #define MMA 0
 #endif
 
+#if MMA
+#define KVV ushort4 /* raw 16-bit values */
+#define KV_ZERO ((ushort4)(0))
+#define KV_LOAD(p, i) vload4(0, (__global const ushort *)(p) + (i))
+#define KV_PUT(tile, j, c, x) vstore4((x), 0, &(tile)[j][(c)*4])
+#else
+#define KVV float4 /* widened to f32 */
+#define KV_ZERO ((float4)(0.0f))
+#define KV_LOAD(p, i) LOAD4(KV_DTYPE)((p), (i))
+#define KV_PUT(tile, j, c, x) ((tile)[j][c] = (x))
+#endif
+#define NLD (KT * D4 / WG_SIZE) /* vectors of a K/V tile per lane */
+/* Loops over register arrays are unrolled so the arrays stay in registers. */
+#define UNROLL _Pragma("unroll")
+
+#if (KT * D4) % WG_SIZE != 0
+#error "attention_window: a K/V tile must split evenly over the lanes"
+#endif
+
 #if WG_SIZE % QT != 0 || KT % (WG_SIZE / QT) != 0
 #error "attention_window: the softmax lanes of a row must split KT evenly"
 #endif
@@ -287,35 +306,55 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
     const int fg = lane >> 2, ft = lane & 3;
     const int mt_o = w * NOT / (HEAD_DIM / 8), nt_o0 = w * NOT % (HEAD_DIM / 8);
     float acc[NOT][4];
-    for (int u = 0; u < NOT; u++)
+    UNROLL
+    for (int u = 0; u < NOT; u++) {
+        UNROLL
         for (int i = 0; i < 4; i++)
             acc[u][i] = 0.0f;
+    }
 #else
     /* Lane coordinates of the score and output tiles. */
     const int sx = lid % S_CT, sy = lid / S_CT;
     const int ox = lid % O_CT, oy = lid / O_CT;
     float4 acc[RPT3][CPT];
-    for (int a = 0; a < RPT3; a++)
+    UNROLL
+    for (int a = 0; a < RPT3; a++) {
+        UNROLL
         for (int c = 0; c < CPT; c++)
             acc[a][c] = (float4)(0.0f);
+    }
 #endif
 
     const long kb = k_off + (long)b * k_sb + (long)kvh * k_sh;
     const long vb = v_off + (long)b * v_sb + (long)kvh * v_sh;
+    /* K/V tile loads: NLD 4-element vectors of K and of V per lane, staged in registers
+     * one tile ahead. Rows past the key range stay 0 (never 0 * garbage). */
+    KVV kpre[NLD], vpre[NLD];
+#define PREFETCH(jstart)                                                                           \
+    UNROLL for (int i = 0; i < NLD; i++) {                                                         \
+        const int e = lid + i * WG_SIZE, j = (jstart) + e / D4, c = e % D4;                        \
+        kpre[i] = KV_ZERO;                                                                         \
+        vpre[i] = KV_ZERO;                                                                         \
+        if (j < kend) {                                                                            \
+            kpre[i] = KV_LOAD(k, kb + (long)j * k_sl + c * 4);                                     \
+            vpre[i] = KV_LOAD(v, vb + (long)j * v_sl + c * 4);                                     \
+        }                                                                                          \
+    }
+    if (kbeg < kend)
+        PREFETCH(kbeg);
     for (int j0 = kbeg; j0 < kend; j0 += KT) {
         barrier(CLK_LOCAL_MEM_FENCE); /* previous tile fully consumed (and Q tile stored) */
-#if MMA
-        for (int e = lid; e < KT * D4; e += WG_SIZE) {
-            const int j = e / D4, c = e % D4;
-            ushort4 kx = (ushort4)(0), vx = (ushort4)(0);
-            if (j0 + j < kend) {
-                kx = vload4(0, (__global const ushort *)k + kb + (long)(j0 + j) * k_sl + c * 4);
-                vx = vload4(0, (__global const ushort *)v + vb + (long)(j0 + j) * v_sl + c * 4);
-            }
-            vstore4(kx, 0, &ks[j][c * 4]);
-            vstore4(vx, 0, &vs[j][c * 4]);
+        UNROLL
+        for (int i = 0; i < NLD; i++) {
+            const int e = lid + i * WG_SIZE;
+            KV_PUT(ks, e / D4, e % D4, kpre[i]);
+            KV_PUT(vs, e / D4, e % D4, vpre[i]);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+        /* the next tile's loads are in flight while this one is computed */
+        if (j0 + KT < kend)
+            PREFETCH(j0 + KT);
+#if MMA
 
         /* Scores S = Q K^T on the tensor cores, scaled, with the causal mask. */
         for (int st = w; st < NST; st += NW) {
@@ -327,6 +366,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
                          PAIR(qs, ra + 8, kc + 8), PAIR(ks, nt * 8 + fg, kc),
                          PAIR(ks, nt * 8 + fg, kc + 8));
             }
+            UNROLL
             for (int i = 0; i < 4; i++) {
                 const int r = mt * 16 + fg + (i >> 1) * 8, jl = nt * 8 + 2 * ft + (i & 1);
                 const int j = j0 + jl;
@@ -334,37 +374,33 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
             }
         }
 #else
-        for (int e = lid; e < KT * D4; e += WG_SIZE) {
-            const int j = e / D4, c = e % D4;
-            float4 kx = (float4)(0.0f), vx = (float4)(0.0f);
-            if (j0 + j < kend) { /* rows past the range stay 0: 0 * garbage never occurs */
-                kx = LOAD4(KV_DTYPE)(k, kb + (long)(j0 + j) * k_sl + c * 4);
-                vx = LOAD4(KV_DTYPE)(v, vb + (long)(j0 + j) * v_sl + c * 4);
-            }
-            ks[j][c] = kx;
-            vs[j][c] = vx;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-
         /* Scores with the causal mask. */
         {
             float s[RPT1][KPT];
-            for (int a = 0; a < RPT1; a++)
+            UNROLL
+            for (int a = 0; a < RPT1; a++) {
+                UNROLL
                 for (int u = 0; u < KPT; u++)
                     s[a][u] = 0.0f;
+            }
             for (int c = 0; c < D4; c++) {
                 float4 kx[KPT];
+                UNROLL
                 for (int u = 0; u < KPT; u++)
                     kx[u] = ks[sx + u * S_CT][c];
+                UNROLL
                 for (int a = 0; a < RPT1; a++) {
                     const float4 qx = qs[sy + a * S_RT][c];
+                    UNROLL
                     for (int u = 0; u < KPT; u++)
                         s[a][u] += dot4(qx, kx[u]);
                 }
             }
+            UNROLL
             for (int a = 0; a < RPT1; a++) {
                 const int r = sy + a * S_RT;
                 const int pos = row_pos[r];
+                UNROLL
                 for (int u = 0; u < KPT; u++) {
                     const int j = j0 + sx + u * S_CT;
                     ss[r][sx + u * S_CT] = (j < kend && j <= pos) ? s[a][u] : -INFINITY;
@@ -413,6 +449,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
 #if MMA
         {
             const float al0 = row_alpha[mt_o * 16 + fg], al1 = row_alpha[mt_o * 16 + fg + 8];
+            UNROLL
             for (int u = 0; u < NOT; u++) {
                 acc[u][0] *= al0;
                 acc[u][1] *= al0;
@@ -427,12 +464,14 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
                                  ss[ra + 8][kc + 1], ss[ra][kc + 8],    ss[ra][kc + 9],
                                  ss[ra + 8][kc + 8], ss[ra + 8][kc + 9]};
             uint hi[8], lo[8];
+            UNROLL
             for (int i = 0; i < 8; i++)
                 split16(pa[i], &hi[i], &lo[i]);
             const uint ah0 = hi[0] | hi[1] << 16, ah1 = hi[2] | hi[3] << 16,
                        ah2 = hi[4] | hi[5] << 16, ah3 = hi[6] | hi[7] << 16;
             const uint al0 = lo[0] | lo[1] << 16, al1 = lo[2] | lo[3] << 16,
                        al2 = lo[4] | lo[5] << 16, al3 = lo[6] | lo[7] << 16;
+            UNROLL
             for (int u = 0; u < NOT; u++) {
                 const int col = (nt_o0 + u) * 8 + fg;
                 const uint b0 = (uint)vs[kc][col] | (uint)vs[kc + 1][col] << 16;
@@ -442,17 +481,22 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
             }
         }
 #else
+        UNROLL
         for (int a = 0; a < RPT3; a++) {
             const float al = row_alpha[oy + a * O_RT];
+            UNROLL
             for (int c = 0; c < CPT; c++)
                 acc[a][c] *= al;
         }
         for (int j = 0; j < KT; j++) {
             float4 vx[CPT];
+            UNROLL
             for (int c = 0; c < CPT; c++)
                 vx[c] = vs[j][ox + c * O_CT];
+            UNROLL
             for (int a = 0; a < RPT3; a++) {
                 const float p = ss[oy + a * O_RT][j];
+                UNROLL
                 for (int c = 0; c < CPT; c++)
                     acc[a][c] = fma((float4)(p), vx[c], acc[a][c]);
             }
@@ -467,6 +511,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
 
     /* Results: final (one split) or the split's partial state. */
 #if MMA
+    UNROLL
     for (int hf = 0; hf < 2; hf++) {
         const int r = mt_o * 16 + fg + hf * 8;
         const int R = r0 + r;
@@ -477,6 +522,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
         const float inv = direct ? (l > 0.0f ? 1.0f / l : 0.0f) : 1.0f;
         const long orow = o_off + (long)b * o_sb + (long)h * o_sh + (long)t * o_st;
         const long idx = (((long)b * Hq + h) * T + t) * num_splits + split;
+        UNROLL
         for (int u = 0; u < NOT; u++) {
             const int col = (nt_o0 + u) * 8 + 2 * ft;
             const float x0 = acc[u][hf * 2] * inv, x1 = acc[u][hf * 2 + 1] * inv;
@@ -490,6 +536,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
         }
     }
 #else
+    UNROLL
     for (int a = 0; a < RPT3; a++) {
         const int r = oy + a * O_RT;
         const int R = r0 + r;
@@ -500,10 +547,12 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
         if (direct) {
             const float inv = l > 0.0f ? 1.0f / l : 0.0f;
             const long orow = o_off + (long)b * o_sb + (long)h * o_sh + (long)t * o_st;
+            UNROLL
             for (int c = 0; c < CPT; c++)
                 store4(o, orow + (ox + c * O_CT) * 4, acc[a][c] * inv);
         } else {
             const long idx = (((long)b * Hq + h) * T + t) * num_splits + split;
+            UNROLL
             for (int c = 0; c < CPT; c++)
                 vstore4(acc[a][c], 0, part_acc + idx * HEAD_DIM + (ox + c * O_CT) * 4);
         }

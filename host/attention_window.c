@@ -136,9 +136,9 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
     p->mma = int16 && mma_requested();
     int qt_max;
     if (p->mma) {
-        /* 16-row mma blocks, up to 64 rows (16 x 8 output blocks of one 16-row band per
-         * warp); 32-key tiles of 16-bit values; within 48 KiB of local memory */
-        qt_max = p->D == 256 ? 16 : 64;
+        /* 16-row mma blocks, QT * D = 4096 (more rows cost registers: a ptxas build of
+         * the D = 128, 64-row tile needs 255 per lane); 32-key tiles of 16-bit values */
+        qt_max = (int)(4096 / p->D);
         p->kt = 32;
         p->o_ct = 32;
     } else if (p->D == 64) {

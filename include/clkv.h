@@ -18,6 +18,9 @@
 #include "clkv/quant.h"
 #include "clkv/quant_cache.h"
 #include "clkv/pariskv.h"
+#include "clkv/longflow.h"
+#include "clkv/pariskv_retrieve.h"
+#include "clkv/offload.h"
 
 #ifdef __cplusplus
 extern "C" {

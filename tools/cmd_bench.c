@@ -27,11 +27,14 @@ static const bench_entry benches[] = {
     {"attention-window", bench_window, "window / prefill attention with LSE (SPEC 1.2)"},
     {"attention-quant", bench_attention_quant,
      "decode attention over a quantized KV cache vs bf16"},
+    {"attention-sparse", bench_sparse, "sparse decode attention (SPEC 1.3): sink + top-k + local"},
+    {"retrieval", bench_retrieval, "ParisKV retrieval stages and decode step (SPEC 4)"},
     {"compress", bench_compress, "AdaKV budgets, top-k, compaction, per-head-length decode"},
     {"score", bench_score, "one eviction scorer (SPEC 2.1/2.2), --method NAME"},
     {"dropkv", bench_dropkv, "DropKV eviction step (window attention + scorer + keep-set)"},
     {"evict", bench_evict, "full eviction step of any scorer, --method NAME"},
     {"minikv-prefill", bench_minikv, "MiniKV two-pass prefill: pass 1, pass 2, total, TFLOP/s"},
+    {"longflow", bench_longflow, "LongFlow step (SPEC 2.3) vs. decode attention, same cache"},
 };
 
 void usage_bench(FILE *f) {

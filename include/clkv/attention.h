@@ -185,7 +185,23 @@ clkv_status clkv_attention_window_workspace_size(clkv_context *ctx,
  *   idx     [B, Hkv, NI]     i32, device, any order (optional: absent = dense ranges only)
  *   o       [B, Hq, D]       f32 | f16 | bf16
  *   lse     [B, Hq]          f32, optional
- * D must be 64, 128 or 256; Hq a multiple of Hkv.
+ * D must be 64, 128 or 256; Hq a multiple of Hkv. lengths[b] above max_length are
+ * clamped to it; sink and local larger than n simply cover the whole prefix. idx needs no
+ * order and may hold any int32 (INT32_MIN .. INT32_MAX); n_idx = 0 is allowed.
+ *
+ * Work: the attended list of each (b, KV head) — sink, local, then the n_idx entries —
+ * is split over work-groups (split-K, partials merged by a second kernel as in decode
+ * attention), so a single sequence with top-k 100 + local 512 + sink 4 still spreads over
+ * the whole GPU. Each work-group reads a K/V row once for all G query heads (up to 8 at
+ * a time). Only rows of the set are read: rows outside it may hold anything (even NaN).
+ * Duplicates: an idx entry counts only if no earlier entry of the same list has the same
+ * value (first occurrence wins, so results do not depend on the work split); found with
+ * a local-memory hash set, O(n_idx) expected time per work-group, for n_idx up to 4096
+ * (more with a larger local memory); beyond that an O(n_idx) scan per entry
+ * (O(n_idx^2) per (b, KV head): correct but slow — keep n_idx <= 4096 for speed).
+ * The summation order depends on list positions, so the same set given in another order
+ * agrees within f32 rounding, and the same call repeated is bit-identical.
+ * Scratch memory comes from the context's workspace (clkv_attention_sparse_workspace_size).
  */
 typedef struct clkv_attention_sparse_args {
     clkv_tensor q;
@@ -210,8 +226,10 @@ typedef struct clkv_attention_sparse_args {
         .max_length = -1, .sink = 0, .local = 0, .scale = 0.0f                                     \
     }
 
-/* Validate `args` and enqueue sparse decode attention. Errors as clkv_attention_decode,
- * plus CLKV_ERR_ARG_RANGE for negative sink/local. */
+/* Validate `args` and enqueue sparse decode attention; `done` (optional) receives the
+ * completion event. Errors (nothing enqueued, nothing written) as clkv_attention_decode,
+ * plus: CLKV_ERR_ARG_DTYPE (idx not i32), CLKV_ERR_ARG_SHAPE (idx not [B, Hkv, NI]),
+ * CLKV_ERR_ARG_RANGE (negative sink or local; max_length + n_idx > 2^31-1). */
 clkv_status clkv_attention_sparse(clkv_context *ctx, const clkv_attention_sparse_args *args,
                                   cl_event *done);
 
