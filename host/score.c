@@ -271,16 +271,17 @@ static void plan_launch(clkv_context *ctx, const clkv_score_args *a, score_plan 
         const int forced = forced_tpr();
         const int fwg = env_once(&g_force_wg, "CLKV_SCORE_WG");
         const int fkpr = env_once(&g_force_kpr, "CLKV_SCORE_KPR");
-        if (forced > 0 && forced <= 32 && (forced & (forced - 1)) == 0 && p->D % forced == 0) {
+        if (forced > 0 && forced <= QT_ROWS && (forced & (forced - 1)) == 0 && p->D % forced == 0) {
             p->tpr = forced;
             p->wg = 64;
             p->kpr = forced >= 8 ? 4 : 2;
         } else if (dev->nvidia_ptx) {
-            /* 8 elements per lane; 4 keys per row-group amortize the staging of the query
-             * rows over more keys (32 keys per work-group at D = 128). */
-            p->tpr = (int)(p->D / 8);
+            /* 8 elements per lane (16 at D = 256: row blocks of at most QT_ROWS lanes);
+             * 4 keys per row-group amortize the staging of the query rows over more keys
+             * (32 keys per work-group at D = 128). */
+            p->tpr = (int)(p->D / 8 < QT_ROWS ? p->D / 8 : QT_ROWS);
             p->wg = 128;
-            p->kpr = 4;
+            p->kpr = p->D / p->tpr > 8 ? 2 : 4;
         } else {
             p->tpr = 1;
             p->wg = dev->kind == CLKV_DEVICE_KIND_CPU ? 16 : 64;
