@@ -415,6 +415,14 @@ static clkv_status launch_window(clkv_context *ctx, const clkv_score_args *a, co
     return clkv__launch(ctx, kw, "score_window", 3, g, l, 0, NULL);
 }
 
+/* Key rows per local tile of the key kernels: about 32 KiB of f32 rows, at most SMALL_WG. */
+static int key_tile(int64_t D) {
+    int64_t tk = 8192 / D;
+    if (tk > SMALL_WG)
+        tk = SMALL_WG;
+    return tk < 1 ? 1 : (int)tk;
+}
+
 static clkv_status launch_vo_norm(clkv_context *ctx, const clkv_score_args *a, const score_plan *p,
                                   cl_mem ws, cl_long vnorm_off) {
     clkv_defs defs;
@@ -422,6 +430,7 @@ static clkv_status launch_vo_norm(clkv_context *ctx, const clkv_score_args *a, c
     clkv__defs_int(&defs, "KV_DTYPE", a->k.dtype);
     clkv__defs_int(&defs, "HEAD_DIM", p->D);
     clkv__defs_int(&defs, "WG_SIZE", SMALL_WG);
+    clkv__defs_int(&defs, "TK", key_tile(p->D));
     clkv__defs_int(&defs, "KEYDIFF", 0);
     clkv__defs_int(&defs, "RAW_MEAN", 0);
     clkv__defs_int(&defs, "WO_DTYPE", a->w_o.dtype);
@@ -462,6 +471,7 @@ static clkv_status launch_key(clkv_context *ctx, const clkv_score_args *a, const
     clkv__defs_int(&defs, "KV_DTYPE", a->k.dtype);
     clkv__defs_int(&defs, "HEAD_DIM", p->D);
     clkv__defs_int(&defs, "WG_SIZE", SMALL_WG);
+    clkv__defs_int(&defs, "TK", key_tile(p->D));
     clkv__defs_int(&defs, "KEYDIFF", keydiff);
     clkv__defs_int(&defs, "RAW_MEAN", keydiff && a->keydiff_raw_mean);
     clkv__defs_int(&defs, "WO_DTYPE", 0);
@@ -497,8 +507,9 @@ static clkv_status launch_key(clkv_context *ctx, const clkv_score_args *a, const
                         CLKV_ARG(ws), CLKV_ARG(part_off), CLKV_ARG(raw_off), CLKV_ARG(row_len));
     if (st)
         return st;
-    const size_t g[3] = {(size_t)((p->max_len + SMALL_WG - 1) / SMALL_WG) * SMALL_WG,
-                         (size_t)p->Hkv, (size_t)p->B};
+    const int tk = key_tile(p->D);
+    const size_t g[3] = {(size_t)((p->max_len + tk - 1) / tk) * SMALL_WG, (size_t)p->Hkv,
+                         (size_t)p->B};
     return clkv__launch(ctx, kk, "score_key", 3, g, l, 0, NULL);
 }
 

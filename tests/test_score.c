@@ -106,6 +106,8 @@ static const scase g_cases[] = {
     {"knorm_h8_d128_bf16_len4101_0", CLKV_SCORE_KNORM, 2, 8, 8, 128, 0, 4101, BF16, F32, TU_HND, {4101, 0}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0},
     {"keydiff_h2_d64_f16_len100_4101", CLKV_SCORE_KEYDIFF, 2, 2, 2, 64, 0, 4101, F16, F32, TU_HND, {100, 4101}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0},
     {"keydiff_rawmean_d128_f32_nhd", CLKV_SCORE_KEYDIFF, 1, 8, 8, 128, 0, 1000, F32, F32, TU_NHD, {999}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 1, 0, 0, 0, 1.0},
+    {"knorm_d256_f32_tile32", CLKV_SCORE_KNORM, 1, 2, 2, 256, 0, 200, F32, F32, TU_NHD, {150}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0},
+    {"keydiff_d80_bf16_generic_dim", CLKV_SCORE_KEYDIFF, 2, 3, 3, 80, 0, 300, BF16, F32, TU_HND, {300, 1}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0},
     {"streamingllm_len100_3", CLKV_SCORE_STREAMINGLLM, 2, 2, 2, 64, 0, 120, BF16, F32, TU_HND, {100, 3}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0},
 };
 /* clang-format on */
