@@ -128,23 +128,24 @@ score_key(__global const KV_T *k, long k_off, long k_sb, long k_sh, long k_sl,
 }
 
 /* CriticalKV value norm through W_O: vnorm[j] = (1/G) sum_{h in group} sum_m
- * |sum_d v_j[d] W_O[h, d, m]|. One work-item per token holds its value row; W_O is
- * staged in local memory MT columns at a time. */
+ * |sum_d v_j[d] W_O[h, d, m]|. A work-group stages TK value rows (coalesced) and W_O
+ * MT columns at a time in local memory; one work-item per token. */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 score_vo_norm(__global const KV_T *v, long v_off, long v_sb, long v_sh, long v_sl,
               __global const CLKV_STORAGE(WO_DTYPE) * wo, long wo_off, long wo_sh, long wo_sd,
               int Dm, __global const int *lengths, long len_off, int has_len, int max_len, int Hkv,
               int G, __global float *ws, long vnorm_off, long row_len) {
     const int lid = (int)get_local_id(0);
-    const int j = (int)get_global_id(0), kvh = (int)get_group_id(1), b = (int)get_group_id(2);
+    const int kvh = (int)get_group_id(1), b = (int)get_group_id(2);
+    const int tile0 = (int)get_group_id(0) * TK;
     const int n = seq_len(lengths, len_off, has_len, max_len, b);
-    if ((int)get_group_id(0) * WG_SIZE >= n)
+    if (tile0 >= n)
         return; /* uniform */
+    __local float tile[TK][HEAD_DIM + 1];
     __local float wt[HEAD_DIM][MT];
-    float vr[HEAD_DIM];
-    const long vb = v_off + (long)b * v_sb + (long)kvh * v_sh + (long)min(j, n - 1) * v_sl;
-    for (int e = 0; e < HEAD_DIM; e++)
-        vr[e] = CLKV_LOAD(KV_DTYPE)(v, vb + e);
+    const int cnt = min(TK, n - tile0);
+    stage_rows(tile, v, v_off + (long)b * v_sb + (long)kvh * v_sh, v_sl, tile0, cnt, lid);
+    const int row = min(lid, TK - 1);
     float total = 0.0f;
     for (int g = 0; g < G; g++) {
         const long hb = wo_off + (long)(kvh * G + g) * wo_sh;
@@ -159,11 +160,11 @@ score_vo_norm(__global const KV_T *v, long v_off, long v_sb, long v_sh, long v_s
             for (int m = 0; m < MT; m++) {
                 float s = 0.0f;
                 for (int d = 0; d < HEAD_DIM; d++)
-                    s = fma(vr[d], wt[d][m], s);
+                    s = fma(tile[row][d], wt[d][m], s);
                 total += fabs(s);
             }
         }
     }
-    if (j < n)
-        ws[vnorm_off + ((long)b * Hkv + kvh) * row_len + j] = total / (float)G;
+    if (lid < cnt)
+        ws[vnorm_off + ((long)b * Hkv + kvh) * row_len + tile0 + lid] = total / (float)G;
 }

@@ -434,7 +434,7 @@ static clkv_status launch_vo_norm(clkv_context *ctx, const clkv_score_args *a, c
     clkv__defs_int(&defs, "KEYDIFF", 0);
     clkv__defs_int(&defs, "RAW_MEAN", 0);
     clkv__defs_int(&defs, "WO_DTYPE", a->w_o.dtype);
-    clkv__defs_int(&defs, "MT", 16);
+    clkv__defs_int(&defs, "MT", p->D > 128 ? 8 : 16); /* tile + W_O stage <= ~41 KiB */
     cl_kernel kn;
     clkv_status st = clkv__get_kernel(ctx, "score_key.cl", &defs, "score_vo_norm", &kn);
     if (st)
@@ -455,8 +455,9 @@ static clkv_status launch_vo_norm(clkv_context *ctx, const clkv_score_args *a, c
                         CLKV_ARG(row_len));
     if (st)
         return st;
-    const size_t g[3] = {(size_t)((p->max_len + SMALL_WG - 1) / SMALL_WG) * SMALL_WG,
-                         (size_t)p->Hkv, (size_t)p->B};
+    const int tk = key_tile(p->D);
+    const size_t g[3] = {(size_t)((p->max_len + tk - 1) / tk) * SMALL_WG, (size_t)p->Hkv,
+                         (size_t)p->B};
     const size_t l[3] = {SMALL_WG, 1, 1};
     if (g[0] == 0)
         return CLKV_OK;

@@ -93,6 +93,7 @@ static const scase g_cases[] = {
     /* CriticalKV */
     {"criticalkv_h8x8_d64_bf16_pbar", CLKV_SCORE_CRITICALKV, 2, 8, 8, 64, 16, 100, BF16, F32, TU_HND, {100, 17}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 1, 0, 2.0},
     {"criticalkv_wo_h14x2_d64_f32", CLKV_SCORE_CRITICALKV, 1, 14, 2, 64, 8, 300, F32, F32, TU_NHD, {300}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 40, 1, 0, 2.0},
+    {"criticalkv_wo_d128_bf16_dm37", CLKV_SCORE_CRITICALKV, 2, 8, 2, 128, 8, 90, BF16, F32, TU_HND, {70, 90}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 37, 0, 0, 2.0},
     /* DiffKV */
     {"diffkv_h8x2_d128_bf16_w64_len4101_64", CLKV_SCORE_DIFFKV, 2, 8, 2, 128, 64, 4101, BF16, F32, TU_HND, {4101, 64}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"diffkv_h32x8_d64_f16_w64_len65", CLKV_SCORE_DIFFKV, 1, 32, 8, 64, 64, 70, F16, F32, TU_HND, {65}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
