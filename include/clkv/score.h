@@ -53,9 +53,10 @@
  *
  * Tensors (strides in elements, last dim contiguous):
  *   q       [B, Hq, W, D]  f32 | f16 | bf16 (window methods)
- *   k, v    [B, Hkv, L, D] f32 | f16 | bf16, same dtype, any strides (v unused by
- *                          SNAPKV, H2O, DIFFKV, KNORM, KEYDIFF, STREAMINGLLM: may be
- *                          absent there)
+ *   k, v    [B, Hkv, L, D] f32 | f16 | bf16, same dtype, any strides. k is required by
+ *                          every method (it gives B, Hkv, L, D; STREAMINGLLM does not
+ *                          read it); v is read by DROPKV, ANDPRO, CRITICALKV only and
+ *                          may be absent for the others
  *   lengths [B]            i32, device, optional: n = clamp(len[b], 0, max_length);
  *                          absent: every sequence has max_length tokens
  *   lse     [B, Hq, W]     f32 (window methods)
@@ -63,7 +64,7 @@
  *   w_o     [Hq, D, Dm]    f32 | f16 | bf16, optional (CRITICALKV)
  *   scores  [B, Hkv, L]    f32 output
  *   pbar    [B, Hkv, L]    f32 output, optional, CRITICALKV only
- * D must be 64, 128 or 256 (window methods); any D >= 1 for the key methods.
+ * D must be 64, 128 or 256 (window methods); 1..1024 for the key methods.
  *
  * Kernels: the window methods run one streaming kernel (cl_kernels/score_window.cl,
  * specialised by -D METHOD): every work-group owns a tile of keys of one (b, KV head),
