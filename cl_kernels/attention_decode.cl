@@ -14,6 +14,10 @@
  *                               the bytes in flight do not depend on register pressure
  *   MERGE_WG, MAX_SPLITS        merge kernel work-group size; most splits per sequence
  *
+ * Lengths: element b * len_sb + kvh * len_sh of `lengths` (len_sh = 0 for per-sequence
+ * [B] lengths, the stride of the head dim for per-(sequence, KV head) [B, Hkv] lengths),
+ * read once per work-group.
+ *
  * A work-group handles one (sequence, KV head, head group, split): it reads each K/V row
  * of its token range once and uses it for all GROUP query heads (the GQA saving). Each
  * row-group of TPR lanes keeps its own online-softmax state, so the main loop needs no
@@ -107,9 +111,9 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 attention_decode_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh,
                          __global const KV_T *k, long k_off, long k_sb, long k_sh, long k_sl,
                          __global const KV_T *v, long v_off, long v_sb, long v_sh, long v_sl,
-                         __global const int *lengths, long len_off, int has_lengths,
-                         int max_len, int Hq, int G, int nhg, int chunk, int num_splits,
-                         float scale_log2, __global float *part_acc, long ml_off) {
+                         __global const int *lengths, long len_off, long len_sb, long len_sh,
+                         int has_lengths, int max_len, int Hq, int G, int nhg, int chunk,
+                         int num_splits, float scale_log2, __global float *part_acc, long ml_off) {
     __global float *part_ml = part_acc + ml_off;
     const int lid = (int)get_local_id(0);
     const int split = (int)get_group_id(0);
@@ -121,7 +125,7 @@ attention_decode_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
 
     int len = max_len;
     if (has_lengths)
-        len = clamp(lengths[len_off + b], 0, max_len);
+        len = clamp(lengths[len_off + b * len_sb + kvh * len_sh], 0, max_len);
     const int start = split * chunk;
     const int end = min(start + chunk, len);
     const int h0 = kvh * G + hg * GROUP;

@@ -248,3 +248,184 @@ __kernel void dequant_values(__global const uint *codes, long c_off, long c_sb, 
     for (int i = 0; i < per; i++)
         STORE_X(out, ob + i, dequant_one(word, i, bits, s, m));
 }
+
+/* ---- quantized KV cache appends (include/clkv/quant_cache.h) ----
+ *
+ * Built with -D RES_DTYPE (residual storage dtype) and -D V_DTYPE (dtype of the appended
+ * v) besides X_DTYPE (dtype of the appended k) and META_DTYPE. The cache's own buffers
+ * are contiguous in the layouts of the header, indexed here from (sequence*Hkv + head) =
+ * bh. counts is [2, B]: n_quant, then n_res. Sequence b appends c = clamp(cnt[b], 0, n)
+ * tokens (n without cnt) after its t_old = n_quant + n_res tokens; n_quant is a multiple
+ * of NR, so the blocks completed by the append are blocks n_quant/NR + blk with
+ * (blk + 1)*NR <= t_new - n_quant. Their tokens come from the residual (positions < t_old,
+ * slot p - n_quant) or from the input (rounded to the residual dtype first, so the result
+ * does not depend on how the token history was cut into appends). Three kernels run in
+ * this order on the in-order queue: quantize (keys and values; reads the old residual),
+ * write the new residual, advance the counters. */
+#ifdef RES_DTYPE
+#ifndef V_DTYPE
+#error "V_DTYPE must be defined with RES_DTYPE"
+#endif
+typedef CLKV_STORAGE(RES_DTYPE) res_t;
+typedef CLKV_STORAGE(V_DTYPE) xv_t;
+#define LOAD_RES CLKV_LOAD(RES_DTYPE)
+#define STORE_RES CLKV_STORE(RES_DTYPE)
+#define LOAD_XV CLKV_LOAD(V_DTYPE)
+
+/* x rounded to the residual dtype (RNE), as f32. */
+inline float cache_round_res(float x) {
+#if RES_DTYPE == CLKV_DT_F16
+    ushort h;
+    vstore_half_rte(x, 0, (__private half *)&h);
+    return vload_half(0, (const __private half *)&h);
+#elif RES_DTYPE == CLKV_DT_BF16
+    return clkv_bf16_to_f32(clkv_f32_to_bf16(x));
+#else
+    return x;
+#endif
+}
+
+/* One appended tensor (k or v) and the cache buffers it goes to. */
+#define CACHE_SIDE_PARAMS(T, s)                                                                    \
+    __global const T *s##x, long s##x_off, long s##x_sb, long s##x_sh, long s##x_sn,              \
+        __global res_t *s##res, __global uint *s##codes, __global meta_t *s##scale,                \
+        __global meta_t *s##minv, int s##bits
+
+/* Element c of token p of sequence b, head h: from the residual (p < t_old) or from row
+ * p - t_old of the input, rounded to the residual dtype. */
+#define CACHE_SRC(LOAD, s, b, h, bh, p, c)                                                         \
+    ((p) < t_old ? LOAD_RES(s##res, ((long)(bh) * NR + ((p) - nq)) * D + (c))                      \
+                 : cache_round_res(LOAD(s##x, s##x_off + (long)(b) * s##x_sb +                     \
+                                                  (long)(h) * s##x_sh +                            \
+                                                  (long)((p) - t_old) * s##x_sn + (c))))
+
+/* Per-sequence state: n_quant, t_old and t_new. */
+inline void cache_state(__global const int *counts, __global const int *cnt, long cnt_off,
+                        int has_cnt, int n, int B, int b, int *nq, int *t_old, int *t_new) {
+    *nq = counts[b];
+    *t_old = *nq + counts[B + b];
+    *t_new = *t_old + (has_cnt ? clamp(cnt[cnt_off + b], 0, n) : n);
+}
+
+/* Quantize the blocks the append completes. Items [0, nk): keys, item (bh, blk, kg, d) =
+ * key group kg (group tokens) of channel d in completed block blk; items [nk, total):
+ * values, item (bh, blk, r, j) = channel group j of token r of block blk.
+ * nk = B*Hkv * NB * (NR/group) * D, total = nk + B*Hkv * NB * NR * (D/group). */
+__kernel void cache_quant(CACHE_SIDE_PARAMS(x_t, k_), CACHE_SIDE_PARAMS(xv_t, v_),
+                          __global const int *cnt, long cnt_off, int has_cnt, int n,
+                          __global const int *counts, __global int *flags, long nk, long total,
+                          int B, int H, int D, int NR, int NB, long CQ, int group) {
+    long idx = get_global_id(0);
+    if (idx >= total)
+        return;
+    const int keys = idx < nk;
+    int b, h, bh, blk, a, e; /* keys: a = kg, e = d; values: a = r, e = j */
+    if (keys) {
+        e = (int)(idx % D);
+        idx /= D;
+        a = (int)(idx % (NR / group));
+        idx /= NR / group;
+    } else {
+        idx -= nk;
+        e = (int)(idx % (D / group));
+        idx /= D / group;
+        a = (int)(idx % NR);
+        idx /= NR;
+    }
+    blk = (int)(idx % NB);
+    bh = (int)(idx / NB);
+    b = bh / H, h = bh % H;
+    int nq, t_old, t_new;
+    cache_state(counts, cnt, cnt_off, has_cnt, n, B, b, &nq, &t_old, &t_new);
+    if (nq + (blk + 1) * NR > t_new)
+        return;
+    const int bits = keys ? k_bits : v_bits;
+    const int per = 32 / bits;
+    const float qmax = (float)((1 << bits) - 1);
+    /* keys: token p0 + t, channel e; values: token p0, channel e*group + t */
+    const int p0 = nq + blk * NR + (keys ? a * group : a);
+#define ELEM(t)                                                                                    \
+    (keys ? CACHE_SRC(LOAD_X, k_, b, h, bh, p0 + (t), e)                                           \
+          : CACHE_SRC(LOAD_XV, v_, b, h, bh, p0, e * group + (t)))
+    float mn = INFINITY, mx = -INFINITY;
+    uint bad = 0;
+    for (int t = 0; t < group; t++) {
+        const float v = ELEM(t);
+        bad |= quant_check(v);
+        mn = fmin(mn, v);
+        mx = fmax(mx, v);
+    }
+    float s, m;
+    bad = quant_params(mn, mx, bad, qmax, &s, &m);
+    long mi, cb, cstride;
+    __global meta_t *scale = keys ? k_scale : v_scale;
+    __global meta_t *minv = keys ? k_minv : v_minv;
+    __global uint *codes = keys ? k_codes : v_codes;
+    if (keys) {
+        mi = ((long)bh * (CQ / group) + p0 / group) * D + e;
+        cb = ((long)bh * (CQ / per) + p0 / per) * D + e;
+        cstride = D;
+    } else {
+        mi = ((long)bh * CQ + p0) * (D / group) + e;
+        cb = ((long)bh * CQ + p0) * (D / per) + (long)e * (group / per);
+        cstride = 1;
+    }
+    STORE_META(scale, mi, s);
+    STORE_META(minv, mi, m);
+    for (int w = 0; w < group / per; w++) {
+        uint word = 0;
+        for (int i = 0; i < per; i++)
+            word |= quant_code(ELEM(w * per + i), s, m, qmax) << (bits * i);
+        codes[cb + w * cstride] = word;
+    }
+#undef ELEM
+    quant_raise(flags, 0, 1, bad);
+}
+
+/* Items (kv, bh, r, d): the appended tokens that end up in the residual are the last
+ * min(c, t_new % NR) of the c appended; item r handles the r-th from the end, of k
+ * (kv = 0) or v (kv = 1). total = 2 * B*Hkv * NRW * D, NRW = min(n, NR - 1). */
+__kernel void cache_write_residual(CACHE_SIDE_PARAMS(x_t, k_), CACHE_SIDE_PARAMS(xv_t, v_),
+                                   __global const int *cnt, long cnt_off, int has_cnt, int n,
+                                   __global const int *counts, long total, int B, int H, int D,
+                                   int NR, int NRW) {
+    long idx = get_global_id(0);
+    if (idx >= total)
+        return;
+    const int d = (int)(idx % D);
+    idx /= D;
+    const int r = (int)(idx % NRW);
+    idx /= NRW;
+    const int bh = (int)(idx % ((long)B * H));
+    const int kv = (int)(idx / ((long)B * H));
+    const int b = bh / H, h = bh % H;
+    int nq, t_old, t_new;
+    cache_state(counts, cnt, cnt_off, has_cnt, n, B, b, &nq, &t_old, &t_new);
+    const int c = t_new - t_old, nres = t_new % NR;
+    if (r >= min(c, nres))
+        return;
+    const long jn = c - 1 - r;      /* appended token */
+    const int slot = nres - 1 - r; /* = t_old + jn - (t_new - nres) */
+    const long ri = ((long)bh * NR + slot) * D + d;
+    if (kv == 0)
+        STORE_RES(k_res, ri,
+                  cache_round_res(LOAD_X(k_x, k_x_off + (long)b * k_x_sb + (long)h * k_x_sh +
+                                                  jn * k_x_sn + d)));
+    else
+        STORE_RES(v_res, ri,
+                  cache_round_res(LOAD_XV(v_x, v_x_off + (long)b * v_x_sb + (long)h * v_x_sh +
+                                                   jn * v_x_sn + d)));
+}
+
+/* Item b: advance the counters (the last kernel of an append). */
+__kernel void cache_advance(__global const int *cnt, long cnt_off, int has_cnt, int n,
+                            __global int *counts, int B, int NR) {
+    const int b = (int)get_global_id(0);
+    if (b >= B)
+        return;
+    int nq, t_old, t_new;
+    cache_state(counts, cnt, cnt_off, has_cnt, n, B, b, &nq, &t_old, &t_new);
+    counts[b] = t_new - t_new % NR;
+    counts[B + b] = t_new % NR;
+}
+#endif /* RES_DTYPE */

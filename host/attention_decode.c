@@ -32,13 +32,18 @@ static int is_supported_dim(int64_t d) {
 
 static clkv_status validate(clkv_context *ctx, const clkv_attention_decode_args *a) {
     clkv_status st;
+    if (a->lengths.buf && a->lengths.ndim != 1 && a->lengths.ndim != 2)
+        return clkv__fail(ctx, CLKV_ERR_ARG_SHAPE,
+                          "lengths: ndim = %d, expected 1 ([B]) or 2 ([B, Hkv])",
+                          (int)a->lengths.ndim);
     if ((st = clkv__check_tensor(ctx, &a->q, "q", 3, CLKV_FLOAT_DTYPES)) ||
         (st = clkv__check_tensor(ctx, &a->k, "k", 4, CLKV_FLOAT_DTYPES)) ||
         (st = clkv__check_tensor(ctx, &a->v, "v", 4, CLKV_FLOAT_DTYPES)) ||
         (st = clkv__check_tensor(ctx, &a->o, "o", 3, CLKV_FLOAT_DTYPES)) ||
         (st = clkv__check_optional_tensor(ctx, &a->lse, "lse", 2, CLKV_DTYPE_BIT(CLKV_F32))) ||
-        (st =
-             clkv__check_optional_tensor(ctx, &a->lengths, "lengths", 1, CLKV_DTYPE_BIT(CLKV_I32))))
+        (st = clkv__check_optional_tensor(ctx, &a->lengths, "lengths",
+                                          a->lengths.buf && a->lengths.ndim == 2 ? 2 : 1,
+                                          CLKV_DTYPE_BIT(CLKV_I32))))
         return st;
     if (a->v.dtype != a->k.dtype)
         return clkv__fail(ctx, CLKV_ERR_ARG_DTYPE, "v: dtype %s differs from k's %s",
@@ -62,6 +67,10 @@ static clkv_status validate(clkv_context *ctx, const clkv_attention_decode_args 
                        (st = clkv__check_dim(ctx, &a->lse, "lse", 1, Hq, "query heads of q"))))
         return st;
     if (a->lengths.buf && (st = clkv__check_dim(ctx, &a->lengths, "lengths", 0, B, "batch of q")))
+        return st;
+    if (a->lengths.buf && a->lengths.ndim == 2 &&
+        (st = clkv__check_dim(ctx, &a->lengths, "lengths", 1, Hkv,
+                              "KV heads of k (per-(sequence, head) lengths)")))
         return st;
     if (Hkv == 0 && Hq > 0)
         return clkv__fail(ctx, CLKV_ERR_ARG_SHAPE, "k: dims[1] = Hkv = 0 with Hq = %lld",
@@ -272,17 +281,21 @@ clkv_status clkv_attention_decode(clkv_context *ctx, const clkv_attention_decode
     const cl_long v_off = clkv__elem_offset(&args->v), v_sb = args->v.strides[0],
                   v_sh = args->v.strides[1], v_sl = args->v.strides[2];
     const cl_mem len_buf = args->lengths.buf;
-    const cl_long len_off = len_buf ? clkv__elem_offset(&args->lengths) : 0;
+    /* lengths [B] or [B, Hkv]: element b * len_sb + kvh * len_sh (len_sh = 0 for [B]). */
+    const cl_long len_off = len_buf ? clkv__elem_offset(&args->lengths) : 0,
+                  len_sb = len_buf ? args->lengths.strides[0] : 0,
+                  len_sh = len_buf && args->lengths.ndim == 2 ? args->lengths.strides[1] : 0;
     const cl_int has_len = len_buf != NULL, max_len = p.max_len, Hq = (cl_int)p.Hq, G = (cl_int)p.G,
                  nhg = p.nhg, chunk = p.chunk, splits = p.splits;
     const cl_float scale_log2 = p.scale * 1.4426950408889634f;
-    st = clkv__set_args(
-        ctx, kp, "attention_decode_partial", 26, CLKV_ARG(args->q.buf), CLKV_ARG(q_off),
-        CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(args->k.buf), CLKV_ARG(k_off), CLKV_ARG(k_sb),
-        CLKV_ARG(k_sh), CLKV_ARG(k_sl), CLKV_ARG(args->v.buf), CLKV_ARG(v_off), CLKV_ARG(v_sb),
-        CLKV_ARG(v_sh), CLKV_ARG(v_sl), CLKV_ARG(len_buf), CLKV_ARG(len_off), CLKV_ARG(has_len),
-        CLKV_ARG(max_len), CLKV_ARG(Hq), CLKV_ARG(G), CLKV_ARG(nhg), CLKV_ARG(chunk),
-        CLKV_ARG(splits), CLKV_ARG(scale_log2), CLKV_ARG(ws), CLKV_ARG(ml_off));
+    st = clkv__set_args(ctx, kp, "attention_decode_partial", 28, CLKV_ARG(args->q.buf),
+                        CLKV_ARG(q_off), CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(args->k.buf),
+                        CLKV_ARG(k_off), CLKV_ARG(k_sb), CLKV_ARG(k_sh), CLKV_ARG(k_sl),
+                        CLKV_ARG(args->v.buf), CLKV_ARG(v_off), CLKV_ARG(v_sb), CLKV_ARG(v_sh),
+                        CLKV_ARG(v_sl), CLKV_ARG(len_buf), CLKV_ARG(len_off), CLKV_ARG(len_sb),
+                        CLKV_ARG(len_sh), CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(Hq),
+                        CLKV_ARG(G), CLKV_ARG(nhg), CLKV_ARG(chunk), CLKV_ARG(splits),
+                        CLKV_ARG(scale_log2), CLKV_ARG(ws), CLKV_ARG(ml_off));
     const cl_mem o_buf = args->o.buf, lse_buf = args->lse.buf;
     const cl_long o_off = clkv__elem_offset(&args->o), o_sb = args->o.strides[0],
                   o_sh = args->o.strides[1];

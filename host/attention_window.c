@@ -15,6 +15,7 @@ typedef struct window_plan {
     int max_len;
     float scale;
     int qt, kt, s_ct, o_ct; /* tile parameters (see attention_window.cl) */
+    int mma;                /* tensor-core (mma.sync) variant, or its portable emulation */
     int n_qtiles;
     int splits, chunk;
     size_t part_acc_bytes, part_ml_bytes;
@@ -93,10 +94,27 @@ static int64_t ceil_div(int64_t a, int64_t b) {
 
 /* Local memory of the partial kernel for the tile parameters (mirrors its __local
  * declarations). */
-static size_t partial_local_bytes(int64_t D, int qt, int kt) {
+static size_t partial_local_bytes(int64_t D, int qt, int kt, int mma, int emulated) {
+    const size_t common =
+        (size_t)qt * (size_t)(kt + 1) * 4 + (size_t)qt * 4 * 4 + (size_t)WG * 2 * 4;
+    if (mma)
+        return (size_t)(qt + 2 * kt) * (size_t)(D + 8) * 2 + common +
+               (emulated ? (size_t)WG / 32 * 32 * 6 * 4 : 4);
     const size_t ld4 = (size_t)D / 4 + 1;
     return (size_t)qt * ld4 * 16 + (size_t)kt * ld4 * 16 + (size_t)kt * (size_t)(D / 4) * 16 +
-           (size_t)qt * (size_t)(kt + 1) * 4 + (size_t)qt * 4 * 4;
+           common;
+}
+
+/* The tensor-core variant (NVIDIA mma.sync through inline PTX; elsewhere a slow portable
+ * emulation of it, to verify its fragment logic) is opt-in while it has not been measured:
+ * CLKV_WINDOW_MMA=1, read once per process. */
+static int mma_requested(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        const char *e = getenv("CLKV_WINDOW_MMA");
+        cached = e && e[0] == '1';
+    }
+    return cached;
 }
 
 static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_args *a,
@@ -114,8 +132,16 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
 
     /* Tiles: QT * D = 4096 output values per work-group of 128 lanes (32 f32 accumulators
      * per lane), K/V tiles sized so everything stays within 48 KiB of local memory. */
+    const int int16 = a->q.dtype == a->k.dtype && a->k.dtype != CLKV_F32;
+    p->mma = int16 && mma_requested();
     int qt_max;
-    if (p->D == 64) {
+    if (p->mma) {
+        /* 16-row mma blocks, QT * D = 4096 (more rows cost registers: a ptxas build of
+         * the D = 128, 64-row tile needs 255 per lane); 32-key tiles of 16-bit values */
+        qt_max = (int)(4096 / p->D);
+        p->kt = 32;
+        p->o_ct = 32;
+    } else if (p->D == 64) {
         qt_max = 64;
         p->kt = 32;
         p->o_ct = 16;
@@ -130,19 +156,20 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
     }
     p->s_ct = p->kt;
     const int s_rt = WG / p->s_ct, o_rt = WG / p->o_ct;
-    const int qt_min = s_rt > o_rt ? s_rt : o_rt;
+    const int qt_min = p->mma ? 16 : s_rt > o_rt ? s_rt : o_rt;
     /* Small windows: the smallest power-of-two tile holding all G*T rows. */
     const int64_t rows = p->G * p->T;
     int qt = qt_min;
     while (qt < qt_max && qt < rows)
         qt *= 2;
     p->qt = qt;
-    if (partial_local_bytes(p->D, p->qt, p->kt) > ctx->info.local_mem_bytes)
+    const size_t lmem =
+        partial_local_bytes(p->D, p->qt, p->kt, p->mma, p->mma && !ctx->info.nvidia_ptx);
+    if (lmem > ctx->info.local_mem_bytes)
         return clkv__fail(ctx, CLKV_ERR_LOCAL_MEMORY,
                           "attention_window: tiles need %zu bytes of local memory, the device "
                           "has %llu",
-                          partial_local_bytes(p->D, p->qt, p->kt),
-                          (unsigned long long)ctx->info.local_mem_bytes);
+                          lmem, (unsigned long long)ctx->info.local_mem_bytes);
     if ((size_t)WG > ctx->info.max_work_group_size)
         return clkv__fail(ctx, CLKV_ERR_DEVICE_LIMIT,
                           "attention_window: needs work-groups of %d, the device allows %llu", WG,
@@ -237,6 +264,7 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
     clkv__defs_int(&defs, "KT", p.kt);
     clkv__defs_int(&defs, "S_CT", p.s_ct);
     clkv__defs_int(&defs, "O_CT", p.o_ct);
+    clkv__defs_int(&defs, "MMA", p.mma);
     const int direct = p.splits == 1;
     cl_kernel kp, km = NULL;
     if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_window_partial", &kp)))
@@ -294,10 +322,10 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
         const size_t gp[3] = {(size_t)p.n_qtiles * WG, (size_t)p.splits, (size_t)(p.B * p.Hkv)};
         const size_t lp[3] = {WG, 1, 1};
         clkv__log(ctx,
-                  "attention_window: B=%lld Hq=%lld Hkv=%lld T=%lld D=%lld max_len=%d qt=%d "
-                  "kt=%d qtiles=%d splits=%d chunk=%d",
+                  "attention_window: B=%lld Hq=%lld Hkv=%lld T=%lld D=%lld max_len=%d mma=%d "
+                  "qt=%d kt=%d qtiles=%d splits=%d chunk=%d",
                   (long long)p.B, (long long)p.Hq, (long long)p.Hkv, (long long)p.T, (long long)p.D,
-                  p.max_len, p.qt, p.kt, p.n_qtiles, p.splits, p.chunk);
+                  p.max_len, p.mma, p.qt, p.kt, p.n_qtiles, p.splits, p.chunk);
         st = clkv__enqueue(ctx, kp, "attention_window_partial", 3, gp, lp, direct ? done : NULL);
     }
     if (st == CLKV_OK && !direct) {

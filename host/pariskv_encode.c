@@ -4,8 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "clkv/pariskv.h"
-#include "runtime/internal.h"
+#include "host/pariskv_internal.h"
 
 #define KERNEL_FILE "pariskv_encode.cl"
 #define TARGET_WG 128
@@ -14,16 +13,27 @@ static int is_supported_dim(int64_t d) {
     return d == 64 || d == 128 || d == 256;
 }
 
+/* SRHT for D in {64, 128, 256}; the dense rotation for D not a power of two, up to
+ * CLKV_PARISKV_DENSE_MAX_D. */
 static clkv_status check_head_dim(clkv_context *ctx, const char *name, int64_t D) {
     if (is_supported_dim(D))
         return CLKV_OK;
-    if (D > 0 && (D & (D - 1)) == 0)
-        return clkv__fail(ctx, CLKV_ERR_ARG_UNSUPPORTED,
-                          "%s: head dim D = %lld, supported: 64, 128, 256", name, (long long)D);
+    if (clkv__pariskv_is_dense(D) && D >= 2 && D <= CLKV_PARISKV_DENSE_MAX_D)
+        return CLKV_OK;
     return clkv__fail(ctx, CLKV_ERR_ARG_UNSUPPORTED,
-                      "%s: head dim D = %lld is not a power of two; the dense-rotation "
-                      "(non-SRHT) path is not implemented yet (supported: 64, 128, 256)",
-                      name, (long long)D);
+                      "%s: head dim D = %lld, supported: 64, 128, 256 (fast Hadamard) or a "
+                      "non-power-of-two D in [2, %d] (dense rotation)",
+                      name, (long long)D, CLKV_PARISKV_DENSE_MAX_D);
+}
+
+/* Explicit sigma only exists for the SRHT. */
+static clkv_status check_signs_path(clkv_context *ctx, const int8_t *signs, int64_t D) {
+    if (signs && clkv__pariskv_is_dense(D))
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE,
+                          "signs: explicit sigma applies to the power-of-two (SRHT) transform; "
+                          "D = %lld uses the dense rotation generated from seed (pass NULL)",
+                          (long long)D);
+    return CLKV_OK;
 }
 
 /* Bit j of word j/32 set when sigma_j = -1. */
@@ -101,6 +111,13 @@ static clkv_status validate_encode(clkv_context *ctx, const clkv_pariskv_encode_
     if (D % a->m != 0)
         return clkv__fail(ctx, CLKV_ERR_ARG_SHAPE, "m: %d does not divide the head dim D = %lld",
                           (int)a->m, (long long)D);
+    if (a->m % 2 != 0)
+        return clkv__fail(ctx, CLKV_ERR_ARG_SHAPE,
+                          "m: %d is odd; a code byte holds two coordinates of one block, so m "
+                          "must be even",
+                          (int)a->m);
+    if ((st = check_signs_path(ctx, a->signs, D)))
+        return st;
     const int64_t nblk = D / a->m;
     const struct {
         const clkv_tensor *t;
@@ -152,8 +169,9 @@ clkv_status clkv_pariskv_encode(clkv_context *ctx, const clkv_pariskv_encode_arg
         return st;
     const int64_t B = args->k.dims[0], Hkv = args->k.dims[1], L = args->k.dims[2],
                   D = args->k.dims[3];
+    const int dense = clkv__pariskv_is_dense(D);
     cl_uint8 signs;
-    if ((st = pack_signs(ctx, args->signs, args->seed, D, &signs)))
+    if (!dense && (st = pack_signs(ctx, args->signs, args->seed, D, &signs)))
         return st;
     clkv_pariskv_levels lv;
     if (args->levels)
@@ -165,6 +183,8 @@ clkv_status clkv_pariskv_encode(clkv_context *ctx, const clkv_pariskv_encode_arg
     const int64_t n = end - args->start;
     if (B == 0 || Hkv == 0 || n == 0)
         return clkv__marker(ctx, done);
+    if (dense)
+        return clkv__pariskv_encode_dense(ctx, args, &lv, done);
 
     int kpw, wg;
     if ((st = vectors_per_group(ctx, "k", D, &kpw, &wg)))
@@ -236,7 +256,7 @@ static clkv_status validate_query(clkv_context *ctx, const clkv_pariskv_query_ar
         return st;
     const int64_t B = a->q.dims[0], Hq = a->q.dims[1], D = a->q.dims[2];
     const int64_t Hkv = a->q_rot.dims[1];
-    if ((st = check_head_dim(ctx, "q", D)))
+    if ((st = check_head_dim(ctx, "q", D)) || (st = check_signs_path(ctx, a->signs, D)))
         return st;
     if ((st = clkv__check_dim(ctx, &a->q_rot, "q_rot", 0, B, "batch of q")) ||
         (st = clkv__check_dim(ctx, &a->q_rot, "q_rot", 2, D, "head dim of q")))
@@ -271,11 +291,14 @@ clkv_status clkv_pariskv_query_transform(clkv_context *ctx, const clkv_pariskv_q
         return st;
     const int64_t B = args->q.dims[0], Hq = args->q.dims[1], D = args->q.dims[2],
                   Hkv = args->q_rot.dims[1];
+    const int dense = clkv__pariskv_is_dense(D);
     cl_uint8 signs;
-    if ((st = pack_signs(ctx, args->signs, args->seed, D, &signs)))
+    if (!dense && (st = pack_signs(ctx, args->signs, args->seed, D, &signs)))
         return st;
     if (B == 0 || Hkv == 0)
         return clkv__marker(ctx, done);
+    if (dense)
+        return clkv__pariskv_query_dense(ctx, args, done);
     int kpw, wg;
     if ((st = vectors_per_group(ctx, "q", D, &kpw, &wg)))
         return st;

@@ -13,8 +13,13 @@
 #include "clkv/attention.h"
 #include "clkv/select.h"
 #include "clkv/score.h"
+#include "clkv/budget.h"
 #include "clkv/quant.h"
+#include "clkv/quant_cache.h"
 #include "clkv/pariskv.h"
+#include "clkv/longflow.h"
+#include "clkv/pariskv_retrieve.h"
+#include "clkv/offload.h"
 
 #ifdef __cplusplus
 extern "C" {

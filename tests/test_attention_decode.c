@@ -611,6 +611,196 @@ static void test_repeatable(void **state) {
     tu_set_case("%s", "");
 }
 
+/* Per-(sequence, KV head) lengths [B, Hkv]: every KV head of a sequence has its own
+ * valid length (a cache compacted with per-head kept counts). The reference runs per
+ * (b, kv head) slice with that slice's length. Cases cover 0, 1, full L, lengths above
+ * max_length (clamped), a strided lengths view, forced splits, GQA G = 1, 4, 8. */
+typedef struct phcase {
+    const char *name;
+    int64_t B, Hq, Hkv, D, L, max_length;
+    clkv_dtype dt;
+    tu_layout layout;
+    int32_t num_splits;
+    int64_t len_stride; /* stride of dim 0 of the lengths view (>= Hkv) */
+} phcase;
+
+static void test_per_head_lengths(void **state) {
+    static const phcase cases[] = {
+        {"ph_d128_bf16_nhd_h16x4_b2", 2, 16, 4, 128, 300, -1, CLKV_BF16, TU_NHD, 0, 4},
+        {"ph_d64_f16_hnd_h8x8_b3_maxlen200_split5_strided", 3, 8, 8, 64, 257, 200, CLKV_F16, TU_HND,
+         5, 11},
+        {"ph_d256_f32_hnd_h16x2_b1", 1, 16, 2, 256, 1100, -1, CLKV_F32, TU_HND, 0, 2},
+    };
+    const uint64_t seed = tu_seed(DEFAULT_SEED);
+    (void)state;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const phcase *c = &cases[ci];
+        const int64_t B = c->B, Hq = c->Hq, Hkv = c->Hkv, D = c->D, L = c->L, G = Hq / Hkv;
+        const int64_t maxlen = c->max_length < 0 ? L : c->max_length;
+        const size_t nq = (size_t)(B * Hq * D), nkv = (size_t)(B * Hkv * L * D);
+        int64_t qdims[3] = {B, Hq, D}, ldims[2] = {B, Hq};
+        int64_t lbuf_dims[2] = {B, c->len_stride};
+        tu_rng rng;
+        clkv_attention_decode_args args = CLKV_ATTENTION_DECODE_ARGS_INIT;
+        float *q = (float *)tu_malloc(nq * sizeof(float));
+        float *k = (float *)tu_malloc(nkv * sizeof(float));
+        float *v = (float *)tu_malloc(nkv * sizeof(float));
+        float *o_got = (float *)tu_malloc(nq * sizeof(float));
+        float *lse_got = (float *)tu_malloc((size_t)(B * Hq) * sizeof(float));
+        double *o_ref = (double *)tu_malloc(nq * sizeof(double));
+        double *lse_ref = (double *)tu_malloc((size_t)(B * Hq) * sizeof(double));
+        int32_t *dev = (int32_t *)tu_malloc((size_t)(B * c->len_stride) * sizeof(int32_t));
+        int32_t *eff = (int32_t *)tu_malloc((size_t)(B * Hkv) * sizeof(int32_t));
+
+        tu_set_case("%s (B=%" PRId64 " Hq=%" PRId64 " Hkv=%" PRId64 " D=%" PRId64 " L=%" PRId64
+                    " max_length=%" PRId64 " %s %s splits=%d)",
+                    c->name, B, Hq, Hkv, D, L, c->max_length, clkv_dtype_name(c->dt),
+                    tu_layout_name(c->layout), (int)c->num_splits);
+        tu_rng_seed(&rng, seed, 2000 + ci);
+        for (int64_t i = 0; i < B * c->len_stride; i++) {
+            dev[i] = -7; /* padding of the strided view: never read */
+        }
+        for (int64_t b = 0; b < B; b++) {
+            for (int64_t h = 0; h < Hkv; h++) {
+                const int64_t r = b * Hkv + h;
+                int32_t n;
+                switch (r % 5) {
+                case 0:
+                    n = 0;
+                    break;
+                case 1:
+                    n = 1;
+                    break;
+                case 2:
+                    n = (int32_t)L;
+                    break; /* above max_length when max_length < L */
+                default:
+                    n = (int32_t)tu_rng_int(&rng, 2, maxlen);
+                    break;
+                }
+                dev[b * c->len_stride + h] = n;
+                eff[r] = n > (int32_t)maxlen ? (int32_t)maxlen : n;
+            }
+        }
+        tu_fill_normal(&rng, q, nq, 0.0, 1.0);
+        tu_fill_normal(&rng, k, nkv, 0.0, 1.0);
+        tu_fill_normal(&rng, v, nkv, 0.0, 1.0);
+        /* rows past each head's valid length: garbage that would show if read */
+        for (int64_t r = 0; r < B * Hkv; r++) {
+            for (int64_t j = eff[r]; j < L; j++) {
+                for (int64_t d = 0; d < D; d++) {
+                    k[(size_t)((r * L + j) * D + d)] = 1000.0f;
+                    v[(size_t)((r * L + j) * D + d)] = 1000.0f;
+                }
+            }
+        }
+        tu_round_array(c->dt, q, nq);
+        tu_round_array(c->dt, k, nkv);
+        tu_round_array(c->dt, v, nkv);
+
+        args.q = tu_tensor_upload(g_ctx, q, c->dt, 3, qdims, 0, 0);
+        args.k = tu_kv_tensor(g_ctx, k, c->dt, B, Hkv, L, D, c->layout);
+        args.v = tu_kv_tensor(g_ctx, v, c->dt, B, Hkv, L, D, c->layout);
+        args.lengths = tu_tensor_upload_i32(g_ctx, dev, 2, lbuf_dims, 0, 0);
+        args.lengths.dims[1] = Hkv; /* [B, Hkv] view with row stride len_stride */
+        args.o = tu_tensor_alloc(g_ctx, CLKV_F32, 3, qdims, 0, 0);
+        args.lse = tu_tensor_alloc(g_ctx, CLKV_F32, 2, ldims, 0, 0);
+        args.max_length = c->max_length;
+        args.num_splits = c->num_splits;
+        TU_CHECK_OK(g_ctx, clkv_attention_decode(g_ctx, &args, NULL));
+        TU_CHECK_OK(g_ctx, clkv_context_finish(g_ctx));
+        tu_assert_written_exactly(g_ctx, &args.o, "o");
+        tu_assert_written_exactly(g_ctx, &args.lse, "lse");
+        tu_tensor_read(g_ctx, &args.o, o_got);
+        tu_tensor_read(g_ctx, &args.lse, lse_got);
+
+        /* reference per (b, kv head): a B = 1, Hkv = 1 problem with G query heads */
+        for (int64_t b = 0; b < B; b++) {
+            for (int64_t h = 0; h < Hkv; h++) {
+                const size_t qo = (size_t)((b * Hq + h * G) * D);
+                const size_t ko = (size_t)((b * Hkv + h) * L * D);
+                if (ref_attention_decode(1, G, 1, L, D, q + qo, k + ko, v + ko, &eff[b * Hkv + h],
+                                         1.0 / sqrt((double)D), o_ref + qo,
+                                         lse_ref + (size_t)(b * Hq + h * G)) != 0) {
+                    TU_FAIL("reference rejected the case (test bug)");
+                }
+            }
+        }
+        tu_assert_close("o", o_got, o_ref, nq, tu_tol_for(CLKV_F32), 3, qdims);
+        tu_assert_lse("lse", lse_got, lse_ref, (size_t)(B * Hq), TU_LSE_ATOL, 2, ldims);
+        for (int64_t r = 0; r < B * Hkv; r++) {
+            for (int64_t i = 0; eff[r] == 0 && i < G * D; i++) {
+                if (o_got[(size_t)(r * G * D + i)] != 0.0f) {
+                    TU_FAIL("o of empty (b, kv head) %" PRId64 " is %g, expected 0", r,
+                            (double)o_got[(size_t)(r * G * D + i)]);
+                }
+            }
+        }
+
+        tu_release(args.q.buf);
+        tu_release(args.k.buf);
+        tu_release(args.v.buf);
+        tu_release(args.lengths.buf);
+        tu_release(args.o.buf);
+        tu_release(args.lse.buf);
+        free(q);
+        free(k);
+        free(v);
+        free(o_got);
+        free(lse_got);
+        free(o_ref);
+        free(lse_ref);
+        free(dev);
+        free(eff);
+    }
+    tu_set_case("%s", "");
+}
+
+/* Bad per-head lengths: wrong head count, wrong rank, nothing written. */
+static void test_per_head_lengths_rejected(void **state) {
+    const int64_t B = 2, Hq = 8, Hkv = 2, D = 64, L = 16;
+    int64_t qdims[3] = {B, Hq, D};
+    int32_t lens[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    int64_t ldims[2] = {B, 4};
+    float *q = (float *)tu_calloc((size_t)(B * Hq * D), sizeof(float));
+    float *kv = (float *)tu_calloc((size_t)(B * Hkv * L * D), sizeof(float));
+    clkv_attention_decode_args args = CLKV_ATTENTION_DECODE_ARGS_INIT;
+    clkv_status st;
+    (void)state;
+    tu_set_case("per-head lengths rejected");
+    args.q = tu_tensor_upload(g_ctx, q, CLKV_F32, 3, qdims, 0, 0);
+    args.k = tu_kv_tensor(g_ctx, kv, CLKV_F32, B, Hkv, L, D, TU_HND);
+    args.v = tu_kv_tensor(g_ctx, kv, CLKV_F32, B, Hkv, L, D, TU_HND);
+    args.o = tu_tensor_alloc(g_ctx, CLKV_F32, 3, qdims, 0, 0);
+    args.lengths = tu_tensor_upload_i32(g_ctx, lens, 2, ldims, 0, 0); /* [B, 4], Hkv = 2 */
+    st = clkv_attention_decode(g_ctx, &args, NULL);
+    assert_int_equal(st, CLKV_ERR_ARG_SHAPE);
+    assert_true(tu_msg_names(clkv_last_error(g_ctx), "lengths"));
+    args.lengths = clkv_tensor_3d(args.lengths.buf, CLKV_I32, B, Hkv, 1);
+    st = clkv_attention_decode(g_ctx, &args, NULL);
+    assert_int_equal(st, CLKV_ERR_ARG_SHAPE);
+    assert_true(tu_msg_names(clkv_last_error(g_ctx), "lengths"));
+    args.lengths = clkv_tensor_2d(args.lengths.buf, CLKV_I32, B, Hkv);
+    args.lengths.strides[1] = 2; /* head dim not contiguous */
+    st = clkv_attention_decode(g_ctx, &args, NULL);
+    assert_int_equal(st, CLKV_ERR_ARG_STRIDE);
+    assert_true(tu_msg_names(clkv_last_error(g_ctx), "lengths"));
+    TU_CHECK_OK(g_ctx, clkv_context_finish(g_ctx));
+    tu_assert_buffer_poison(g_ctx, args.o.buf, "o");
+    /* the valid [B, Hkv] view of the same buffer is accepted */
+    args.lengths = clkv_tensor_2d(args.lengths.buf, CLKV_I32, B, Hkv);
+    TU_CHECK_OK(g_ctx, clkv_attention_decode(g_ctx, &args, NULL));
+    TU_CHECK_OK(g_ctx, clkv_context_finish(g_ctx));
+    tu_release(args.q.buf);
+    tu_release(args.k.buf);
+    tu_release(args.v.buf);
+    tu_release(args.o.buf);
+    tu_release(args.lengths.buf);
+    free(q);
+    free(kv);
+    tu_set_case("%s", "");
+}
+
 /* The host conversions the references rely on, against IEEE facts. */
 static void test_dtype_helpers(void **state) {
     (void)state;
@@ -725,7 +915,7 @@ int main(void) {
     struct CMUnitTest *tests;
     size_t n = 0;
     int rc;
-    tests = (struct CMUnitTest *)calloc(N_CASES + 3, sizeof *tests);
+    tests = (struct CMUnitTest *)calloc(N_CASES + 5, sizeof *tests);
     if (tests == NULL) {
         return 1;
     }
@@ -744,6 +934,12 @@ int main(void) {
     }
     tests[n].name = "repeatable_and_split_invariant";
     tests[n].test_func = test_repeatable;
+    n++;
+    tests[n].name = "per_head_lengths";
+    tests[n].test_func = test_per_head_lengths;
+    n++;
+    tests[n].name = "per_head_lengths_rejected";
+    tests[n].test_func = test_per_head_lengths_rejected;
     n++;
     rc = _cmocka_run_group_tests("attention_decode", tests, n, group_setup, group_teardown);
     free(tests);

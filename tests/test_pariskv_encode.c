@@ -190,7 +190,20 @@ static const qcase g_qcases[] = {
     {"query_d64_f32_g1", 1, 4, 4, 64, F32, 0, 0},
     {"query_d128_bf16_b3_g4_zero", 3, 8, 2, 128, BF16, 0, 1},
     {"query_d256_f16_b3_g3_signs", 3, 6, 2, 256, F16, 1, 1},
+    {"query_d96_bf16_b3_g4_zero_dense", 3, 8, 2, 96, BF16, 0, 1},
+    {"query_d160_f32_g8_dense", 1, 16, 2, 160, F32, 0, 0},
 };
+
+static int is_dense(int64_t D) {
+    return (D & (D - 1)) != 0;
+}
+
+/* The reference's dense rotation for (seed, D), malloc'd. */
+static double *ref_dense(uint64_t seed, int64_t D) {
+    double *R = (double *)tu_malloc((size_t)(D * D) * sizeof(double));
+    ref_pariskv_dense_matrix(seed, D, R);
+    return R;
+}
 
 static void run_query_case(void **state) {
     const qcase *c = (const qcase *)*state;
@@ -227,7 +240,13 @@ static void run_query_case(void **state) {
     double *rn = (double *)tu_malloc((size_t)(c->B * c->Hkv) * sizeof(double));
     tu_tensor_read(g_ctx, &a.q_rot, gr);
     tu_tensor_read(g_ctx, &a.q_norm, gn);
-    ref_pariskv_query(c->B, c->Hq, c->Hkv, c->D, signs, q, rr, rn);
+    if (is_dense(c->D)) {
+        double *R = ref_dense(seed, c->D);
+        ref_pariskv_query_dense(c->B, c->Hq, c->Hkv, c->D, R, q, rr, rn);
+        free(R);
+    } else {
+        ref_pariskv_query(c->B, c->Hq, c->Hkv, c->D, signs, q, rr, rn);
+    }
     tu_assert_close("q_rot", gr, rr, nr, tu_tol_for(F32), 3, rd);
     tu_assert_close("q_norm", gn, rn, (size_t)(c->B * c->Hkv), tu_tol_for(F32), 2, nd);
     if (c->zero_group) {
@@ -246,14 +265,16 @@ static void run_query_case(void **state) {
     tu_set_case("%s", "");
 }
 
-/* R is orthogonal: with G = 1 the query transform gives R x = ||x|| * q_rot(x). */
+/* R is orthogonal: with G = 1 the query transform gives R x = ||x|| * q_rot(x), so inner
+ * products are preserved (SRHT and dense rotation); the dense R itself satisfies
+ * R R^T = I and equals the reference's (Gram-Schmidt) matrix. */
 static void test_rotation_orthogonal(void **state) {
     (void)state;
-    const int64_t Ds[3] = {64, 128, 256};
+    const int64_t Ds[5] = {64, 128, 256, 96, 160};
     const int64_t H = 6;
     tu_rng rng;
     tu_rng_seed(&rng, tu_seed(DEFAULT_SEED), 7);
-    for (int di = 0; di < 3; di++) {
+    for (int di = 0; di < 5; di++) {
         const int64_t D = Ds[di];
         tu_set_case("orthogonality D=%lld", (long long)D);
         float *x = (float *)tu_malloc((size_t)(H * D) * sizeof(float));
@@ -285,13 +306,36 @@ static void test_rotation_orthogonal(void **state) {
         /* the reference rotation is orthogonal too, in double */
         int8_t s[256];
         double xd[256], yd[256];
-        ref_pariskv_signs(42, D, s);
         double nx = 0.0, ny = 0.0;
         for (int64_t e = 0; e < D; e++) {
             xd[e] = x[e];
             nx += xd[e] * xd[e];
         }
-        ref_pariskv_rotate(D, s, xd, yd);
+        if (is_dense(D)) {
+            double *Rl = (double *)tu_malloc((size_t)(D * D) * sizeof(double));
+            double *Rr = ref_dense(42, D);
+            TU_CHECK_OK(NULL, clkv_pariskv_rotation_matrix(42, D, Rl));
+            for (int64_t i = 0; i < D; i++)
+                for (int64_t j = 0; j < D; j++) {
+                    double dot = 0.0;
+                    for (int64_t e = 0; e < D; e++)
+                        dot += Rl[i * D + e] * Rl[j * D + e];
+                    if (fabs(dot - (i == j ? 1.0 : 0.0)) > 1e-5)
+                        TU_FAIL("(R R^T)[%lld][%lld] = %.17g", (long long)i, (long long)j, dot);
+                    if (fabs(Rl[i * D + j] - Rr[i * D + j]) > 1e-9)
+                        TU_FAIL("R[%lld][%lld] = %.17g, reference (Gram-Schmidt) %.17g",
+                                (long long)i, (long long)j, Rl[i * D + j], Rr[i * D + j]);
+                }
+            ref_pariskv_apply(D, Rr, xd, yd);
+            /* a different seed gives a different matrix */
+            TU_CHECK_OK(NULL, clkv_pariskv_rotation_matrix(43, D, Rl));
+            assert_true(fabs(Rl[0] - Rr[0]) > 1e-6 || fabs(Rl[1] - Rr[1]) > 1e-6);
+            free(Rl);
+            free(Rr);
+        } else {
+            ref_pariskv_signs(42, D, s);
+            ref_pariskv_rotate(D, s, xd, yd);
+        }
         for (int64_t e = 0; e < D; e++)
             ny += yd[e] * yd[e];
         assert_true(fabs(nx - ny) <= 1e-12 * nx);
@@ -329,6 +373,13 @@ static const ecase g_ecases[] = {
     {"enc_d64_f16_m2_hnd_b3", 3, 1, 12, 64, 2, F16, F32, TU_HND, 0, {0}, 0, 0},
     {"enc_d256_f32_m8_nhd_computed_signs", 1, 2, 14, 256, 8, F32, F32, TU_NHD, 0, {0}, 1, 1},
     {"enc_d128_f32_m8_hnd_b3_explicit_levels", 3, 2, 40, 128, 8, F32, F32, TU_HND, 1, {40, 1, 33}, 2, 0},
+    /* dense rotation (D not a power of two) */
+    {"enc_d96_f32_m8_dense_b3_lengths", 3, 2, 30, 96, 8, F32, F32, TU_HND, 1, {30, 7, 0}, 0, 0},
+    {"enc_d96_bf16_m6_dense_nhd_wbf16", 1, 3, 24, 96, 6, BF16, BF16, TU_NHD, 0, {0}, 0, 0},
+    {"enc_d160_f16_m8_dense_wf16", 1, 2, 33, 160, 8, F16, F16, TU_HND, 0, {0}, 0, 0},
+    {"enc_d160_f32_m4_dense_nhd_b3_computed", 3, 1, 20, 160, 4, F32, F32, TU_NHD, 1, {20, 19, 1}, 1, 0},
+    /* 26200 rows: more than one 32 MiB chunk of X and Y (26052 rows at D = 160) */
+    {"enc_d160_bf16_m8_dense_two_chunks", 1, 2, 13100, 160, 8, BF16, F32, TU_HND, 0, {0}, 0, 0},
 };
 /* clang-format on */
 
@@ -340,7 +391,7 @@ static void gen_key(tu_rng *r, const ecase *c, const int8_t *signs, int64_t i, f
         memset(k, 0, (size_t)D * sizeof(float));
         return;
     }
-    if (kind == 5) {
+    if (kind == 5 && !is_dense(D)) {
         /* k = diag(s) H e-combination inside block 0 (or the last block): H diag(s) k =
          * D * coef, so every other block of k~ is exactly zero; entries are small
          * integers, exact in every dtype. */
@@ -376,11 +427,13 @@ static void gen_key(tu_rng *r, const ecase *c, const int8_t *signs, int64_t i, f
         k[(i * 37) % D] *= 20.0f;
 }
 
-static int near_threshold(double u, const float *tau) {
-    if (fabs(u) <= 1e-7)
+/* |u| within f32 error of a threshold, or u of zero: SRHT 1e-6 / 1e-7; the dense
+ * rotation's f32 GEMM (R rounded to f32, D-term sums) allows 1e-4. */
+static int near_threshold(double u, const float *tau, int dense) {
+    if (fabs(u) <= (dense ? 1e-4 : 1e-7))
         return 1;
     for (int t = 0; t < 7; t++)
-        if (fabs(fabs(u) - (double)tau[t]) <= 1e-6)
+        if (fabs(fabs(u) - (double)tau[t]) <= (dense ? 1e-4 : 1e-6))
             return 1;
     return 0;
 }
@@ -554,6 +607,8 @@ static void run_encode_case(void **state) {
     uint8_t *rid = (uint8_t *)tu_malloc((size_t)nblk), *rcd = (uint8_t *)tu_malloc((size_t)D / 2);
     uint8_t *dcd = (uint8_t *)tu_malloc((size_t)D / 2);
     size_t near_mismatch = 0, compared = 0, zero_blocks = 0;
+    const int dense = is_dense(D);
+    double *Rd = dense ? ref_dense(seed, D) : NULL;
     const tu_tol wtol = tu_tol_for(c->wdt);
     uint32_t *hist = (uint32_t *)tu_calloc(ncnt, 4);
     for (int64_t b = 0; b < B; b++)
@@ -563,8 +618,12 @@ static void run_encode_case(void **state) {
                     continue;
                 const int64_t row = (b * H + h) * L + i;
                 double knorm;
-                ref_pariskv_encode_key(D, (int)m, signs, lv.tau, lv.a, k + row * D, &knorm, u, rb,
-                                       rid, rcd, rw);
+                if (dense)
+                    ref_pariskv_encode_key_dense(D, (int)m, Rd, lv.tau, lv.a, k + row * D, &knorm,
+                                                 u, rb, rid, rcd, rw);
+                else
+                    ref_pariskv_encode_key(D, (int)m, signs, lv.tau, lv.a, k + row * D, &knorm, u,
+                                           rb, rid, rcd, rw);
                 for (int64_t x = 0; x < D / 2; x++)
                     dcd[x] = (uint8_t)gcd[row * (D / 2) + x];
                 for (int64_t blk = 0; blk < nblk; blk++) {
@@ -580,7 +639,7 @@ static void run_encode_case(void **state) {
                         compared++;
                         if (gn == rn && gbit == rbit)
                             continue;
-                        if (!near_threshold(u[cc], lv.tau))
+                        if (!near_threshold(u[cc], lv.tau, dense))
                             TU_FAIL("b=%lld h=%lld token %lld block %lld coord %d: nibble 0x%x "
                                     "(id bit %u), reference 0x%x (id bit %u), u = %.9f",
                                     (long long)b, (long long)h, (long long)i, (long long)blk, j, gn,
@@ -656,6 +715,7 @@ static void run_encode_case(void **state) {
     free(dcd);
     free(hist);
     free(gc);
+    free(Rd);
     tu_set_case("%s", "");
 }
 
@@ -776,8 +836,27 @@ static void test_bad_inputs(void **state) {
     b = a, b.m = 3, enc_reject("m=3 does not divide 64", &f, &b, CLKV_ERR_ARG_SHAPE, "m");
     b = a, b.m = 9, enc_reject("m=9", &f, &b, CLKV_ERR_ARG_RANGE, "m");
     b = a, b.m = 1, enc_reject("m=1", &f, &b, CLKV_ERR_ARG_RANGE, "m");
-    b = a, b.k = clkv_tensor_4d(f.k, F32, VB, VH, VL, 96);
-    enc_reject("D=96 (dense path)", &f, &b, CLKV_ERR_ARG_UNSUPPORTED, "k");
+    int8_t oksig[96];
+    for (int j = 0; j < 96; j++)
+        oksig[j] = 1;
+    b = a, b.k = clkv_tensor_4d(f.k, F32, VB, VH, VL, 96), b.signs = oksig;
+    enc_reject("D=96 (dense) with explicit signs", &f, &b, CLKV_ERR_ARG_RANGE, "signs");
+    b = a, b.k = clkv_tensor_4d(f.k, F32, VB, VH, VL, 96), b.m = 3;
+    enc_reject("D=96 m=3 (odd)", &f, &b, CLKV_ERR_ARG_SHAPE, "m");
+    b = a, b.k = clkv_tensor_4d(f.k, F32, VB, VH, VL, 512);
+    enc_reject("D=512 (power of two, no SRHT kernel)", &f, &b, CLKV_ERR_ARG_UNSUPPORTED, "k");
+    b = a, b.k = clkv_tensor_4d(f.k, F32, VB, VH, VL, 1000);
+    b.k.strides[0] = b.k.strides[1] = b.k.strides[2] = 0;
+    enc_reject("D=1000 (dense above 512)", &f, &b, CLKV_ERR_ARG_UNSUPPORTED, "k");
+    {
+        double Rtmp[4];
+        expect_status_msg("rotation_matrix(R NULL)", NULL,
+                          clkv_pariskv_rotation_matrix(1, 96, NULL), CLKV_ERR_ARG_NULL, "R");
+        expect_status_msg("rotation_matrix(D=0)", NULL, clkv_pariskv_rotation_matrix(1, 0, Rtmp),
+                          CLKV_ERR_ARG_RANGE, "D");
+        expect_status_msg("rotation_matrix(D=513)", NULL,
+                          clkv_pariskv_rotation_matrix(1, 513, Rtmp), CLKV_ERR_ARG_RANGE, "D");
+    }
     b = a, b.k = clkv_tensor_4d(f.k, F32, VB, VH, VL, 32);
     enc_reject("D=32", &f, &b, CLKV_ERR_ARG_UNSUPPORTED, "k");
     b = a, b.start = 5, b.end = 4, enc_reject("start > end", &f, &b, CLKV_ERR_ARG_RANGE, "start");
@@ -820,7 +899,7 @@ static void test_bad_inputs(void **state) {
         clkv_pariskv_query_args a;
         clkv_status want;
         const char *name;
-    } qc[12];
+    } qc[14];
     int nq = 0;
 #define QBAD(lbl, mut, w, nm)                                                                      \
     do {                                                                                           \
@@ -840,7 +919,9 @@ static void test_bad_inputs(void **state) {
     QBAD("Hq % Hkv", p.q.dims[1] = 7, CLKV_ERR_ARG_SHAPE, "q");
     QBAD("q_rot D", p.q_rot.dims[2] = 32, CLKV_ERR_ARG_SHAPE, "q_rot");
     QBAD("q_norm Hkv", p.q_norm.dims[1] = 1, CLKV_ERR_ARG_SHAPE, "q_norm");
-    QBAD("q D=48", (p.q.dims[2] = 48, p.q_rot.dims[2] = 48), CLKV_ERR_ARG_UNSUPPORTED, "q");
+    QBAD("q D=32", (p.q.dims[2] = 32, p.q_rot.dims[2] = 32), CLKV_ERR_ARG_UNSUPPORTED, "q");
+    QBAD("q D=48 (dense) with signs", (p.q.dims[2] = 48, p.q_rot.dims[2] = 48, p.signs = oksig),
+         CLKV_ERR_ARG_RANGE, "signs");
     QBAD("q signs", p.signs = badsig, CLKV_ERR_ARG_RANGE, "signs");
     QBAD("q_rot buffer size", p.q_rot.dims[0] = 3, CLKV_ERR_ARG_BUFFER_SIZE, "q_rot");
     QBAD("q_norm offset", p.q_norm.offset = 2, CLKV_ERR_ARG_ALIGNMENT, "q_norm");

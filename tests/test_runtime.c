@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/internal.h"
 #include "util/test_util.h"
@@ -186,6 +187,13 @@ static void test_wrap_caller_context(void **state) {
     tu_release(bo);
 
     clkv_context_destroy(ctx);
+    /* PoCL drops the references its finished commands hold on the queue and context from
+     * a worker thread, shortly after the events complete: wait (bounded) for them. */
+    for (int tries = 0; tries < 400 && (refcount_ctx(c) != rc0 || refcount_queue(q) != rq0);
+         tries++) {
+        TU_CHECK_CL(clFinish(q));
+        nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = 5000000}, NULL);
+    }
     assert_int_equal(refcount_ctx(c), rc0);
     assert_int_equal(refcount_queue(q), rq0);
     TU_CHECK_CL(clFinish(q)); /* still usable */

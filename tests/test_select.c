@@ -763,6 +763,357 @@ static void test_compact_bad_inputs(void **state) {
     free(z);
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* In-place compaction                                                                  */
+/* ------------------------------------------------------------------------------------ */
+
+typedef struct inplace_case {
+    const char *name;
+    int64_t B, H, L, D, Lout, K;
+    clkv_dtype dt;
+    tu_layout layout;
+    clkv_dtype meta_dt; /* NO_META: none */
+    int v_out_of_place; /* V compacted out of place in the same call */
+    int use_counts;
+} inplace_case;
+
+static const inplace_case g_inplace[] = {
+    {"inplace_f16_nhd_d128", 2, 4, 300, 128, 300, 300, CLKV_F16, TU_NHD, CLKV_U8, 0, 0},
+    {"inplace_bf16_hnd_d64_lout", 1, 8, 1000, 64, 700, 700, CLKV_BF16, TU_HND, NO_META, 1, 1},
+    {"inplace_f32_hnd_d256_meta_i32", 3, 2, 129, 256, 129, 100, CLKV_F32, TU_HND, CLKV_I32, 0, 1},
+    {"inplace_f16_nhd_d80_rows_split", 2, 3, 257, 80, 257, 257, CLKV_F16, TU_NHD, CLKV_F32, 1, 0},
+};
+
+/* Byte position of element (b, h, l, d) of a descriptor. */
+static size_t elem_pos(const clkv_tensor *t, int64_t b, int64_t h, int64_t l, int64_t d) {
+    int64_t e = b * t->strides[0] + h * t->strides[1] + l * (t->ndim == 4 ? t->strides[2] : 1) + d;
+    return (size_t)t->offset + (size_t)e * tu_dtype_size(t->dtype);
+}
+
+/* Host expectation of an in-place compaction of `t` whose buffer image was `orig`: rows
+ * i < m[row] become the original rows idx[row][i] (idx ascending, all valid). */
+static void expect_inplace(const clkv_tensor *t, const uint8_t *orig, uint8_t *exp, int64_t B,
+                           int64_t H, int64_t D, int64_t K, const int32_t *idx, const int32_t *m) {
+    const size_t es = tu_dtype_size(t->dtype);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < m[b * H + h]; i++) {
+                const int32_t j = idx[(b * H + h) * K + i];
+                for (int64_t d = 0; d < D; d++)
+                    memcpy(exp + elem_pos(t, b, h, i, d), orig + elem_pos(t, b, h, j, d), es);
+            }
+}
+
+static void assert_bytes_equal(const uint8_t *got, const uint8_t *exp, size_t n, const char *what) {
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != exp[i])
+            TU_FAIL("%s: byte %zu is 0x%02x, expected 0x%02x", what, i, got[i], exp[i]);
+}
+
+static void run_inplace(void **state) {
+    const inplace_case *c = (const inplace_case *)*state;
+    const int64_t B = c->B, H = c->H, L = c->L, D = c->D, K = c->K, rows = B * H;
+    const size_t nkv = (size_t)(B * H * L * D);
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_seed(DEFAULT_SEED), 300 + (uint64_t)(c - g_inplace));
+    tu_set_case("%s (B=%" PRId64 " H=%" PRId64 " L=%" PRId64 " D=%" PRId64 " Lout=%" PRId64
+                " K=%" PRId64 " %s %s)",
+                c->name, B, H, L, D, c->Lout, K, clkv_dtype_name(c->dt), tu_layout_name(c->layout));
+    float *k = (float *)tu_malloc(nkv * sizeof(float));
+    float *v = (float *)tu_malloc(nkv * sizeof(float));
+    float *meta = (float *)tu_malloc((size_t)(B * H * L) * sizeof(float));
+    int32_t *idx = (int32_t *)tu_malloc((size_t)(rows * K) * sizeof(int32_t));
+    int32_t *m = (int32_t *)tu_malloc((size_t)rows * sizeof(int32_t));
+    int32_t *nl = (int32_t *)tu_malloc((size_t)rows * sizeof(int32_t));
+    tu_fill_normal(&rng, k, nkv, 0.0, 1.0);
+    tu_fill_normal(&rng, v, nkv, 0.0, 2.0);
+    for (int64_t i = 0; i < B * H * L; i++)
+        meta[i] = (float)((i * 7) % 200);
+    /* ascending index lists: empty, one, all K (identity prefix when K == L), dense
+     * (90 %) and sparse (10 %) random subsets; -1 padded or junk after counts */
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t want;
+        switch (r % 5) {
+        case 0:
+            want = 0;
+            break;
+        case 1:
+            want = 1;
+            break;
+        case 2:
+            want = K;
+            break;
+        case 3:
+            want = (K * 9) / 10;
+            break;
+        default:
+            want = K / 10 + 1;
+            break;
+        }
+        int64_t cnt = 0;
+        for (int64_t j = 0; j < L && cnt < want; j++)
+            if (tu_rng_int(&rng, 1, L - j) <= want - cnt)
+                idx[r * K + cnt++] = (int32_t)j;
+        m[r] = (int32_t)cnt;
+        for (int64_t i = cnt; i < K; i++)
+            idx[r * K + i] = c->use_counts ? (int32_t)tu_rng_int(&rng, 0, L - 1) : -1;
+    }
+    const int64_t idims[3] = {B, H, K}, cdims[2] = {B, H}, mdims[3] = {B, H, L};
+    clkv_compact_kv_args a = CLKV_COMPACT_KV_ARGS_INIT, o = CLKV_COMPACT_KV_ARGS_INIT;
+    /* out of place first, from a separate copy of the cache */
+    o.k_src = tu_kv_tensor(g_ctx, k, c->dt, B, H, L, D, c->layout);
+    o.v_src = tu_kv_tensor(g_ctx, v, c->dt, B, H, L, D, c->layout);
+    o.k_dst = tu_kv_tensor(g_ctx, v, c->dt, B, H, L, D, c->layout);
+    o.v_dst = tu_kv_tensor(g_ctx, k, c->dt, B, H, L, D, c->layout);
+    o.k_dst.dims[2] = o.v_dst.dims[2] = c->Lout;
+    o.indices = tu_tensor_upload_i32(g_ctx, idx, 3, idims, 0, 0);
+    if (c->use_counts)
+        o.counts = tu_tensor_upload_i32(g_ctx, m, 2, cdims, 0, 0);
+    TU_CHECK_OK(g_ctx, clkv_compact_kv(g_ctx, &o, NULL));
+    /* in place */
+    a.k_src = tu_kv_tensor(g_ctx, k, c->dt, B, H, L, D, c->layout);
+    a.k_dst = a.k_src;
+    a.k_dst.dims[2] = c->Lout;
+    a.v_src = tu_kv_tensor(g_ctx, v, c->dt, B, H, L, D, c->layout);
+    if (c->v_out_of_place) {
+        a.v_dst = tu_kv_tensor(g_ctx, k, c->dt, B, H, L, D, c->layout);
+        a.v_dst.dims[2] = c->Lout;
+    } else {
+        a.v_dst = a.v_src;
+        a.v_dst.dims[2] = c->Lout;
+    }
+    if (c->meta_dt != NO_META) {
+        a.meta_src = tu_tensor_upload(g_ctx, meta, c->meta_dt, 3, mdims, 8, 8);
+        a.meta_dst = a.meta_src;
+        a.meta_dst.dims[2] = c->Lout;
+    }
+    a.indices = o.indices;
+    a.counts = o.counts;
+    a.new_lengths = tu_tensor_alloc(g_ctx, CLKV_I32, 2, cdims, 0, 0);
+    const int32_t zero = 0;
+    const int64_t fdims[1] = {1};
+    a.flags = tu_tensor_upload_i32(g_ctx, &zero, 1, fdims, 0, 0);
+    size_t kb = 0, vb = 0, mb = 0;
+    uint8_t *k_orig = tu_buffer_read_all(g_ctx, a.k_src.buf, &kb);
+    uint8_t *v_orig = tu_buffer_read_all(g_ctx, a.v_dst.buf, &vb);
+    uint8_t *m_orig = c->meta_dt != NO_META ? tu_buffer_read_all(g_ctx, a.meta_src.buf, &mb) : NULL;
+    cl_event ev = NULL;
+    TU_CHECK_OK(g_ctx, clkv_compact_kv(g_ctx, &a, &ev));
+    assert_non_null(ev);
+    TU_CHECK_CL(clWaitForEvents(1, &ev));
+    clReleaseEvent(ev);
+
+    /* host expectation, whole buffer images */
+    uint8_t *exp = (uint8_t *)tu_malloc(kb > vb ? (kb > mb ? kb : mb) : (vb > mb ? vb : mb));
+    size_t n = 0;
+    uint8_t *got = tu_buffer_read_all(g_ctx, a.k_dst.buf, &n);
+    memcpy(exp, k_orig, kb);
+    expect_inplace(&a.k_dst, k_orig, exp, B, H, D, K, idx, m);
+    assert_bytes_equal(got, exp, kb, "k (in place)");
+    free(got);
+    if (!c->v_out_of_place) {
+        got = tu_buffer_read_all(g_ctx, a.v_dst.buf, &n);
+        memcpy(exp, v_orig, vb);
+        expect_inplace(&a.v_dst, v_orig, exp, B, H, D, K, idx, m);
+        assert_bytes_equal(got, exp, vb, "v (in place)");
+        free(got);
+    }
+    if (m_orig) {
+        got = tu_buffer_read_all(g_ctx, a.meta_dst.buf, &n);
+        memcpy(exp, m_orig, mb);
+        expect_inplace(&a.meta_dst, m_orig, exp, B, H, 1, K, idx, m);
+        assert_bytes_equal(got, exp, mb, "meta (in place)");
+        free(got);
+    }
+    /* equal to the out-of-place result on every kept row (K and V) */
+    {
+        const size_t es = tu_dtype_size(c->dt);
+        uint8_t *ip_k = tu_buffer_read_all(g_ctx, a.k_dst.buf, &n);
+        uint8_t *ip_v = tu_buffer_read_all(g_ctx, a.v_dst.buf, &n);
+        uint8_t *op_k = tu_buffer_read_all(g_ctx, o.k_dst.buf, &n);
+        uint8_t *op_v = tu_buffer_read_all(g_ctx, o.v_dst.buf, &n);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t i = 0; i < m[b * H + h]; i++)
+                    if (memcmp(ip_k + elem_pos(&a.k_dst, b, h, i, 0),
+                               op_k + elem_pos(&o.k_dst, b, h, i, 0), (size_t)D * es) != 0 ||
+                        memcmp(ip_v + elem_pos(&a.v_dst, b, h, i, 0),
+                               op_v + elem_pos(&o.v_dst, b, h, i, 0), (size_t)D * es) != 0)
+                        TU_FAIL("row (%" PRId64 ", %" PRId64 ", %" PRId64
+                                ") differs between in-place and out-of-place compaction",
+                                b, h, i);
+        free(ip_k);
+        free(ip_v);
+        free(op_k);
+        free(op_v);
+    }
+    tu_buffer_read(g_ctx, a.new_lengths.buf, 0, nl, (size_t)rows * sizeof(int32_t));
+    for (int64_t r = 0; r < rows; r++)
+        if (nl[r] != m[r])
+            TU_FAIL("new_lengths[%" PRId64 "] = %d, expected %d", r, nl[r], m[r]);
+    int32_t fl = -1;
+    tu_buffer_read(g_ctx, a.flags.buf, 0, &fl, sizeof fl);
+    if (fl != 0)
+        TU_FAIL("flags = %d after an in-place call with ascending lists, expected 0", fl);
+
+    tu_release(o.k_src.buf);
+    tu_release(o.v_src.buf);
+    tu_release(o.k_dst.buf);
+    tu_release(o.v_dst.buf);
+    tu_release(o.indices.buf);
+    tu_release(o.counts.buf);
+    tu_release(a.k_src.buf);
+    tu_release(a.v_src.buf);
+    if (c->v_out_of_place)
+        tu_release(a.v_dst.buf);
+    tu_release(a.meta_src.buf);
+    tu_release(a.new_lengths.buf);
+    tu_release(a.flags.buf);
+    free(k_orig);
+    free(v_orig);
+    free(m_orig);
+    free(exp);
+    free(k);
+    free(v);
+    free(meta);
+    free(idx);
+    free(m);
+    free(nl);
+    tu_set_case("%s", "");
+}
+
+/* In place with lists that are not strictly ascending inside [0, L): those rows are left
+ * untouched (incl. new_lengths), the flag is raised, the other rows are compacted. Out
+ * of place, the same lists are legal and leave the flag alone. */
+static void test_inplace_not_ascending(void **state) {
+    (void)state;
+    enum { B = 1, H = 5, L = 48, D = 64, K = 6 };
+    tu_set_case("inplace_not_ascending");
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_seed(DEFAULT_SEED), 400);
+    float *k = (float *)tu_malloc((size_t)(B * H * L * D) * sizeof(float));
+    tu_fill_normal(&rng, k, (size_t)(B * H * L * D), 0.0, 1.0);
+    const int32_t idx[H * K] = {
+        1,  3,  5,  7,  9,  11, /* row 0: ascending: compacted */
+        4,  2,  6,  8,  10, 12, /* row 1: descending pair */
+        0,  3,  3,  5,  -1, -1, /* row 2: duplicate */
+        2,  5,  L,  -1, -1, -1, /* row 3: index L (outside [0, L)) before the -1 */
+        10, 20, 30, 40, 47, -1, /* row 4: ascending: compacted */
+    };
+    const int32_t m_ok[H] = {6, 0, 0, 0, 5};
+    const int64_t idims[3] = {B, H, K}, cdims[2] = {B, H}, fdims[1] = {1};
+    const int32_t zero = 0;
+    clkv_compact_kv_args a = CLKV_COMPACT_KV_ARGS_INIT;
+    a.k_src = tu_kv_tensor(g_ctx, k, CLKV_F32, B, H, L, D, TU_HND);
+    a.k_dst = a.k_src;
+    a.v_src = tu_kv_tensor(g_ctx, k, CLKV_F32, B, H, L, D, TU_NHD);
+    a.v_dst = a.v_src;
+    a.indices = tu_tensor_upload_i32(g_ctx, idx, 3, idims, 0, 0);
+    a.new_lengths = tu_tensor_alloc(g_ctx, CLKV_I32, 2, cdims, 0, 0);
+    a.flags = tu_tensor_upload_i32(g_ctx, &zero, 1, fdims, 4, 4);
+    size_t kb = 0, vb = 0, n = 0;
+    uint8_t *k_orig = tu_buffer_read_all(g_ctx, a.k_src.buf, &kb);
+    uint8_t *v_orig = tu_buffer_read_all(g_ctx, a.v_src.buf, &vb);
+    TU_CHECK_OK(g_ctx, clkv_compact_kv(g_ctx, &a, NULL));
+    uint8_t *exp = (uint8_t *)tu_malloc(kb > vb ? kb : vb);
+    uint8_t *got = tu_buffer_read_all(g_ctx, a.k_src.buf, &n);
+    memcpy(exp, k_orig, kb);
+    expect_inplace(&a.k_dst, k_orig, exp, B, H, D, K, idx, m_ok);
+    assert_bytes_equal(got, exp, kb, "k (in place, HND)");
+    free(got);
+    got = tu_buffer_read_all(g_ctx, a.v_src.buf, &n);
+    memcpy(exp, v_orig, vb);
+    expect_inplace(&a.v_dst, v_orig, exp, B, H, D, K, idx, m_ok);
+    assert_bytes_equal(got, exp, vb, "v (in place, NHD)");
+    free(got);
+    int32_t nl[H], fl[3];
+    tu_buffer_read(g_ctx, a.new_lengths.buf, 0, nl, sizeof nl);
+    assert_int_equal(nl[0], 6);
+    assert_int_equal(nl[4], 5);
+    for (int r = 1; r <= 3; r++)
+        if (!tu_is_poison(nl, (size_t)r * 4, 4))
+            TU_FAIL("new_lengths[%d] = %d was written for a rejected row", r, nl[r]);
+    tu_buffer_read(g_ctx, a.flags.buf, 0, fl, sizeof fl);
+    if (fl[1] != CLKV_COMPACT_FLAG_NOT_ASCENDING)
+        TU_FAIL("flags = %d, expected CLKV_COMPACT_FLAG_NOT_ASCENDING", fl[1]);
+    if (!tu_is_poison(fl, 0, 4) || !tu_is_poison(fl, 8, 4))
+        TU_FAIL("bytes around the flags word were written");
+    /* out of place: the same lists are fine and the flag stays 0 */
+    tu_buffer_write(g_ctx, a.flags.buf, 4, &zero, sizeof zero);
+    clkv_compact_kv_args o = a;
+    o.k_dst = tu_kv_tensor(g_ctx, k, CLKV_F32, B, H, L, D, TU_HND);
+    o.v_dst = tu_kv_tensor(g_ctx, k, CLKV_F32, B, H, L, D, TU_HND);
+    TU_CHECK_OK(g_ctx, clkv_compact_kv(g_ctx, &o, NULL));
+    tu_buffer_read(g_ctx, a.flags.buf, 0, fl, sizeof fl);
+    assert_int_equal(fl[1], 0);
+    tu_buffer_read(g_ctx, a.new_lengths.buf, 0, nl, sizeof nl);
+    assert_int_equal(nl[1], 6);
+    assert_int_equal(nl[2], 4);
+    assert_int_equal(nl[3], 3);
+    tu_release(o.k_dst.buf);
+    tu_release(o.v_dst.buf);
+    tu_release(a.k_src.buf);
+    tu_release(a.v_src.buf);
+    tu_release(a.indices.buf);
+    tu_release(a.new_lengths.buf);
+    tu_release(a.flags.buf);
+    free(k_orig);
+    free(v_orig);
+    free(exp);
+    free(k);
+    tu_set_case("%s", "");
+}
+
+/* Bad in-place and flags arguments: each rejected naming the argument, nothing written. */
+static void test_inplace_bad_inputs(void **state) {
+    (void)state;
+    const size_t nkv = (size_t)CB * CH * CL * CD;
+    float *z = (float *)tu_calloc(nkv, sizeof(float));
+    int32_t idxv[CB * CH * CK];
+    for (int i = 0; i < CB * CH * CK; i++)
+        idxv[i] = i % CK;
+    const int64_t idims[3] = {CB, CH, CK}, cdims[2] = {CB, CH}, fdims[1] = {1};
+    clkv_compact_kv_args base = CLKV_COMPACT_KV_ARGS_INIT, a;
+    base.k_src = tu_kv_tensor(g_ctx, z, CLKV_F32, CB, CH, CL, CD, TU_HND);
+    base.k_dst = base.k_src;
+    base.v_src = tu_kv_tensor(g_ctx, z, CLKV_F32, CB, CH, CL, CD, TU_NHD);
+    base.v_dst = base.v_src;
+    base.indices = tu_tensor_upload_i32(g_ctx, idxv, 3, idims, 0, 0);
+    base.new_lengths = tu_tensor_alloc(g_ctx, CLKV_I32, 2, cdims, 0, 0);
+    base.flags = tu_tensor_alloc(g_ctx, CLKV_I32, 1, fdims, 0, 60);
+    cl_event ev = NULL;
+    cl_mem out = base.new_lengths.buf;
+#define BAD(mut, want, name)                                                                       \
+    do {                                                                                           \
+        a = base;                                                                                  \
+        mut;                                                                                       \
+        ev = NULL;                                                                                 \
+        expect_reject(clkv_compact_kv(g_ctx, &a, &ev), want, name, out, ev, #mut);                 \
+        tu_assert_buffer_poison(g_ctx, base.flags.buf, #mut " (flags)");                           \
+    } while (0)
+    BAD((a.k_dst.offset += 4 * CD, a.k_dst.dims[2] = a.v_dst.dims[2] = CL - 1),
+        CLKV_ERR_ARG_UNSUPPORTED, "k_dst");                          /* shifted by one row */
+    BAD(a.v_dst.strides[2] = CD, CLKV_ERR_ARG_UNSUPPORTED, "v_dst"); /* other view of v */
+    BAD((a.k_src.dims[2] = a.v_src.dims[2] = CL - 1), CLKV_ERR_ARG_UNSUPPORTED, "k_dst");
+    BAD(a.k_dst = base.v_src, CLKV_ERR_ARG_UNSUPPORTED, "k_dst");
+    BAD(a.flags.dtype = CLKV_F32, CLKV_ERR_ARG_DTYPE, "flags");
+    BAD(a.flags.dims[0] = 2, CLKV_ERR_ARG_SHAPE, "flags");
+    BAD(a.flags = clkv_tensor_2d(base.flags.buf, CLKV_I32, 1, 1), CLKV_ERR_ARG_SHAPE, "flags");
+    BAD(a.flags.buf = base.indices.buf, CLKV_ERR_ARG_UNSUPPORTED, "flags");
+    BAD(a.flags.buf = base.k_src.buf, CLKV_ERR_ARG_UNSUPPORTED, "flags");
+    BAD(a.flags.buf = base.new_lengths.buf, CLKV_ERR_ARG_UNSUPPORTED, "flags");
+#undef BAD
+    tu_set_case("inplace bad inputs baseline");
+    TU_CHECK_OK(g_ctx, clkv_compact_kv(g_ctx, &base, NULL));
+    clFinish(clkv_context_queue(g_ctx));
+    tu_release(base.k_src.buf);
+    tu_release(base.v_src.buf);
+    tu_release(base.indices.buf);
+    tu_release(base.new_lengths.buf);
+    tu_release(base.flags.buf);
+    free(z);
+}
+
 int main(void) {
     struct CMUnitTest tests[32];
     size_t n = 0;
@@ -788,6 +1139,14 @@ int main(void) {
         n++;
     }
     ADD("select_then_compact", test_select_then_compact);
+    for (size_t i = 0; i < sizeof g_inplace / sizeof g_inplace[0]; i++) {
+        tests[n].name = g_inplace[i].name;
+        tests[n].test_func = run_inplace;
+        tests[n].initial_state = (void *)&g_inplace[i];
+        n++;
+    }
+    ADD("inplace_not_ascending", test_inplace_not_ascending);
+    ADD("inplace_bad_inputs", test_inplace_bad_inputs);
 #undef ADD
     return _cmocka_run_group_tests("select", tests, n, group_setup, group_teardown);
 }

@@ -16,10 +16,15 @@
 int cmd_devices(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int bench_compress(int argc, char **argv); /* tools/bench_compress.c */
+/* `clkv bench attention-quant` (tools/bench_quant.c); argv[0] is "attention-quant". */
+int bench_attention_quant(int argc, char **argv);
 
 void usage_devices(FILE *f);
 void usage_bench(FILE *f);
 void usage_bench_decode(FILE *f);
+int bench_longflow(int argc, char **argv); /* tools/bench_longflow.c */
+void usage_bench_longflow(FILE *f);
 void usage_bench_window(FILE *f);
 /* `clkv bench attention-window` (tools/bench_window.c). */
 int bench_window(int argc, char **argv);
@@ -28,6 +33,10 @@ void usage_bench_score(FILE *f);
 int bench_score(int argc, char **argv);
 int bench_dropkv(int argc, char **argv);
 int bench_evict(int argc, char **argv);
+void usage_bench_retrieval(FILE *f);
+int bench_retrieval(int argc, char **argv); /* tools/bench_retrieval.c */
+void usage_bench_sparse(FILE *f);
+int bench_sparse(int argc, char **argv); /* tools/bench_sparse.c */
 void usage_demo(FILE *f);
 
 /* 1 when argv[i] is "-h" or "--help". */

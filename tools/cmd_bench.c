@@ -12,16 +12,34 @@
 
 #define MAX_LIST 16
 
+/* The benchmarks, one line each (kept in one table so branches adding a benchmark merge
+ * without touching each other's lines). */
+typedef struct bench_entry {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} bench_entry;
+
+static int bench_decode(int argc, char **argv);
+
+static const bench_entry benches[] = {
+    {"attention-decode", bench_decode, "decode attention (SPEC 1.1) vs. streaming-read bandwidth"},
+    {"attention-window", bench_window, "window / prefill attention with LSE (SPEC 1.2)"},
+    {"attention-quant", bench_attention_quant,
+     "decode attention over a quantized KV cache vs bf16"},
+    {"attention-sparse", bench_sparse, "sparse decode attention (SPEC 1.3): sink + top-k + local"},
+    {"retrieval", bench_retrieval, "ParisKV retrieval stages and decode step (SPEC 4)"},
+    {"compress", bench_compress, "AdaKV budgets, top-k, compaction, per-head-length decode"},
+    {"longflow", bench_longflow, "LongFlow step (SPEC 2.3) vs. decode attention, same cache"},
+    {"score", bench_score, "one eviction scorer (SPEC 2.1/2.2), --method NAME"},
+    {"dropkv", bench_dropkv, "full DropKV step: window attention + score + pool + keep-set"},
+    {"evict", bench_evict, "full eviction step of --method NAME (see bench score --help)"},
+};
+
 void usage_bench(FILE *f) {
-    fprintf(f, "usage: clkv bench <benchmark> [options]\n"
-               "\n"
-               "benchmarks:\n"
-               "  attention-decode   decode attention (SPEC 1.1) vs. the device's streaming-read\n"
-               "                     bandwidth; see clkv bench attention-decode --help\n"
-               "  attention-window   window / prefill attention (SPEC 1.2); see\n"
-               "                     clkv bench attention-window --help\n"
-               "  score              one eviction scorer (SPEC 2.1/2.2), --method NAME;\n"
-               "  dropkv, evict      the full eviction step; see clkv bench score --help\n");
+    fprintf(f, "usage: clkv bench <benchmark> [options]\n\nbenchmarks (clkv bench NAME --help):\n");
+    for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
+        fprintf(f, "  %-18s %s\n", benches[i].name, benches[i].summary);
 }
 
 void usage_bench_decode(FILE *f) {
@@ -376,18 +394,9 @@ int cmd_bench(int argc, char **argv) {
         usage_bench(stdout);
         return TOOL_EXIT_OK;
     }
-    if (strcmp(argv[1], "attention-decode") == 0) {
-        return bench_decode(argc - 1, argv + 1);
-    }
-    if (strcmp(argv[1], "attention-window") == 0) {
-        return bench_window(argc - 1, argv + 1);
-    }
-    if (strcmp(argv[1], "score") == 0)
-        return bench_score(argc - 1, argv + 1);
-    if (strcmp(argv[1], "dropkv") == 0)
-        return bench_dropkv(argc - 1, argv + 1);
-    if (strcmp(argv[1], "evict") == 0)
-        return bench_evict(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
+        if (strcmp(argv[1], benches[i].name) == 0)
+            return benches[i].run(argc - 1, argv + 1);
     fprintf(stderr, "clkv bench: unknown benchmark '%s'\n", argv[1]);
     usage_bench(stderr);
     return TOOL_EXIT_USAGE;

@@ -17,21 +17,30 @@ extern "C" {
 /* Decode attention (SPEC §1.1), flash-decoding style.
  *
  * For every sequence b and query head h (KV head h / G, G = Hq / Hkv):
- *   z_j = scale * <q[b,h], K[b,h/G,j]>            for j < len[b]
+ *   z_j = scale * <q[b,h], K[b,h/G,j]>            for j < len[b, h/G]
  *   LSE = log(sum_j exp(z_j))                        (natural log)
  *   o[b,h] = sum_j exp(z_j - LSE) * V[b,h/G,j]
- * A sequence with len[b] = 0 gives o = 0 and LSE = -inf (never NaN).
+ * where len[b, kvh] = lengths[b] for [B] lengths (every KV head of a sequence has the
+ * same length) or lengths[b, kvh] for [B, Hkv] lengths (a cache compacted with a
+ * different kept count per head, e.g. clkv_compact_kv after clkv_budget_adakv).
+ * A (sequence, KV head) with length 0 gives o = 0 and LSE = -inf for its G query heads
+ * (never NaN).
  *
  * Tensors (strides in elements, last dim contiguous):
  *   q       [B, Hq, D]       f32 | f16 | bf16
  *   k, v    [B, Hkv, L, D]   f32 | f16 | bf16, same dtype for both. HND ([B,H,L,D] storage)
  *                            or NHD ([B,L,H,D] storage, see clkv_tensor_4d_nhd) or any
  *                            other strides.
- *   lengths [B]              i32, device buffer, 0 <= lengths[b] <= min(L, max_length).
- *                            Absent (buf NULL): every sequence has max_length tokens.
+ *   lengths [B] or [B, Hkv]  i32, device buffer, 0 <= lengths <= min(L, max_length)
+ *                            (values outside are clamped to [0, max_length]); [B, Hkv]
+ *                            may have any stride for b (e.g. the new_lengths of
+ *                            clkv_compact_kv). Absent (buf NULL): every sequence has
+ *                            max_length tokens.
  *   o       [B, Hq, D]       f32 | f16 | bf16 (any of them, independent of q and k/v)
  *   lse     [B, Hq]          f32, optional (buf NULL: not computed)
  * D must be 64, 128 or 256. Hq must be a multiple of Hkv.
+ * The launch is sized by max_length alone; with per-head lengths each work-group reads
+ * the length of its (sequence, KV head) once, so [B] and [B, Hkv] cost the same.
  *
  * Arithmetic is f32 (16-bit inputs are widened exactly); the K/V range of each KV head
  * is split over work-groups (split-K) whose partial (max, sum, acc) are merged by a
@@ -68,7 +77,8 @@ typedef struct clkv_attention_decode_args {
 /* Validate `args` and enqueue decode attention. `done` (optional) receives an event
  * that completes with the last kernel; the caller releases it.
  * Errors (nothing enqueued, nothing written): CLKV_ERR_ARG_NULL (ctx, args, a required
- * buffer), CLKV_ERR_ARG_DTYPE, CLKV_ERR_ARG_SHAPE (dims disagree, Hq % Hkv != 0),
+ * buffer), CLKV_ERR_ARG_DTYPE, CLKV_ERR_ARG_SHAPE (dims disagree, Hq % Hkv != 0,
+ * lengths neither [B] nor [B, Hkv]),
  * CLKV_ERR_ARG_UNSUPPORTED (D not in {64, 128, 256}), CLKV_ERR_ARG_RANGE (max_length >
  * L, non-finite scale, negative num_splits), CLKV_ERR_ARG_STRIDE, CLKV_ERR_ARG_ALIGNMENT,
  * CLKV_ERR_ARG_BUFFER_SIZE, CLKV_ERR_ARG_OVERFLOW; build and launch failures as OpenCL
@@ -175,7 +185,23 @@ clkv_status clkv_attention_window_workspace_size(clkv_context *ctx,
  *   idx     [B, Hkv, NI]     i32, device, any order (optional: absent = dense ranges only)
  *   o       [B, Hq, D]       f32 | f16 | bf16
  *   lse     [B, Hq]          f32, optional
- * D must be 64, 128 or 256; Hq a multiple of Hkv.
+ * D must be 64, 128 or 256; Hq a multiple of Hkv. lengths[b] above max_length are
+ * clamped to it; sink and local larger than n simply cover the whole prefix. idx needs no
+ * order and may hold any int32 (INT32_MIN .. INT32_MAX); n_idx = 0 is allowed.
+ *
+ * Work: the attended list of each (b, KV head) — sink, local, then the n_idx entries —
+ * is split over work-groups (split-K, partials merged by a second kernel as in decode
+ * attention), so a single sequence with top-k 100 + local 512 + sink 4 still spreads over
+ * the whole GPU. Each work-group reads a K/V row once for all G query heads (up to 8 at
+ * a time). Only rows of the set are read: rows outside it may hold anything (even NaN).
+ * Duplicates: an idx entry counts only if no earlier entry of the same list has the same
+ * value (first occurrence wins, so results do not depend on the work split); found with
+ * a local-memory hash set, O(n_idx) expected time per work-group, for n_idx up to 4096
+ * (more with a larger local memory); beyond that an O(n_idx) scan per entry
+ * (O(n_idx^2) per (b, KV head): correct but slow — keep n_idx <= 4096 for speed).
+ * The summation order depends on list positions, so the same set given in another order
+ * agrees within f32 rounding, and the same call repeated is bit-identical.
+ * Scratch memory comes from the context's workspace (clkv_attention_sparse_workspace_size).
  */
 typedef struct clkv_attention_sparse_args {
     clkv_tensor q;
@@ -200,8 +226,10 @@ typedef struct clkv_attention_sparse_args {
         .max_length = -1, .sink = 0, .local = 0, .scale = 0.0f                                     \
     }
 
-/* Validate `args` and enqueue sparse decode attention. Errors as clkv_attention_decode,
- * plus CLKV_ERR_ARG_RANGE for negative sink/local. */
+/* Validate `args` and enqueue sparse decode attention; `done` (optional) receives the
+ * completion event. Errors (nothing enqueued, nothing written) as clkv_attention_decode,
+ * plus: CLKV_ERR_ARG_DTYPE (idx not i32), CLKV_ERR_ARG_SHAPE (idx not [B, Hkv, NI]),
+ * CLKV_ERR_ARG_RANGE (negative sink or local; max_length + n_idx > 2^31-1). */
 clkv_status clkv_attention_sparse(clkv_context *ctx, const clkv_attention_sparse_args *args,
                                   cl_event *done);
 

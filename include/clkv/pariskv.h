@@ -5,17 +5,25 @@
  * counts. Stage I/II retrieval (collision scoring, candidate selection, RSQ-IP rerank)
  * builds on these outputs and is not part of this header yet.
  *
- * Transform (SPEC §4). For a key k of head dim D (a power of two: 64, 128 or 256):
- *   k^ = k / ||k||,   k~ = R k^,   R = (1/sqrt(D)) H_D diag(sigma)
- * with H_D the Walsh-Hadamard matrix in natural (Sylvester) order,
- * H[i][j] = (-1)^popcount(i & j), applied by a fast Walsh-Hadamard transform
- * (O(D log D)) in local memory, and sigma a +-1 vector (clkv_pariskv_signs_from_seed, or
- * given by the caller). Other head dims (a dense random rotation applied as a GEMM) are
- * not implemented yet: they are rejected with CLKV_ERR_ARG_UNSUPPORTED.
+ * Transform (SPEC §4). For a key k of head dim D:
+ *   k^ = k / ||k||,   k~ = R k^
+ * with an orthogonal D x D matrix R chosen by D:
+ *  - D in {64, 128, 256} (SRHT): R = (1/sqrt(D)) H_D diag(sigma), H_D the Walsh-Hadamard
+ *    matrix in natural (Sylvester) order, H[i][j] = (-1)^popcount(i & j), applied by a
+ *    fast Walsh-Hadamard transform (O(D log D)) in local memory, and sigma a +-1 vector
+ *    (clkv_pariskv_signs_from_seed, or given by the caller).
+ *  - D not a power of two, 2 <= D <= 512 (dense rotation): R =
+ *    clkv_pariskv_rotation_matrix(seed, D), a Haar-random orthogonal matrix, applied to a
+ *    batch of keys as one SGEMM (CLBlast) Y = X R^T. R is regenerated on the host for
+ *    every call (O(D^3) double arithmetic: about 1 ms at D = 160) and uploaded through
+ *    the context workspace; keys are processed in chunks of at most 32 MiB of f32 rows.
+ *    Explicit signs do not apply (signs must be NULL); the seed selects R.
+ *  - other powers of two (32, 512, ...): CLKV_ERR_ARG_UNSUPPORTED.
  *
  * Subspaces: k~ is cut into nblocks = D / m blocks of m consecutive coordinates
- * (block b holds coordinates [b*m, (b+1)*m)); m must divide D and be in 2..8 (with a
- * power-of-two D that means m in {2, 4, 8}; default 8). Per block:
+ * (block b holds coordinates [b*m, (b+1)*m)); m must be even, divide D and be in 2..8
+ * (with a power-of-two D that means m in {2, 4, 8}; default 8; D = 96 also allows 6,
+ * D = 160 only 2, 4, 8). Per block:
  *   r_b = ||k~_b||,  u_b = k~_b / r_b
  *   centroid id  = sum_j [u_{b,j} >= 0] << j            (one byte, j = 0..m-1)
  *   code nibble  = ([u_{b,j} >= 0] << 3) | t_j,  t_j = #{i : tau[i] < |u_{b,j}|} (0..7)
@@ -25,13 +33,15 @@
  * (t = 0) and w_b = 0. A zero key is all zero blocks. Keys holding Inf/NaN give
  * unspecified (but in-bounds) results.
  *
- * Numerics: the kernel computes in f32 (16-bit inputs widened exactly). It scales the
+ * Numerics: the kernels compute in f32 (16-bit inputs widened exactly). They scale the
  * key by a power of two (exactly) so its largest magnitude lies in [0.5, 1) before the
  * transform, so keys of any finite magnitude (1e-30 .. 1e30) neither overflow nor
  * underflow, and computes u_b as y_b / ||y_b|| from
  * the transformed (unnormalized) vector y, which equals k~_b / r_b up to rounding. Codes
  * therefore agree with an exact evaluation except where |u_j| lies within f32 rounding
- * (~1e-6) of a threshold or u_j within ~1e-7 of zero.
+ * (~1e-6) of a threshold or u_j within ~1e-7 of zero. The dense rotation's f32 GEMM
+ * (R rounded to f32, D-term sums) moves u by up to ~1e-5 at D = 160: codes agree with an
+ * exact evaluation except within that distance of a threshold or of zero.
  */
 #ifndef CLKV_PARISKV_H
 #define CLKV_PARISKV_H
@@ -104,13 +114,33 @@ clkv_status clkv_pariskv_levels_default(int32_t m, int computed_m8, clkv_pariskv
 clkv_status clkv_pariskv_signs_from_seed(uint64_t seed, int64_t D, int8_t *signs);
 
 /* ------------------------------------------------------------------------------------ */
+/* Dense rotation (non-power-of-two D)                                                  */
+/* ------------------------------------------------------------------------------------ */
+
+/* The D x D orthogonal matrix of the dense transform, row-major in R (D*D doubles):
+ * k~ = R k^. Definition (so other encoders can reproduce it):
+ *  1. uniforms u_0, u_1, ...: output i of splitmix64 with state `seed` (as
+ *     clkv_pariskv_signs_from_seed) shifted right by 11, times 2^-53, in [0, 1);
+ *  2. normals by Box-Muller on consecutive pairs: r = sqrt(-2 ln(1 - u_{2p})),
+ *     n_{2p} = r cos(2 pi u_{2p+1}), n_{2p+1} = r sin(2 pi u_{2p+1});
+ *  3. the Gaussian matrix G[i][j] = n_{i*D + j};
+ *  4. G = Q T its QR factorization with the diagonal of T positive (Householder in
+ *     double, then the columns of Q sign-fixed), which makes Q unique and Haar-distributed;
+ *     R = Q.
+ * Orthogonal to double rounding (|R R^T - I| ~ 1e-15). Errors: CLKV_ERR_ARG_NULL (R),
+ * CLKV_ERR_ARG_RANGE (D outside [1, 512]), CLKV_ERR_OUT_OF_HOST_MEMORY; messages via
+ * clkv_last_error(NULL). */
+clkv_status clkv_pariskv_rotation_matrix(uint64_t seed, int64_t D, double *R);
+
+/* ------------------------------------------------------------------------------------ */
 /* Key encoder                                                                          */
 /* ------------------------------------------------------------------------------------ */
 
 /* Encode keys (SPEC §4 "Transform", "Subspaces", "Centroid id", "4-bit code").
  *
  * Tensors (strides in elements, last dim contiguous, any other strides: HND, NHD, ...):
- *   k        [B, Hkv, L, D]        f32 | f16 | bf16. D in {64, 128, 256}.
+ *   k        [B, Hkv, L, D]        f32 | f16 | bf16. D in {64, 128, 256} or not a power
+ *                                  of two, up to 512 (see "Transform").
  *   lengths  [B]                   i32, device buffer, optional (buf NULL: every
  *                                  sequence has L tokens); values are clamped to [0, L].
  *   ids      [B, Hkv, L, nblocks]  u8: centroid id of token i, block b
@@ -131,8 +161,9 @@ clkv_status clkv_pariskv_signs_from_seed(uint64_t seed, int64_t D, int8_t *signs
  * encoding [0, n1), then [n1, n) (incremental append) leave identical ids, codes,
  * weights and counts.
  *
- * sigma: `signs` (host memory, D entries, each +1 or -1, read during the call) when not
- * NULL, else clkv_pariskv_signs_from_seed(seed, D). Levels: `levels` (m must match)
+ * sigma (SRHT only): `signs` (host memory, D entries, each +1 or -1, read during the call)
+ * when not NULL, else clkv_pariskv_signs_from_seed(seed, D). Dense rotation: R from the
+ * seed, signs must be NULL. Levels: `levels` (m must match)
  * when not NULL, else clkv_pariskv_levels_default(m, computed_m8).
  */
 typedef struct clkv_pariskv_encode_args {
@@ -165,16 +196,18 @@ typedef struct clkv_pariskv_encode_args {
         .levels = NULL, .computed_m8 = 0                                                           \
     }
 
-/* Validate `args` and enqueue the encoder (one kernel; no workspace). `done` (optional)
- * receives an event that completes with the kernel; the caller releases it.
+/* Validate `args` and enqueue the encoder (SRHT: one kernel, no workspace; dense
+ * rotation: per chunk a pack kernel, one CLBlast SGEMM and the encode kernel, scratch in
+ * the context workspace). `done` (optional) receives an event that completes with the
+ * last kernel; the caller releases it.
  * Errors (nothing enqueued, nothing written): CLKV_ERR_ARG_NULL (ctx, args, a required
- * buffer), CLKV_ERR_ARG_DTYPE, CLKV_ERR_ARG_SHAPE (dims disagree; m does not divide D),
- * CLKV_ERR_ARG_UNSUPPORTED (D not a power of two in {64, 128, 256}),
- * CLKV_ERR_ARG_RANGE (m outside 2..8, start/end outside 0 <= start <= end <= L, a sign
- * not +-1, levels->m != m or levels not strictly increasing in (0, 1), B, Hkv or L
- * beyond 65535 / 65535 / 2^31-1), CLKV_ERR_ARG_STRIDE, CLKV_ERR_ARG_ALIGNMENT,
- * CLKV_ERR_ARG_BUFFER_SIZE, CLKV_ERR_ARG_OVERFLOW; build and launch failures as OpenCL
- * codes. */
+ * buffer), CLKV_ERR_ARG_DTYPE, CLKV_ERR_ARG_SHAPE (dims disagree; m does not divide D
+ * or is odd), CLKV_ERR_ARG_UNSUPPORTED (D a power of two outside {64, 128, 256}, or above
+ * 512), CLKV_ERR_ARG_RANGE (m outside 2..8, start/end outside 0 <= start <= end <= L, a
+ * sign not +-1, signs given with a dense-rotation D, levels->m != m or levels not strictly
+ * increasing in (0, 1), B, Hkv or L beyond 65535 / 65535 / 2^31-1), CLKV_ERR_ARG_STRIDE,
+ * CLKV_ERR_ARG_ALIGNMENT, CLKV_ERR_ARG_BUFFER_SIZE, CLKV_ERR_ARG_OVERFLOW; build and launch
+ * failures as OpenCL codes. */
 clkv_status clkv_pariskv_encode(clkv_context *ctx, const clkv_pariskv_encode_args *args,
                                 cl_event *done);
 
@@ -189,7 +222,8 @@ clkv_status clkv_pariskv_encode(clkv_context *ctx, const clkv_pariskv_encode_arg
  * with the same R (sigma) as the keys. G = Hq / Hkv.
  *
  * Tensors:
- *   q       [B, Hq, D]    f32 | f16 | bf16, D in {64, 128, 256}
+ *   q       [B, Hq, D]    f32 | f16 | bf16, D in {64, 128, 256} or not a power of two
+ *                         up to 512 (dense rotation R from the seed; signs must be NULL)
  *   q_rot   [B, Hkv, D]   f32
  *   q_norm  [B, Hkv]      f32, optional (buf NULL: not written)
  */
@@ -206,11 +240,13 @@ typedef struct clkv_pariskv_query_args {
 #define CLKV_PARISKV_QUERY_ARGS_INIT                                                               \
     { .q = {0}, .q_rot = {0}, .q_norm = {0}, .seed = 0, .signs = NULL }
 
-/* Validate `args` and enqueue the query transform (one kernel; no workspace).
+/* Validate `args` and enqueue the query transform (SRHT: one kernel, no workspace; dense
+ * rotation: pack kernel, CLBlast SGEMM, normalization kernel, workspace scratch).
  * Errors (nothing enqueued, nothing written): CLKV_ERR_ARG_NULL, CLKV_ERR_ARG_DTYPE,
  * CLKV_ERR_ARG_SHAPE (dims disagree, Hkv = 0 with Hq > 0, Hq % Hkv != 0),
- * CLKV_ERR_ARG_UNSUPPORTED (D not in {64, 128, 256}), CLKV_ERR_ARG_RANGE (a sign not
- * +-1, B or Hq beyond 65535), CLKV_ERR_ARG_STRIDE, CLKV_ERR_ARG_ALIGNMENT,
+ * CLKV_ERR_ARG_UNSUPPORTED (D a power of two outside {64, 128, 256}, or above 512),
+ * CLKV_ERR_ARG_RANGE (a sign not +-1, signs given with a dense-rotation D, B or Hq
+ * beyond 65535), CLKV_ERR_ARG_STRIDE, CLKV_ERR_ARG_ALIGNMENT,
  * CLKV_ERR_ARG_BUFFER_SIZE, CLKV_ERR_ARG_OVERFLOW; OpenCL codes for build and launch
  * failures. */
 clkv_status clkv_pariskv_query_transform(clkv_context *ctx, const clkv_pariskv_query_args *args,

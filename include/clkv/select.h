@@ -110,15 +110,36 @@ clkv_status clkv_select_topk_workspace_size(clkv_context *ctx, const clkv_select
  *   meta_src       [B, H, L]        optional: any dtype (f32, f16, bf16, i32, u8, u32)
  *   meta_dst       [B, H, Lout]     same dtype as meta_src; required iff meta_src given.
  *
- * Out of place only: a destination must not share memory with any source (same cl_mem
- * is rejected with CLKV_ERR_ARG_UNSUPPORTED; overlapping sub-buffers are the caller's
- * responsibility). Rows are copied by independent work-groups in parallel, so in-place
- * compaction would race even with ascending indices.
+ * In place: a destination may be its own source (k_dst the same view as k_src: same
+ * cl_mem, offset and strides, Lout <= L; likewise v_dst / v_src and meta_dst / meta_src;
+ * each pair independently). Then every row's first m indices must be STRICTLY ASCENDING
+ * inside [0, L) (what clkv_select_topk produces), so that destination row i <= indices[i]:
+ * one work-group per (b, h) row moves the row in ascending chunks, loading a chunk
+ * before storing it, and never overwrites a row it has yet to read. The check runs on
+ * the device (the call stays asynchronous): a row whose list is not strictly ascending
+ * inside [0, L) is left completely untouched (K, V, meta and new_lengths[b, h]) and
+ * CLKV_COMPACT_FLAG_NOT_ASCENDING is ORed into the optional flags word. Rows m .. Lout of
+ * an in-place destination keep their old (source) content. In place moves every row
+ * inside one work-group (B*H work-groups in all), which is slower on a GPU than the
+ * out-of-place gather (one work-group per kept row); use it to save the memory of a
+ * second cache.
+ * Any other sharing of a cl_mem between a destination (or new_lengths, flags) and
+ * another tensor is rejected with CLKV_ERR_ARG_UNSUPPORTED (overlapping sub-buffers are
+ * the caller's responsibility).
+ *
+ *   flags          [1]              i32, optional, device: sticky (never cleared by the
+ *                                   library, like quant.h's flags); bit
+ *                                   CLKV_COMPACT_FLAG_NOT_ASCENDING as above. Only in
+ *                                   place calls set it.
+ *
  * Errors (nothing enqueued, nothing written): CLKV_ERR_ARG_NULL, CLKV_ERR_ARG_DTYPE,
  * CLKV_ERR_ARG_SHAPE, CLKV_ERR_ARG_RANGE (sizes beyond 2^31-1), CLKV_ERR_ARG_UNSUPPORTED
- * (in place), CLKV_ERR_ARG_STRIDE, CLKV_ERR_ARG_ALIGNMENT, CLKV_ERR_ARG_BUFFER_SIZE,
- * CLKV_ERR_ARG_OVERFLOW; launch failures as OpenCL codes. Uses B*H*4 bytes (rounded up to
- * 256) of workspace. */
+ * (a destination sharing a buffer other than as its own source's view, flags or
+ * new_lengths sharing a buffer with another tensor), CLKV_ERR_ARG_STRIDE,
+ * CLKV_ERR_ARG_ALIGNMENT, CLKV_ERR_ARG_BUFFER_SIZE, CLKV_ERR_ARG_OVERFLOW; launch failures
+ * as OpenCL codes. Uses B*H*4 bytes (rounded up to 256) of workspace. */
+#define CLKV_COMPACT_FLAG_NOT_ASCENDING 1
+
 typedef struct clkv_compact_kv_args {
     clkv_tensor k_src;
     clkv_tensor v_src;
@@ -129,12 +150,13 @@ typedef struct clkv_compact_kv_args {
     clkv_tensor new_lengths;
     clkv_tensor meta_src;
     clkv_tensor meta_dst;
+    clkv_tensor flags; /* optional [1] i32 (in-place checks) */
 } clkv_compact_kv_args;
 
 #define CLKV_COMPACT_KV_ARGS_INIT                                                                  \
     {                                                                                              \
         .k_src = {0}, .v_src = {0}, .indices = {0}, .counts = {0}, .k_dst = {0}, .v_dst = {0},     \
-        .new_lengths = {0}, .meta_src = {0}, .meta_dst = {                                         \
+        .new_lengths = {0}, .meta_src = {0}, .meta_dst = {0}, .flags = {                           \
             0                                                                                      \
         }                                                                                          \
     }

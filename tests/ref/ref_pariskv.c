@@ -52,9 +52,19 @@ double ref_pariskv_weight(int m, const float a[8], double knorm, double r_b, con
     return knorm * r_b / alpha;
 }
 
-void ref_pariskv_encode_key(int64_t D, int m, const int8_t *signs, const float tau[7],
-                            const float a[8], const float *k, double *knorm, double *u, double *r,
-                            uint8_t *ids, uint8_t *codes, double *w) {
+void ref_pariskv_apply(int64_t D, const double *R, const double *x, double *y) {
+    for (int64_t i = 0; i < D; i++) {
+        double acc = 0.0;
+        for (int64_t j = 0; j < D; j++)
+            acc += R[i * D + j] * x[j];
+        y[i] = acc;
+    }
+}
+
+/* The SPEC's encoder with either rotation: R (dense) when not NULL, else the SRHT. */
+static void encode_key(int64_t D, int m, const int8_t *signs, const double *R, const float tau[7],
+                       const float a[8], const float *k, double *knorm, double *u, double *r,
+                       uint8_t *ids, uint8_t *codes, double *w) {
     double *kh = (double *)calloc((size_t)D * 2, sizeof(double));
     if (!kh)
         return;
@@ -68,7 +78,10 @@ void ref_pariskv_encode_key(int64_t D, int m, const int8_t *signs, const float t
      * integer-valued keys exact, so blocks that are zero in exact arithmetic are zero. */
     for (int64_t j = 0; j < D; j++)
         kh[j] = (double)k[j];
-    ref_pariskv_rotate(D, signs, kh, kt);
+    if (R)
+        ref_pariskv_apply(D, R, kh, kt);
+    else
+        ref_pariskv_rotate(D, signs, kh, kt);
     for (int64_t j = 0; j < D; j++)
         kt[j] = nk > 0.0 ? kt[j] / nk : 0.0;
     memset(codes, 0, (size_t)(D / 2));
@@ -98,8 +111,65 @@ void ref_pariskv_encode_key(int64_t D, int m, const int8_t *signs, const float t
     free(kh);
 }
 
-void ref_pariskv_query(int64_t B, int64_t Hq, int64_t Hkv, int64_t D, const int8_t *signs,
-                       const float *q, double *q_rot, double *q_norm) {
+void ref_pariskv_encode_key(int64_t D, int m, const int8_t *signs, const float tau[7],
+                            const float a[8], const float *k, double *knorm, double *u, double *r,
+                            uint8_t *ids, uint8_t *codes, double *w) {
+    encode_key(D, m, signs, NULL, tau, a, k, knorm, u, r, ids, codes, w);
+}
+
+void ref_pariskv_encode_key_dense(int64_t D, int m, const double *R, const float tau[7],
+                                  const float a[8], const float *k, double *knorm, double *u,
+                                  double *r, uint8_t *ids, uint8_t *codes, double *w) {
+    encode_key(D, m, NULL, R, tau, a, k, knorm, u, r, ids, codes, w);
+}
+
+void ref_pariskv_dense_matrix(uint64_t seed, int64_t D, double *R) {
+    const size_t n = (size_t)D;
+    double *G = (double *)malloc(n * n * sizeof(double));
+    if (!G)
+        return;
+    uint64_t x = seed;
+    for (size_t i = 0; i < n * n; i += 2) {
+        double u[2];
+        for (int t = 0; t < 2; t++) {
+            x += 0x9E3779B97F4A7C15ull;
+            uint64_t z = x;
+            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+            z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+            z = z ^ (z >> 31);
+            u[t] = (double)(z >> 11) / 9007199254740992.0; /* 2^53 */
+        }
+        const double rad = sqrt(-2.0 * log(1.0 - u[0]));
+        const double th = 2.0 * 3.14159265358979323846 * u[1];
+        G[i] = rad * cos(th);
+        if (i + 1 < n * n)
+            G[i + 1] = rad * sin(th);
+    }
+    /* modified Gram-Schmidt on the columns: column j of R = normalized residual of
+     * column j of G against columns 0..j-1 (twice, for accuracy) */
+    for (size_t j = 0; j < n; j++) {
+        for (size_t i = 0; i < n; i++)
+            R[i * n + j] = G[i * n + j];
+        for (int pass = 0; pass < 2; pass++)
+            for (size_t c = 0; c < j; c++) {
+                double dot = 0.0;
+                for (size_t i = 0; i < n; i++)
+                    dot += R[i * n + c] * R[i * n + j];
+                for (size_t i = 0; i < n; i++)
+                    R[i * n + j] -= dot * R[i * n + c];
+            }
+        double nn = 0.0;
+        for (size_t i = 0; i < n; i++)
+            nn += R[i * n + j] * R[i * n + j];
+        nn = sqrt(nn);
+        for (size_t i = 0; i < n; i++)
+            R[i * n + j] /= nn;
+    }
+    free(G);
+}
+
+static void query(int64_t B, int64_t Hq, int64_t Hkv, int64_t D, const int8_t *signs,
+                  const double *R, const float *q, double *q_rot, double *q_norm) {
     const int64_t G = Hq / Hkv;
     double *mean = (double *)malloc((size_t)D * sizeof(double));
     if (!mean)
@@ -118,7 +188,20 @@ void ref_pariskv_query(int64_t B, int64_t Hq, int64_t Hkv, int64_t D, const int8
             q_norm[b * Hkv + h] = nrm;
             for (int64_t j = 0; j < D; j++)
                 mean[j] = nrm > 0.0 ? mean[j] / nrm : 0.0;
-            ref_pariskv_rotate(D, signs, mean, q_rot + (b * Hkv + h) * D);
+            if (R)
+                ref_pariskv_apply(D, R, mean, q_rot + (b * Hkv + h) * D);
+            else
+                ref_pariskv_rotate(D, signs, mean, q_rot + (b * Hkv + h) * D);
         }
     free(mean);
+}
+
+void ref_pariskv_query(int64_t B, int64_t Hq, int64_t Hkv, int64_t D, const int8_t *signs,
+                       const float *q, double *q_rot, double *q_norm) {
+    query(B, Hq, Hkv, D, signs, NULL, q, q_rot, q_norm);
+}
+
+void ref_pariskv_query_dense(int64_t B, int64_t Hq, int64_t Hkv, int64_t D, const double *R,
+                             const float *q, double *q_rot, double *q_norm) {
+    query(B, Hq, Hkv, D, NULL, R, q, q_rot, q_norm);
 }

@@ -29,6 +29,25 @@ void ref_pariskv_encode_key(int64_t D, int m, const int8_t *signs, const float t
 double ref_pariskv_weight(int m, const float a[8], double knorm, double r_b, const double *u_b,
                           const uint8_t *codes, int64_t b);
 
+/* Dense rotation (SPEC §4, D not a power of two), from its definition in
+ * include/clkv/pariskv.h: uniforms from splitmix64(seed) >> 11 * 2^-53, Box-Muller pairs,
+ * G[i][j] = normal i*D + j, R = the Q of G = QT with T's diagonal positive — here by
+ * modified Gram-Schmidt over G's columns in double (positive diagonal by construction),
+ * an algorithm independent of the library's Householder QR. R row-major D x D. */
+void ref_pariskv_dense_matrix(uint64_t seed, int64_t D, double *R);
+
+/* y = R x for a row-major D x D matrix R. */
+void ref_pariskv_apply(int64_t D, const double *R, const double *x, double *y);
+
+/* ref_pariskv_encode_key with the dense rotation R (D x D) instead of the SRHT. */
+void ref_pariskv_encode_key_dense(int64_t D, int m, const double *R, const float tau[7],
+                                  const float a[8], const float *k, double *knorm, double *u,
+                                  double *r, uint8_t *ids, uint8_t *codes, double *w);
+
+/* ref_pariskv_query with the dense rotation R. */
+void ref_pariskv_query_dense(int64_t B, int64_t Hq, int64_t Hkv, int64_t D, const double *R,
+                             const float *q, double *q_rot, double *q_norm);
+
 /* Query transform: q [B, Hq, D] row-major; q_rot [B, Hkv, D], q_norm [B, Hkv].
  * Mean over the G = Hq/Hkv heads of each KV head, normalized and rotated (0 if zero). */
 void ref_pariskv_query(int64_t B, int64_t Hq, int64_t Hkv, int64_t D, const int8_t *signs,

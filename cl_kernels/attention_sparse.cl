@@ -1,0 +1,426 @@
+/* Sparse decode attention (SPEC §1.3): split-K partials over an attended token SET; the
+ * partials are merged by attention_decode_merge (attention_decode.cl), so they use its
+ * layout: acc [B, Hq, splits, D] then (m, l) pairs [B, Hq, splits, 2], base-2 logits.
+ *
+ * Build options (set by host/attention_sparse.c):
+ *   Q_DTYPE, KV_DTYPE   dtype codes of q and K/V
+ *   HEAD_DIM            D (64, 128, 256)
+ *   GROUP               query heads served per work-group (<= G, <= 8)
+ *   EPL                 head-dim elements per lane; TPR = D / EPL lanes share one row
+ *                       (TPR > 1 needs the NVIDIA warp-shuffle path)
+ *   WG_SIZE             work-group size; NRG = WG_SIZE / TPR rows in flight
+ *   UNROLL              rows per row-group per tile (TILE = NRG * UNROLL list positions)
+ *   VEC_ALIGNED         1: K/V rows are 16-byte aligned (vector loads)
+ *   HASH_SLOTS          0: duplicate idx entries are found by scanning the earlier
+ *                       entries in global memory (O(NI) per entry, for very large NI);
+ *                       else a power of two > NI: size of the local-memory hash set
+ *
+ * The attended list of a (sequence b, KV head g) with n = len[b] is virtual:
+ *   positions [0, s_end)               tokens 0 .. s_end-1            (sink, s_end = min(sink, n))
+ *   positions [s_end, nd)              tokens l_start .. n-1          (local, l_start =
+ *                                      max(n - local, s_end), nd = s_end + n - l_start)
+ *   positions [nd, nd + NI)            idx[b, g, i], kept when 0 <= t < n, t is in neither
+ *                                      dense range, and no earlier entry i' < i has the
+ *                                      same value (first occurrence wins: deterministic)
+ * A work-group handles one (split, KV head, head group, sequence) and the list positions
+ * [split * chunk, (split + 1) * chunk) of it, TILE positions at a time: the tile's tokens
+ * are resolved into local memory, then row-groups of TPR lanes read each K/V row once for
+ * all GROUP query heads and keep an online softmax per head; the row-groups are merged at
+ * the end through local memory.
+ *
+ * Duplicate detection (HASH_SLOTS > 0): a local-memory open-addressing hash set holds
+ * every valid idx value at list positions before the current tile (the entries of earlier
+ * splits are inserted first, O(entries before the chunk) per work-group; then each tile
+ * adds its own after use). An entry is a duplicate when its value is in the set or
+ * equals an earlier entry of the same tile (a scan of at most TILE - 1 local values). */
+
+#define TPR (HEAD_DIM / EPL)
+#define NRG (WG_SIZE / TPR)
+#define TILE (NRG * UNROLL)
+#define KV_T CLKV_STORAGE(KV_DTYPE)
+#define Q_T CLKV_STORAGE(Q_DTYPE)
+#define RED_ROWS (NRG > 1 ? NRG / 2 : 1)
+#define RED_WORDS (NRG * GROUP * 2 + RED_ROWS * GROUP * HEAD_DIM)
+#define LDS_WORDS (HASH_SLOTS > RED_WORDS ? HASH_SLOTS : RED_WORDS)
+
+#if TPR > 1 && !defined(CLKV_NVIDIA_PTX)
+#error "TPR > 1 (several lanes per K/V row) needs the NVIDIA warp-shuffle path"
+#endif
+#if TILE > WG_SIZE
+#error "TILE must not exceed WG_SIZE (one list position per work-item when resolving)"
+#endif
+
+#if TPR > 1
+/* Lane ln of a row-group owns the 16-byte chunks c * TPR + ln of a row, so each load
+ * instruction of a row-group covers a contiguous span of the row. */
+#define VW CLKV_VEC16(KV_DTYPE)
+#define NCH (EPL / VW)
+#define ELEM(c, j, ln) (((c)*TPR + (ln)) * VW + (j))
+#define UNROLL_LOOP _Pragma("unroll")
+#else
+#define VW 1
+#define NCH EPL
+#define ELEM(c, j, ln) (c)
+#define UNROLL_LOOP
+#endif
+
+inline float sp_row_sum(float x) {
+#if TPR > 1
+    UNROLL_LOOP
+    for (int o = TPR / 2; o > 0; o >>= 1)
+        x += clkv_shfl_xor(x, o);
+#endif
+    return x;
+}
+
+#if TPR > 1
+inline uint4 sp_load_chunk(__global const KV_T *p, long row, int c, int ln) {
+    long e = row + (long)ELEM(c, 0, ln);
+#if VEC_ALIGNED
+    return clkv_load_raw_aligned(p, e * (long)sizeof(KV_T));
+#elif KV_DTYPE == CLKV_DT_F32
+    return clkv_load_raw_u32((__global const uint *)p, e);
+#else
+    return clkv_load_raw_u16((__global const ushort *)p, e);
+#endif
+}
+#endif
+
+#if HASH_SLOTS > 0
+#define HASH_EMPTY (-1)
+inline uint sp_hash(int t) {
+    return ((uint)t * 2654435761u) & (uint)(HASH_SLOTS - 1);
+}
+
+/* Insert t (>= 0); the table never fills (HASH_SLOTS > NI >= entries inserted). */
+inline void sp_hash_insert(volatile __local int *tab, int t) {
+    uint s = sp_hash(t);
+    for (;;) {
+        const int old = atomic_cmpxchg(&tab[s], HASH_EMPTY, t);
+        if (old == HASH_EMPTY || old == t)
+            return;
+        s = (s + 1u) & (uint)(HASH_SLOTS - 1);
+    }
+}
+
+/* Lookup; only called while no work-item inserts (barrier-separated phases). */
+inline int sp_hash_contains(volatile __local const int *tab, int t) {
+    uint s = sp_hash(t);
+    for (;;) {
+        const int v = tab[s];
+        if (v == t)
+            return 1;
+        if (v == HASH_EMPTY)
+            return 0;
+        s = (s + 1u) & (uint)(HASH_SLOTS - 1);
+    }
+}
+#endif
+
+/* Value of idx entry i if it is a candidate (in [0, n) and outside the dense ranges),
+ * else -1. Candidacy depends on the value only, so equal values agree. */
+inline int sp_candidate(__global const int *ip, int i, int n, int s_end, int l_lo) {
+    const int t = ip[i];
+    return (t >= s_end && t < l_lo && t < n) ? t : -1;
+}
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh,
+                         __global const KV_T *k, long k_off, long k_sb, long k_sh, long k_sl,
+                         __global const KV_T *v, long v_off, long v_sb, long v_sh, long v_sl,
+                         __global const int *lengths, long len_off, int has_lengths, int max_len,
+                         __global const int *idx, long idx_off, long idx_sb, long idx_sh, int n_idx,
+                         int sink, int local_len, int Hq, int G, int nhg, int chunk, int num_splits,
+                         float scale_log2, __global float *part_acc, long ml_off) {
+    __global float *part_ml = part_acc + ml_off;
+    const int lid = (int)get_local_id(0);
+    const int split = (int)get_group_id(0);
+    const int kvh = (int)get_group_id(1) / nhg;
+    const int hg = (int)get_group_id(1) % nhg;
+    const int b = (int)get_group_id(2);
+    const int rg = lid / TPR;
+    const int ln = lid % TPR;
+
+    __local uint lds[LDS_WORDS]; /* hash set during the loop, reduction afterwards */
+    __local int tile_raw[TILE];  /* candidate values of the tile's idx entries (else -1) */
+    __local int tile_tok[TILE];  /* token of each tile position, -1: skip */
+    __local int tile_first[1];   /* first tile position with a kept token, TILE: none */
+
+    int n = max_len;
+    if (has_lengths)
+        n = clamp(lengths[len_off + b], 0, max_len);
+    const int s_end = min(sink, n);
+    const int l_lo = max(n - local_len, s_end); /* idx values >= l_lo are in the local range */
+    const int nd = s_end + (n - l_lo);
+    const int total = nd + n_idx;
+    const int p0 = split * chunk;
+    const int p1 = min(p0 + chunk, total);
+    __global const int *ip = idx + idx_off + (long)b * idx_sb + (long)kvh * idx_sh;
+
+#if HASH_SLOTS > 0
+    volatile __local int *tab = (volatile __local int *)lds;
+    if (p0 < p1 && p1 > nd) {
+        for (int s = lid; s < HASH_SLOTS; s += WG_SIZE)
+            tab[s] = HASH_EMPTY;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int i_first = clamp(p0 - nd, 0, n_idx);
+        for (int i = lid; i < i_first; i += WG_SIZE) {
+            const int t = sp_candidate(ip, i, n, s_end, l_lo);
+            if (t >= 0)
+                sp_hash_insert(tab, t);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+#endif
+
+    const int h0 = kvh * G + hg * GROUP;
+    const int ng = min(GROUP, G - hg * GROUP);
+    float qr[GROUP][EPL];
+    UNROLL_LOOP
+    for (int g = 0; g < GROUP; g++) {
+        const long qrow = q_off + (long)b * q_sb + (long)min(h0 + g, h0 + ng - 1) * q_sh;
+        UNROLL_LOOP
+        for (int c = 0; c < NCH; c++) {
+            UNROLL_LOOP
+            for (int j = 0; j < VW; j++)
+                qr[g][c * VW + j] =
+                    g < ng ? CLKV_LOAD(Q_DTYPE)(q, qrow + ELEM(c, j, ln)) * scale_log2 : 0.0f;
+        }
+    }
+    float m[GROUP], l[GROUP], acc[GROUP][EPL];
+    UNROLL_LOOP
+    for (int g = 0; g < GROUP; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+        UNROLL_LOOP
+        for (int e = 0; e < EPL; e++)
+            acc[g][e] = 0.0f;
+    }
+    const long kb = k_off + (long)b * k_sb + (long)kvh * k_sh;
+    const long vb = v_off + (long)b * v_sb + (long)kvh * v_sh;
+
+    for (int tb = p0; tb < p1; tb += TILE) {
+        /* 1. candidate value of each idx position of the tile */
+        if (lid < TILE) {
+            const int p = tb + lid;
+            int raw = -1;
+            if (p < p1 && p >= nd)
+                raw = sp_candidate(ip, p - nd, n, s_end, l_lo);
+            tile_raw[lid] = raw;
+        }
+        if (lid == 0)
+            *tile_first = TILE;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        /* 2. resolve tokens: dense positions map directly; an idx entry is dropped when an
+         * earlier entry has the same value */
+        if (lid < TILE) {
+            const int p = tb + lid;
+            int tok = -1;
+            if (p < p1) {
+                if (p < s_end) {
+                    tok = p;
+                } else if (p < nd) {
+                    tok = l_lo + (p - s_end);
+                } else {
+                    tok = tile_raw[lid];
+                    if (tok >= 0) {
+#if HASH_SLOTS > 0
+                        if (sp_hash_contains(tab, tok))
+                            tok = -1;
+                        for (int r = 0; r < lid && tok >= 0; r++)
+                            if (tile_raw[r] == tok)
+                                tok = -1;
+#else
+                        for (int i = 0; i < p - nd && tok >= 0; i++)
+                            if (ip[i] == tok)
+                                tok = -1;
+#endif
+                    }
+                }
+            }
+            tile_tok[lid] = tok;
+            if (tok >= 0)
+                atomic_min(tile_first, lid);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+#if HASH_SLOTS > 0
+        /* 3. the tile's candidates join the set for later tiles (nobody reads it now) */
+        if (lid < TILE && tile_raw[lid] >= 0 && tb + TILE < p1)
+            sp_hash_insert(tab, tile_raw[lid]);
+#endif
+        /* 4. attention over the tile's rows: row-group rg takes rows rg, rg + NRG, ...
+         * Skipped positions load the tile's first kept row instead (in bounds, and every
+         * lane of a warp runs the same shuffles) and are masked. */
+        const int first = *tile_first;
+        if (first < TILE) {
+            const int any_tok = tile_tok[first];
+            float s[UNROLL][GROUP];
+            int valid[UNROLL];
+#if TPR > 1
+            uint4 kr[UNROLL][NCH], vr[UNROLL][NCH];
+            UNROLL_LOOP
+            for (int u = 0; u < UNROLL; u++) {
+                const int tok = tile_tok[u * NRG + rg];
+                valid[u] = tok >= 0;
+                const int tt = valid[u] ? tok : any_tok;
+                UNROLL_LOOP
+                for (int c = 0; c < NCH; c++) {
+                    kr[u][c] = sp_load_chunk(k, kb + (long)tt * k_sl, c, ln);
+                    vr[u][c] = sp_load_chunk(v, vb + (long)tt * v_sl, c, ln);
+                }
+            }
+            UNROLL_LOOP
+            for (int u = 0; u < UNROLL; u++) {
+                float kx[EPL];
+                UNROLL_LOOP
+                for (int c = 0; c < NCH; c++) {
+                    UNROLL_LOOP
+                    for (int j = 0; j < VW; j++)
+                        kx[c * VW + j] = CLKV_RAW_ELEM(KV_DTYPE)(kr[u][c], j);
+                }
+                UNROLL_LOOP
+                for (int g = 0; g < GROUP; g++) {
+                    float d = 0.0f;
+                    UNROLL_LOOP
+                    for (int e = 0; e < EPL; e++)
+                        d = fma(qr[g][e], kx[e], d);
+                    d = sp_row_sum(d);
+                    s[u][g] = valid[u] ? d : -INFINITY;
+                }
+            }
+#else
+            int rows[UNROLL];
+            for (int u = 0; u < UNROLL; u++) {
+                const int tok = tile_tok[u * NRG + rg];
+                valid[u] = tok >= 0;
+                rows[u] = valid[u] ? tok : any_tok;
+                const long krow = kb + (long)rows[u] * k_sl;
+                float d[GROUP];
+                for (int g = 0; g < GROUP; g++)
+                    d[g] = 0.0f;
+                for (int e = 0; e < EPL; e++) {
+                    const float kx = CLKV_LOAD(KV_DTYPE)(k, krow + e);
+                    for (int g = 0; g < GROUP; g++)
+                        d[g] = fma(qr[g][e], kx, d[g]);
+                }
+                for (int g = 0; g < GROUP; g++)
+                    s[u][g] = valid[u] ? d[g] : -INFINITY;
+            }
+#endif
+            /* Rescale only when the running max grows. */
+            UNROLL_LOOP
+            for (int g = 0; g < GROUP; g++) {
+                float mb = s[0][g];
+                UNROLL_LOOP
+                for (int u = 1; u < UNROLL; u++)
+                    mb = fmax(mb, s[u][g]);
+                if (mb > m[g]) {
+                    const float f = m[g] == -INFINITY ? 0.0f : exp2(m[g] - mb);
+                    l[g] *= f;
+                    UNROLL_LOOP
+                    for (int e = 0; e < EPL; e++)
+                        acc[g][e] *= f;
+                    m[g] = mb;
+                }
+            }
+            UNROLL_LOOP
+            for (int u = 0; u < UNROLL; u++) {
+                float p[GROUP];
+                UNROLL_LOOP
+                for (int g = 0; g < GROUP; g++) {
+                    p[g] = valid[u] ? exp2(s[u][g] - m[g]) : 0.0f;
+                    l[g] += p[g];
+                }
+#if TPR > 1
+                UNROLL_LOOP
+                for (int c = 0; c < NCH; c++) {
+                    UNROLL_LOOP
+                    for (int j = 0; j < VW; j++) {
+                        const float vx = CLKV_RAW_ELEM(KV_DTYPE)(vr[u][c], j);
+                        UNROLL_LOOP
+                        for (int g = 0; g < GROUP; g++)
+                            acc[g][c * VW + j] = fma(p[g], vx, acc[g][c * VW + j]);
+                    }
+                }
+#else
+                const long vrow = vb + (long)rows[u] * v_sl;
+                for (int e = 0; e < EPL; e++) {
+                    const float vx = CLKV_LOAD(KV_DTYPE)(v, vrow + e);
+                    for (int g = 0; g < GROUP; g++)
+                        acc[g][e] = fma(p[g], vx, acc[g][e]);
+                }
+#endif
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* tile arrays and hash inserts done before reuse */
+    }
+
+    /* Merge the NRG row-group states (the hash set is dead: its memory is reused). */
+    __local float *red_ml = (__local float *)lds;      /* [NRG][GROUP][2] */
+    __local float *red_acc = red_ml + NRG * GROUP * 2; /* [RED_ROWS][GROUP][D] */
+    if (ln == 0) {
+        for (int g = 0; g < GROUP; g++) {
+            red_ml[(rg * GROUP + g) * 2] = m[g];
+            red_ml[(rg * GROUP + g) * 2 + 1] = l[g];
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float mt[GROUP], lt[GROUP];
+    UNROLL_LOOP
+    for (int g = 0; g < GROUP; g++) {
+        float mx = -INFINITY;
+        for (int r = 0; r < NRG; r++)
+            mx = fmax(mx, red_ml[(r * GROUP + g) * 2]);
+        float sum = 0.0f;
+        for (int r = 0; r < NRG; r++) {
+            const float mr = red_ml[(r * GROUP + g) * 2];
+            sum += mr == -INFINITY ? 0.0f : red_ml[(r * GROUP + g) * 2 + 1] * exp2(mr - mx);
+        }
+        mt[g] = mx;
+        lt[g] = sum;
+        const float f = m[g] == -INFINITY ? 0.0f : exp2(m[g] - mx);
+        UNROLL_LOOP
+        for (int e = 0; e < EPL; e++)
+            acc[g][e] *= f;
+    }
+    for (int span = NRG / 2; span > 0; span >>= 1) {
+        if (rg >= span && rg < 2 * span) {
+            for (int g = 0; g < GROUP; g++) {
+                UNROLL_LOOP
+                for (int c = 0; c < NCH; c++) {
+                    UNROLL_LOOP
+                    for (int j = 0; j < VW; j++)
+                        red_acc[((rg - span) * GROUP + g) * HEAD_DIM + ELEM(c, j, ln)] =
+                            acc[g][c * VW + j];
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (rg < span) {
+            for (int g = 0; g < GROUP; g++) {
+                UNROLL_LOOP
+                for (int c = 0; c < NCH; c++) {
+                    UNROLL_LOOP
+                    for (int j = 0; j < VW; j++)
+                        acc[g][c * VW + j] += red_acc[(rg * GROUP + g) * HEAD_DIM + ELEM(c, j, ln)];
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (rg == 0) {
+        for (int g = 0; g < ng; g++) {
+            const long pi = ((long)b * Hq + h0 + g) * num_splits + split;
+            UNROLL_LOOP
+            for (int c = 0; c < NCH; c++) {
+                UNROLL_LOOP
+                for (int j = 0; j < VW; j++)
+                    part_acc[pi * HEAD_DIM + ELEM(c, j, ln)] = acc[g][c * VW + j];
+            }
+            if (ln == 0) {
+                part_ml[pi * 2] = mt[g];
+                part_ml[pi * 2 + 1] = lt[g];
+            }
+        }
+    }
+}

@@ -1,0 +1,406 @@
+/* LongFlow fused decode step over a static cache (SPEC §2.3), kernel 1 of 2 (the second
+ * is cl_kernels/longflow_finish.cl).
+ *
+ * longflow_partial: one work-group per (sequence, KV head, head group, split) of the S
+ * slots. The work-group whose range holds the victim slot first stores the new token
+ * there; then one read of every K/V row of the range serves all GROUP query heads:
+ * split-K softmax partials (m, l, acc) as flash-decoding, plus per (query head, slot) the
+ * base-2 score logit  y = z*log2(e) + log2 ||v||_1  (-inf for an empty slot), which the
+ * finish kernel turns into the slot's score with the final LSE.
+ *
+ * Build options (host/longflow_step.c):
+ *   KV_DTYPE                               dtype code of the cache (q and k_new/v_new
+ *                                          dtypes are kernel arguments: q is read once
+ *                                          per work-group, the new token once per step)
+ *   HEAD_DIM, GROUP, EPL, WG_SIZE, UNROLL  as in attention_decode.cl (TPR = D / EPL lanes
+ *                                          per row; NRG = WG_SIZE / TPR rows in flight)
+ *   PER_HEAD                               1: one slot map / victim per KV head
+ *   CP_ASYNC, STAGES                       1: K/V tiles staged in local memory, STAGES in
+ *                                          flight (cp.async on NVIDIA)
+ * The cache itself is contiguous [B, Hkv, S, D], so rows are always 16-byte aligned.
+ * Logits are base 2 (q is pre-scaled by scale * log2 e). */
+
+#define TPR (HEAD_DIM / EPL)
+#define NRG (WG_SIZE / TPR)
+#define KV_T CLKV_STORAGE(KV_DTYPE)
+#define RED_ROWS (NRG > 1 ? NRG / 2 : 1)
+
+#if TPR > 1
+#define VW CLKV_VEC16(KV_DTYPE)
+#define NCH (EPL / VW)
+#define ELEM(c, j, ln) (((c)*TPR + (ln)) * VW + (j))
+#define UNROLL_LOOP _Pragma("unroll")
+#else
+#define VW 1
+#define NCH EPL
+#define ELEM(c, j, ln) (c)
+#define UNROLL_LOOP
+#endif
+
+/* Sum over the TPR lanes of a row-group; every lane of the work-group must call it. On
+ * NVIDIA a warp butterfly; elsewhere (tests of the multi-lane layout on CPUs) through
+ * local memory. Every lane receives the same value. */
+inline float row_sum(float x, __local float *scratch) {
+#if TPR > 1
+#ifdef CLKV_NVIDIA_PTX
+    UNROLL_LOOP
+    for (int o = TPR / 2; o > 0; o >>= 1)
+        x += clkv_shfl_xor(x, o);
+#else
+    const int lid = (int)get_local_id(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    scratch[lid] = x;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int first = lid / TPR * TPR;
+    x = 0.0f;
+    for (int i = 0; i < TPR; i++)
+        x += scratch[first + i];
+#endif
+#endif
+    return x;
+}
+
+/* A value rounded to the cache dtype, as the cache stores it. */
+inline float round_kv(float x) {
+#if KV_DTYPE == CLKV_DT_BF16
+    return clkv_bf16_to_f32(clkv_f32_to_bf16(x));
+#elif KV_DTYPE == CLKV_DT_F16
+    ushort h;
+    vstore_half_rte(x, 0, (__private half *)&h);
+    return vload_half(0, (const __private half *)&h);
+#else
+    return x;
+#endif
+}
+
+/* The EPL elements of a cache row this lane owns, as f32. */
+inline void load_row(__global const KV_T *p, long row, int ln, float *x) {
+#if TPR > 1
+    UNROLL_LOOP
+    for (int c = 0; c < NCH; c++) {
+        const uint4 r = clkv_load_raw_aligned(p, (row + ELEM(c, 0, ln)) * (long)sizeof(KV_T));
+        UNROLL_LOOP
+        for (int j = 0; j < VW; j++)
+            x[c * VW + j] = CLKV_RAW_ELEM(KV_DTYPE)(r, j);
+    }
+#else
+    for (int e = 0; e < EPL; e++)
+        x[e] = CLKV_LOAD(KV_DTYPE)(p, row + e);
+#endif
+}
+
+/* The same elements of the new token's row, rounded to the cache dtype. */
+/* Element i of a buffer whose dtype code `dt` is a run-time value (f32, f16, bf16). */
+inline float load_any(__global const void *p, int dt, long i) {
+    if (dt == CLKV_DT_F16)
+        return vload_half((size_t)i, (__global const half *)p);
+    if (dt == CLKV_DT_BF16)
+        return clkv_bf16_to_f32(((__global const ushort *)p)[i]);
+    return ((__global const float *)p)[i];
+}
+
+inline void load_new_row(__global const void *p, int dt, long row, int ln, float *x) {
+    UNROLL_LOOP
+    for (int c = 0; c < NCH; c++) {
+        UNROLL_LOOP
+        for (int j = 0; j < VW; j++)
+            x[c * VW + j] = round_kv(load_any(p, dt, row + ELEM(c, j, ln)));
+    }
+}
+
+#if CP_ASYNC
+/* K/V tiles of TILE rows streamed into local memory, STAGES tiles in flight (the scheme
+ * of attention_decode.cl): on NVIDIA with cp.async, so the bytes in flight do not depend
+ * on registers; elsewhere (tests of this layout on CPUs) with plain copies. */
+#if TPR == 1
+#error "CP_ASYNC needs several lanes per row (TPR > 1)"
+#endif
+#define TILE (NRG * UNROLL)
+#define ROW_U4 (HEAD_DIM * (int)sizeof(KV_T) / 16) /* 16-byte chunks per row */
+
+inline void lf_cp16(__local uint4 *dst, __global const uchar *src) {
+#ifdef CLKV_NVIDIA_PTX
+    const uint d = (uint)(size_t)dst;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+#else
+    *dst = *(__global const uint4 *)src;
+#endif
+}
+
+inline void lf_cp_commit(void) {
+#ifdef CLKV_NVIDIA_PTX
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+inline void lf_cp_wait(void) {
+#ifdef CLKV_NVIDIA_PTX
+    asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 1) : "memory");
+#endif
+}
+
+/* Copy tile rows [first, first + TILE) of K and V into one stage; rows at or past `end`
+ * copy row `start` (valid memory, masked later). */
+inline void lf_issue_tile(__local uint4 *sk, __local uint4 *sv, __global const KV_T *k,
+                          __global const KV_T *v, long kb, int first, int start, int end, int lid) {
+    for (int i = lid; i < TILE * ROW_U4; i += WG_SIZE) {
+        const int r = i / ROW_U4, c = i % ROW_U4;
+        const int j = first + r < end ? first + r : start;
+        lf_cp16(sk + i, (__global const uchar *)(k + kb + (long)j * HEAD_DIM) + c * 16);
+        lf_cp16(sv + i, (__global const uchar *)(v + kb + (long)j * HEAD_DIM) + c * 16);
+    }
+}
+
+/* The lane's elements of tile row r as f32. */
+inline void tile_row(__local const uint4 *t, int r, int ln, float *x) {
+    UNROLL_LOOP
+    for (int c = 0; c < NCH; c++) {
+        const uint4 raw = t[r * ROW_U4 + c * TPR + ln];
+        UNROLL_LOOP
+        for (int j = 0; j < VW; j++)
+            x[c * VW + j] = CLKV_RAW_ELEM(KV_DTYPE)(raw, j);
+    }
+}
+#endif
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_partial(
+    __global const void *q, int q_dt, long q_off, long q_sb, long q_sh, __global const void *kn,
+    int n_dt, long kn_off, long kn_sb, long kn_sh, __global const void *vn, long vn_off, long vn_sb,
+    long vn_sh, __global KV_T *k, __global KV_T *v, __global int *pos, __global const int *victim,
+    __global const int *next_pos, int do_write, int Hq, int Hkv, int G, int nhg, int S, int chunk,
+    int num_splits, float scale_log2, __global float *ws, long ml_off, long y_off) {
+    __global float *part_acc = ws;
+    __global float *part_ml = ws + ml_off;
+    __global float *ys = ws + y_off;
+    __local float scratch[WG_SIZE];
+    const int lid = (int)get_local_id(0);
+    const int split = (int)get_group_id(0);
+    const int kvh = (int)get_group_id(1) / nhg;
+    const int hg = (int)get_group_id(1) % nhg;
+    const int b = (int)get_group_id(2);
+    const int rg = lid / TPR;
+    const int ln = lid % TPR;
+    const int Hm = PER_HEAD ? Hkv : 1;
+    const int u = PER_HEAD ? kvh : 0;
+    const int vslot = do_write ? victim[b * Hm + u] : -1;
+    const int start = split * chunk;
+    const int end = min(start + chunk, S);
+    const int h0 = kvh * G + hg * GROUP;
+    const int ng = min(GROUP, G - hg * GROUP);
+    const long kb = ((long)b * Hkv + kvh) * S * HEAD_DIM; /* same for v */
+    __global int *prow = pos + ((long)b * Hm + u) * S;
+    const long knrow = kn_off + (long)b * kn_sb + (long)kvh * kn_sh;
+    const long vnrow = vn_off + (long)b * vn_sb + (long)kvh * vn_sh;
+
+    /* (a) The work-group(s) of head group 0 whose range holds the victim slot store the
+     * new token; every work-group reads the victim row from k_new/v_new instead of the
+     * cache, so no ordering between work-groups is needed. */
+    if (vslot >= start && vslot < end && hg == 0) {
+        for (int e = lid; e < HEAD_DIM; e += WG_SIZE) {
+            CLKV_STORE(KV_DTYPE)
+            (k, kb + (long)vslot * HEAD_DIM + e, load_any(kn, n_dt, knrow + e));
+            CLKV_STORE(KV_DTYPE)
+            (v, kb + (long)vslot * HEAD_DIM + e, load_any(vn, n_dt, vnrow + e));
+        }
+#if PER_HEAD
+        const int map_writer = lid == 0;
+#else
+        const int map_writer = lid == 0 && kvh == 0; /* one writer per slot map */
+#endif
+        if (map_writer)
+            prow[vslot] = next_pos[b];
+    }
+
+    float qr[GROUP][EPL];
+    UNROLL_LOOP
+    for (int g = 0; g < GROUP; g++) {
+        const long qrow = q_off + (long)b * q_sb + (long)min(h0 + g, h0 + ng - 1) * q_sh;
+        UNROLL_LOOP
+        for (int c = 0; c < NCH; c++) {
+            UNROLL_LOOP
+            for (int j = 0; j < VW; j++)
+                qr[g][c * VW + j] =
+                    g < ng ? load_any(q, q_dt, qrow + ELEM(c, j, ln)) * scale_log2 : 0.0f;
+        }
+    }
+
+    float m[GROUP], l[GROUP], acc[GROUP][EPL];
+    UNROLL_LOOP
+    for (int g = 0; g < GROUP; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+        UNROLL_LOOP
+        for (int e = 0; e < EPL; e++)
+            acc[g][e] = 0.0f;
+    }
+
+#if CP_ASYNC
+    __local uint4 stage_k[STAGES][TILE * ROW_U4];
+    __local uint4 stage_v[STAGES][TILE * ROW_U4];
+    const int ntiles = end > start ? (end - start + TILE - 1) / TILE : 0;
+    for (int t = 0; t < STAGES - 1; t++) {
+        if (t < ntiles)
+            lf_issue_tile(stage_k[t], stage_v[t], k, v, kb, start + t * TILE, start, end, lid);
+        lf_cp_commit(); /* empty groups keep the group count uniform */
+    }
+    for (int t = 0; t < ntiles; t++) {
+        const int ahead = t + STAGES - 1;
+        if (ahead < ntiles)
+            lf_issue_tile(stage_k[ahead % STAGES], stage_v[ahead % STAGES], k, v, kb,
+                          start + ahead * TILE, start, end, lid);
+        lf_cp_commit();
+        lf_cp_wait(); /* tile t has landed (for this work-item's copies) */
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int base = start + t * TILE;
+        __local const uint4 *tk = stage_k[t % STAGES];
+        __local const uint4 *tv = stage_v[t % STAGES];
+#else
+    for (int base = start; base < end; base += NRG * UNROLL) {
+#endif
+        float s[UNROLL][GROUP];
+        float kx[UNROLL][EPL], vx[UNROLL][EPL];
+        int valid[UNROLL], in[UNROLL];
+        /* All rows' loads first, branch-free (the victim row too: its cache copy may be
+         * being overwritten and is replaced below), so they are all in flight at once. */
+        UNROLL_LOOP
+        for (int uu = 0; uu < UNROLL; uu++) {
+            const int j = base + uu * NRG + rg;
+            in[uu] = j < end;
+            const int jj = in[uu] ? j : start; /* keep loads in bounds and uniform */
+#if CP_ASYNC
+            tile_row(tk, uu * NRG + rg, ln, kx[uu]);
+            tile_row(tv, uu * NRG + rg, ln, vx[uu]);
+#else
+            load_row(k, kb + (long)jj * HEAD_DIM, ln, kx[uu]);
+            load_row(v, kb + (long)jj * HEAD_DIM, ln, vx[uu]);
+#endif
+            valid[uu] = in[uu] && (j == vslot || prow[jj] >= 0);
+        }
+        UNROLL_LOOP
+        for (int uu = 0; uu < UNROLL; uu++) {
+            const int j = base + uu * NRG + rg;
+            if (j == vslot) { /* the new token, as the cache stores it */
+                load_new_row(kn, n_dt, knrow, ln, kx[uu]);
+                load_new_row(vn, n_dt, vnrow, ln, vx[uu]);
+            }
+            float nv = 0.0f;
+            UNROLL_LOOP
+            for (int e = 0; e < EPL; e++) {
+                /* an empty slot's V (whatever it holds, even NaN) must not reach acc */
+                vx[uu][e] = valid[uu] ? vx[uu][e] : 0.0f;
+                nv += fabs(vx[uu][e]);
+            }
+            nv = row_sum(nv, scratch);
+            const float lv = log2(nv);
+            UNROLL_LOOP
+            for (int g = 0; g < GROUP; g++) {
+                float d = 0.0f;
+                UNROLL_LOOP
+                for (int e = 0; e < EPL; e++)
+                    d = fma(qr[g][e], kx[uu][e], d);
+                d = row_sum(d, scratch);
+                s[uu][g] = valid[uu] ? d : -INFINITY;
+                if (ln == 0 && in[uu] && g < ng)
+                    ys[((long)b * Hq + h0 + g) * S + j] = valid[uu] ? d + lv : -INFINITY;
+            }
+        }
+        /* Rescale only when the running max grows. */
+        UNROLL_LOOP
+        for (int g = 0; g < GROUP; g++) {
+            float mb = s[0][g];
+            UNROLL_LOOP
+            for (int uu = 1; uu < UNROLL; uu++)
+                mb = fmax(mb, s[uu][g]);
+            if (mb > m[g]) {
+                const float f = m[g] == -INFINITY ? 0.0f : exp2(m[g] - mb);
+                l[g] *= f;
+                UNROLL_LOOP
+                for (int e = 0; e < EPL; e++)
+                    acc[g][e] *= f;
+                m[g] = mb;
+            }
+        }
+        UNROLL_LOOP
+        for (int uu = 0; uu < UNROLL; uu++) {
+            UNROLL_LOOP
+            for (int g = 0; g < GROUP; g++) {
+                const float p = valid[uu] ? exp2(s[uu][g] - m[g]) : 0.0f;
+                l[g] += p;
+                UNROLL_LOOP
+                for (int e = 0; e < EPL; e++)
+                    acc[g][e] = fma(p, vx[uu][e], acc[g][e]);
+            }
+        }
+#if CP_ASYNC
+        barrier(CLK_LOCAL_MEM_FENCE); /* the stage is refilled next iteration */
+#endif
+    }
+
+    /* Merge the NRG row-group states: common max per head, then a tree sum of acc. */
+    __local float red_ml[NRG][GROUP][2];
+    __local float red_acc[RED_ROWS][GROUP][HEAD_DIM];
+    if (ln == 0) {
+        for (int g = 0; g < GROUP; g++) {
+            red_ml[rg][g][0] = m[g];
+            red_ml[rg][g][1] = l[g];
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float mt[GROUP], lt[GROUP];
+    UNROLL_LOOP
+    for (int g = 0; g < GROUP; g++) {
+        float mx = -INFINITY;
+        for (int r = 0; r < NRG; r++)
+            mx = fmax(mx, red_ml[r][g][0]);
+        float sum = 0.0f;
+        for (int r = 0; r < NRG; r++) {
+            const float mr = red_ml[r][g][0];
+            sum += mr == -INFINITY ? 0.0f : red_ml[r][g][1] * exp2(mr - mx);
+        }
+        mt[g] = mx;
+        lt[g] = sum;
+        const float f = m[g] == -INFINITY ? 0.0f : exp2(m[g] - mx);
+        UNROLL_LOOP
+        for (int e = 0; e < EPL; e++)
+            acc[g][e] *= f;
+    }
+    for (int span = NRG / 2; span > 0; span >>= 1) {
+        if (rg >= span && rg < 2 * span) {
+            for (int g = 0; g < GROUP; g++) {
+                UNROLL_LOOP
+                for (int c = 0; c < NCH; c++) {
+                    UNROLL_LOOP
+                    for (int j = 0; j < VW; j++)
+                        red_acc[rg - span][g][ELEM(c, j, ln)] = acc[g][c * VW + j];
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (rg < span) {
+            for (int g = 0; g < GROUP; g++) {
+                UNROLL_LOOP
+                for (int c = 0; c < NCH; c++) {
+                    UNROLL_LOOP
+                    for (int j = 0; j < VW; j++)
+                        acc[g][c * VW + j] += red_acc[rg][g][ELEM(c, j, ln)];
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (rg == 0) {
+        for (int g = 0; g < ng; g++) {
+            const long idx = ((long)b * Hq + h0 + g) * num_splits + split;
+            UNROLL_LOOP
+            for (int c = 0; c < NCH; c++) {
+                UNROLL_LOOP
+                for (int j = 0; j < VW; j++)
+                    part_acc[idx * HEAD_DIM + ELEM(c, j, ln)] = acc[g][c * VW + j];
+            }
+            if (ln == 0) {
+                part_ml[idx * 2] = mt[g];
+                part_ml[idx * 2 + 1] = lt[g];
+            }
+        }
+    }
+}

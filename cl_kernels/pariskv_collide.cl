@@ -1,0 +1,255 @@
+/* ParisKV Stage I (SPEC §4): centroid ranking, collision scores S_i with a fused
+ * per-chunk histogram, threshold selection and ordered candidate compaction.
+ *
+ * Defines (host/pariskv_collide.c):
+ *   SUB_M     subspace dim m (2..8); NC = 2^m centroids per subspace
+ *   NBLK      subspaces per key (D / m)
+ *   WG        work-group size of the collide / threshold / compact kernels
+ *   PER_ITEM  tokens per work-item in a chunk (chunk = WG * PER_ITEM tokens)
+ *   IDS_U32   1: id rows are 4-byte aligned (read as uint words)
+ *   S_WIDE    1: S is stored as ushort (6 * NBLK > 255), 0: uchar
+ *
+ * Plan (int32 [8, B] row-major): row 0 = n_b, rows 1..6 = T_0..T_5, row 7 = C_b.
+ */
+
+#define NC (1 << SUB_M)
+#define NBINS (6 * NBLK + 1)
+#define CHUNK (WG * PER_ITEM)
+#define CSUB (WG >= 32 ? WG / 32 : 1) /* collide sub-histograms */
+#if S_WIDE
+#define S_T ushort
+#else
+#define S_T uchar
+#endif
+
+/* Exclusive scan of one ulong per work-item over the work-group (Hillis-Steele in
+ * `tmp`, WG entries); *total gets the sum. All work-items must call it. */
+inline ulong pkc_scan(__local ulong *tmp, ulong v, ulong *total) {
+    const int lid = (int)get_local_id(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    tmp[lid] = v;
+    for (int s = 1; s < WG; s <<= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const ulong add = lid >= s ? tmp[lid - s] : 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        tmp[lid] += add;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    *total = tmp[WG - 1];
+    return tmp[lid] - v;
+}
+
+/* Bonus table per (b, h, blk): bonus[c] = #{t : before(c) < T_t}; also zeroes the row
+ * histograms. Grid (NC, NBLK, B * Hkv), local (NC). */
+__kernel __attribute__((reqd_work_group_size(NC, 1, 1))) void
+pkv_rank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global const uint *cnt,
+         long c_off, long c_sb, long c_sh, long c_sblk, __global const int *plan, long plan_off,
+         int B, int Hkv, __global uchar *bonus, long bonus_off, __global uint *rowhist,
+         long rh_off) {
+    __local float sc[NC];
+    __local uint ct[NC];
+    const int c = (int)get_local_id(0), blk = (int)get_group_id(1), bh = (int)get_group_id(2);
+    const int b = bh / Hkv, h = bh % Hkv;
+    if (blk == 0) /* the row histogram pkv_collide accumulates into */
+        for (int v = c; v < NBINS; v += NC)
+            rowhist[rh_off + (long)bh * NBINS + v] = 0;
+    __global const float *q = qr + qr_off + b * qr_sb + h * qr_sh + blk * SUB_M;
+    float s = 0.0f;
+    for (int j = 0; j < SUB_M; j++)
+        s += ((c >> j) & 1) ? q[j] : -q[j];
+    sc[c] = s;
+    ct[c] = cnt[c_off + b * c_sb + h * c_sh + blk * c_sblk + c];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ulong before = 0;
+    for (int o = 0; o < NC; o++) {
+        const float so = sc[o];
+        if (so > s || (so == s && o < c))
+            before += ct[o];
+    }
+    int bonus_c = 0;
+    for (int t = 0; t < 6; t++)
+        bonus_c += before < (ulong)max(plan[plan_off + (1 + t) * B + b], 0);
+    bonus[bonus_off + ((long)bh * NBLK + blk) * NC + c] = (uchar)bonus_c;
+}
+
+/* S_i for the zone tokens of one chunk, the chunk's histogram of S, and its sum over the
+ * chunks of the row (global atomics into rowhist).
+ * Grid (nchunks * WG, Hkv, B), local (WG). Token i = chunk*CHUNK + r*WG + lid (coalesced
+ * id rows). */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+pkv_collide(__global const uchar *ids, long id_off, long id_sb, long id_sh, long id_sl,
+            __global const int *plan, long plan_off, int B, int zone_start, int max_zone,
+            __global const uchar *bonus, long bonus_off, __global S_T *sc, long s_off, long s_sb,
+            long s_sh, __global int *dbg, long dbg_off, long dbg_sb, long dbg_sh, int has_dbg,
+            __global uint *chist, long ch_off, int nchunks, __global uint *rowhist, long rh_off) {
+    __local uchar tab[NBLK * NC];
+    __local uint hist[CSUB * NBINS]; /* one histogram per 32 work-items (less contention) */
+    const int lid = (int)get_local_id(0), chunk = (int)get_group_id(0);
+    const int h = (int)get_group_id(1), b = (int)get_group_id(2);
+    const int Hkv = (int)get_num_groups(1);
+    const long bh = (long)b * Hkv + h;
+    for (int i = lid; i < NBLK * NC; i += WG)
+        tab[i] = bonus[bonus_off + bh * (NBLK * NC) + i];
+    for (int i = lid; i < CSUB * NBINS; i += WG)
+        hist[i] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __local uint *mine = hist + (lid / 32) * NBINS;
+    const int n = clamp(plan[plan_off + b], 0, max_zone);
+    __global const uchar *base = ids + id_off + b * id_sb + h * id_sh;
+    for (int r = 0; r < PER_ITEM; r++) {
+        const int i = chunk * CHUNK + r * WG + lid;
+        if (i >= n)
+            break;
+        __global const uchar *row = base + (long)(zone_start + i) * id_sl;
+        uint S = 0;
+#if IDS_U32
+        __global const uint *rw = (__global const uint *)row;
+        for (int w = 0; w < NBLK / 4; w++) {
+            const uint x = rw[w];
+            S += tab[(4 * w + 0) * NC + (x & 0xffu)] + tab[(4 * w + 1) * NC + ((x >> 8) & 0xffu)] +
+                 tab[(4 * w + 2) * NC + ((x >> 16) & 0xffu)] + tab[(4 * w + 3) * NC + (x >> 24)];
+        }
+#else
+        for (int blk = 0; blk < NBLK; blk++)
+            S += tab[blk * NC + row[blk]];
+#endif
+        sc[s_off + b * s_sb + h * s_sh + i] = (S_T)S;
+        if (has_dbg)
+            dbg[dbg_off + b * dbg_sb + h * dbg_sh + i] = (int)S;
+        atomic_inc(&mine[S]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __global uint *out = chist + ch_off + (bh * nchunks + chunk) * NBINS;
+    for (int i = lid; i < NBINS; i += WG) {
+        uint x = 0;
+        for (int q = 0; q < CSUB; q++)
+            x += hist[q * NBINS + i];
+        out[i] = x;
+        if (x)
+            atomic_add(rowhist + rh_off + bh * NBINS + i, x);
+    }
+}
+
+/* Threshold per (b, h): the smallest value thr such that #(S > thr) < C <= #(S >= thr),
+ * take = C - #(S > thr) ties at thr; then per chunk the output base and the number of its
+ * ties to take (ties in position order). Writes cinfo[chunk] = (base, ties, thr, -).
+ * Grid (WG, B * Hkv), local (WG). */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+pkv_threshold(__global const uint *chist, long ch_off, int nchunks, __global const uint *rowhist,
+              long rh_off, __global const int *plan, long plan_off, int B, int Hkv, int max_cand,
+              __global int *cinfo, long ci_off, __global int *cand, long cd_off, long cd_sb,
+              long cd_sh, int fill_cand) {
+    __local uint tot[NBINS];
+    __local int sh_thr, sh_take;
+    __local ulong tmp[WG];
+    const int lid = (int)get_local_id(0), bh = (int)get_group_id(1);
+    const int b = bh / Hkv, h = bh % Hkv;
+    __global const uint *hh = chist + ch_off + (long)bh * nchunks * NBINS;
+    for (int v = lid; v < NBINS; v += WG)
+        tot[v] = rowhist[rh_off + (long)bh * NBINS + v];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int C = clamp(plan[plan_off + 7 * B + b], 0, max_cand);
+#if NBINS <= WG
+    { /* values in descending order, one per work-item */
+        if (lid == 0) {
+            sh_thr = NBINS; /* C = 0: nothing selected */
+            sh_take = 0;
+        }
+        const int v = NBINS - 1 - lid;
+        const uint x = lid < NBINS ? tot[v] : 0u;
+        ulong total;
+        const ulong above = pkc_scan(tmp, x, &total);
+        if (C > 0 && lid < NBINS && above < (ulong)C && above + x >= (ulong)C) {
+            sh_thr = v;
+            sh_take = C - (int)above;
+        }
+    }
+#else
+    if (lid == 0) {
+        int thr = NBINS, take = 0; /* C = 0: nothing selected */
+        uint cum = 0;
+        if (C > 0) {
+            for (int v = NBINS - 1; v >= 0; v--) {
+                if (cum + tot[v] >= (uint)C) {
+                    thr = v;
+                    take = C - (int)cum;
+                    break;
+                }
+                cum += tot[v];
+            }
+        }
+        sh_thr = thr;
+        sh_take = take;
+    }
+#endif
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int thr = sh_thr, take = sh_take;
+    __global int *ci = cinfo + ci_off + (long)bh * nchunks * 4;
+    /* Chunks in rounds of WG: (gt, eq) per chunk, scanned in chunk order. */
+    ulong carry = 0; /* gt sum in the high 32 bits, eq sum in the low 32 bits */
+    for (int c0 = 0; c0 < nchunks; c0 += WG) {
+        const int c = c0 + lid;
+        uint gt = 0, eq = 0;
+        if (c < nchunks) {
+            for (int v = thr + 1; v < NBINS; v++)
+                gt += hh[(long)c * NBINS + v];
+            eq = thr < NBINS ? hh[(long)c * NBINS + thr] : 0;
+        }
+        ulong total;
+        const ulong ex = pkc_scan(tmp, ((ulong)gt << 32) | eq, &total) + carry;
+        if (c < nchunks) {
+            const int gt_before = (int)(ex >> 32), eq_before = (int)(ex & 0xffffffffu);
+            const int ties_before = min(eq_before, take);
+            const int ties = clamp(take - eq_before, 0, (int)eq);
+            ci[c * 4 + 0] = gt_before + ties_before;
+            ci[c * 4 + 1] = ties;
+            ci[c * 4 + 2] = thr;
+            ci[c * 4 + 3] = 0;
+        }
+        carry += total;
+    }
+    if (fill_cand)
+        for (int j = C + lid; j < fill_cand; j += WG)
+            cand[cd_off + b * cd_sb + h * cd_sh + j] = -1;
+}
+
+/* Ordered compaction of one chunk: token i is selected when S_i > thr, or S_i == thr and
+ * it is among the chunk's first `ties` tokens at thr. Work-item lid takes the PER_ITEM
+ * consecutive tokens chunk*CHUNK + lid*PER_ITEM + r. Writes positions zone_start + i.
+ * Grid (nchunks * WG, Hkv, B), local (WG). */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+pkv_compact(__global const S_T *sc, long s_off, long s_sb, long s_sh, __global const int *plan,
+            long plan_off, int zone_start, int max_zone, __global const int *cinfo, long ci_off,
+            int nchunks, __global int *cand, long cd_off, long cd_sb, long cd_sh) {
+    __local ulong tmp[WG];
+    const int lid = (int)get_local_id(0), chunk = (int)get_group_id(0);
+    const int h = (int)get_group_id(1), b = (int)get_group_id(2);
+    const int Hkv = (int)get_num_groups(1);
+    const long bh = (long)b * Hkv + h;
+    const int n = clamp(plan[plan_off + b], 0, max_zone);
+    __global const int *ci = cinfo + ci_off + (bh * nchunks + chunk) * 4;
+    const int base = ci[0], ties = ci[1], thr = ci[2];
+    __global const S_T *s = sc + s_off + b * s_sb + h * s_sh;
+    const int i0 = chunk * CHUNK + lid * PER_ITEM;
+    int v[PER_ITEM];
+    uint gt = 0, eq = 0;
+    for (int r = 0; r < PER_ITEM; r++) {
+        v[r] = i0 + r < n ? (int)s[i0 + r] : 0;
+        const int valid = i0 + r < n;
+        gt += valid && v[r] > thr;
+        eq += valid && v[r] == thr;
+    }
+    ulong total;
+    const ulong ex = pkc_scan(tmp, ((ulong)gt << 32) | eq, &total);
+    int gt_run = (int)(ex >> 32), eq_run = (int)(ex & 0xffffffffu);
+    __global int *out = cand + cd_off + b * cd_sb + h * cd_sh;
+    for (int r = 0; r < PER_ITEM; r++) {
+        if (i0 + r >= n)
+            break;
+        const int isgt = v[r] > thr, iseq = v[r] == thr;
+        if (isgt || (iseq && eq_run < ties))
+            out[base + gt_run + min(eq_run, ties)] = zone_start + i0 + r;
+        gt_run += isgt;
+        eq_run += iseq;
+    }
+}

@@ -1,0 +1,222 @@
+/* clkv_attention_quant_decode: validation, split-K sizing and launch of
+ * cl_kernels/attention_quant.cl, merged by the decode-attention merge kernel. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "host/quant_cache_internal.h"
+
+#define KERNEL_FILE "attention_quant.cl"
+#define MERGE_FILE "attention_decode.cl"
+#define MAX_GROUP 8
+#define MERGE_WG 256
+#define MAX_SPLITS 1024 /* the merge kernel's local weight table */
+
+typedef struct quant_plan {
+    int64_t B, Hq, Hkv, G, D;
+    int max_len;
+    float scale;
+    int group, nhg, wg;
+    int splits, chunk;
+    size_t part_acc_bytes, part_ml_bytes;
+} quant_plan;
+
+static clkv_status validate(clkv_quant_cache *c, const clkv_attention_quant_decode_args *a) {
+    clkv_context *ctx = c->ctx;
+    const clkv_quant_cache_create_args *cfg = &c->cfg;
+    clkv_status st;
+    if ((st = clkv__check_tensor(ctx, &a->q, "q", 3, CLKV_FLOAT_DTYPES)) ||
+        (st = clkv__check_tensor(ctx, &a->o, "o", 3, CLKV_FLOAT_DTYPES)) ||
+        (st = clkv__check_optional_tensor(ctx, &a->lse, "lse", 2, CLKV_DTYPE_BIT(CLKV_F32))))
+        return st;
+    const int64_t Hq = a->q.dims[1];
+    if ((st = clkv__check_dim(ctx, &a->q, "q", 0, cfg->batch, "batch of the cache")) ||
+        (st = clkv__check_dim(ctx, &a->q, "q", 2, cfg->head_dim, "head dim of the cache")) ||
+        (st = clkv__check_dim(ctx, &a->o, "o", 0, cfg->batch, "batch of the cache")) ||
+        (st = clkv__check_dim(ctx, &a->o, "o", 1, Hq, "query heads of q")) ||
+        (st = clkv__check_dim(ctx, &a->o, "o", 2, cfg->head_dim, "head dim of the cache")))
+        return st;
+    if (a->lse.buf && ((st = clkv__check_dim(ctx, &a->lse, "lse", 0, cfg->batch, "batch")) ||
+                       (st = clkv__check_dim(ctx, &a->lse, "lse", 1, Hq, "query heads of q"))))
+        return st;
+    if (Hq < 1 || Hq % cfg->kv_heads != 0)
+        return clkv__fail(ctx, CLKV_ERR_ARG_SHAPE,
+                          "q: Hq = %lld is not a positive multiple of the cache's Hkv = %lld",
+                          (long long)Hq, (long long)cfg->kv_heads);
+    if (Hq > 65535)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "q: Hq = %lld exceeds 65535", (long long)Hq);
+    if (!isfinite(a->scale))
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "scale: %g is not finite", (double)a->scale);
+    if (a->num_splits < 0)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "num_splits: %d is negative (0 = automatic)",
+                          (int)a->num_splits);
+    return CLKV_OK;
+}
+
+static void plan_launch(const clkv_quant_cache *c, const clkv_attention_quant_decode_args *a,
+                        quant_plan *p) {
+    const clkv_device_info *dev = &c->ctx->info;
+    memset(p, 0, sizeof *p);
+    p->B = c->cfg.batch;
+    p->Hq = a->q.dims[1];
+    p->Hkv = c->cfg.kv_heads;
+    p->G = p->Hq / p->Hkv;
+    p->D = c->cfg.head_dim;
+    p->max_len = (int)c->max_len;
+    p->scale = a->scale != 0.0f ? a->scale : (float)(1.0 / sqrt((double)p->D));
+    p->group = (int)(p->G < MAX_GROUP ? p->G : MAX_GROUP);
+    p->nhg = (int)((p->G + p->group - 1) / p->group);
+    const int gpu = dev->kind == CLKV_DEVICE_KIND_GPU;
+    p->wg = c->attn_wg ? c->attn_wg : (gpu ? 128 : 64);
+    /* the V phase needs WG a multiple of D / (32 / v_bits) (at most 64) */
+    while ((size_t)p->wg > dev->max_work_group_size && p->wg > 64)
+        p->wg /= 2;
+
+    /* Split-K: enough work-groups to fill the device a few times over, chunks of whole
+     * tiles and at least min_rows tokens (the per-work-group merge amortised). */
+    const int64_t units = p->B * p->Hkv * p->nhg;
+    const int64_t target = (int64_t)dev->compute_units * (gpu ? 8 : 2);
+    const int64_t min_rows = gpu ? 1024 : 256;
+    const int64_t len = p->max_len > 0 ? p->max_len : 1;
+    int64_t splits = a->num_splits > 0 ? a->num_splits : (target + units - 1) / units;
+    if (a->num_splits <= 0) {
+        const int64_t cap = (len + min_rows - 1) / min_rows;
+        if (splits > cap)
+            splits = cap;
+    }
+    if (splits > len)
+        splits = len;
+    if (splits > MAX_SPLITS)
+        splits = MAX_SPLITS;
+    if (splits < 1)
+        splits = 1;
+    int64_t chunk = (len + splits - 1) / splits;
+    /* whole tiles (2 * wg tokens) per split; forced counts: an even chunk (the kernel's
+     * lanes take token pairs starting at even positions) */
+    const int64_t round = a->num_splits <= 0 ? 2 * (int64_t)p->wg : 2;
+    chunk = (chunk + round - 1) / round * round;
+    p->chunk = (int)chunk;
+    p->splits = (int)((len + chunk - 1) / chunk);
+    p->part_acc_bytes = clkv__ws_align((size_t)(p->B * p->Hq * p->splits * p->D) * 4);
+    p->part_ml_bytes = clkv__ws_align((size_t)(p->B * p->Hq * p->splits) * 2 * 4);
+}
+
+/* The merge kernel of decode attention, built for this output dtype and head dim (the
+ * partial kernel of that file is compiled with its portable one-lane-per-row settings
+ * and never launched). */
+static clkv_status get_merge(clkv_context *ctx, clkv_dtype o_dtype, int64_t D, cl_kernel *km) {
+    clkv_defs defs;
+    clkv__defs_init(&defs);
+    clkv__defs_int(&defs, "Q_DTYPE", CLKV_F32);
+    clkv__defs_int(&defs, "KV_DTYPE", CLKV_F32);
+    clkv__defs_int(&defs, "O_DTYPE", o_dtype);
+    clkv__defs_int(&defs, "HEAD_DIM", D);
+    clkv__defs_int(&defs, "GROUP", 1);
+    clkv__defs_int(&defs, "EPL", D);
+    clkv__defs_int(&defs, "WG_SIZE", 64);
+    clkv__defs_int(&defs, "UNROLL", 1);
+    clkv__defs_int(&defs, "VEC_ALIGNED", 0);
+    clkv__defs_int(&defs, "CP_ASYNC", 0);
+    clkv__defs_int(&defs, "STAGES", 0);
+    clkv__defs_int(&defs, "MERGE_WG", MERGE_WG);
+    clkv__defs_int(&defs, "MAX_SPLITS", MAX_SPLITS);
+    return clkv__get_kernel(ctx, MERGE_FILE, &defs, "attention_decode_merge", km);
+}
+
+static clkv_status check_common(clkv_quant_cache *cache,
+                                const clkv_attention_quant_decode_args *args) {
+    if (!cache)
+        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "cache: quantized cache is NULL");
+    if (!args)
+        return clkv__fail(cache->ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    return validate(cache, args);
+}
+
+clkv_status clkv_attention_quant_decode_workspace_size(clkv_quant_cache *cache,
+                                                       const clkv_attention_quant_decode_args *args,
+                                                       size_t *bytes) {
+    clkv_status st = check_common(cache, args);
+    if (st)
+        return st;
+    if (!bytes)
+        return clkv__fail(cache->ctx, CLKV_ERR_ARG_NULL, "bytes: output pointer is NULL");
+    quant_plan p;
+    plan_launch(cache, args, &p);
+    *bytes = p.part_acc_bytes + p.part_ml_bytes;
+    return CLKV_OK;
+}
+
+clkv_status clkv_attention_quant_decode(clkv_quant_cache *cache,
+                                        const clkv_attention_quant_decode_args *args,
+                                        cl_event *done) {
+    clkv_status st = check_common(cache, args);
+    if (st)
+        return st;
+    clkv_context *ctx = cache->ctx;
+    quant_plan p;
+    plan_launch(cache, args, &p);
+    const clkv_quant_cache_create_args *cfg = &cache->cfg;
+
+    clkv_defs defs;
+    clkv__defs_init(&defs);
+    clkv__defs_int(&defs, "Q_DTYPE", args->q.dtype);
+    clkv__defs_int(&defs, "RES_DTYPE", cfg->res_dtype);
+    clkv__defs_int(&defs, "META_DTYPE", cfg->meta_dtype);
+    clkv__defs_int(&defs, "HEAD_DIM", p.D);
+    clkv__defs_int(&defs, "KBITS", cfg->k_bits);
+    clkv__defs_int(&defs, "VBITS", cfg->v_bits);
+    clkv__defs_int(&defs, "GQ", cfg->group);
+    clkv__defs_int(&defs, "GROUP", p.group);
+    clkv__defs_int(&defs, "WG_SIZE", p.wg);
+    cl_kernel kp, km;
+    if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_quant_partial", &kp)) ||
+        (st = get_merge(ctx, args->o.dtype, p.D, &km)))
+        return st;
+    if ((st = clkv__check_local_mem(ctx, kp, "attention_quant_partial", 0)) ||
+        (st = clkv__check_local_mem(ctx, km, "attention_decode_merge", 0)))
+        return st;
+    cl_mem ws;
+    if ((st = clkv__workspace(ctx, p.part_acc_bytes + p.part_ml_bytes, &ws)))
+        return st;
+
+    const cl_long ml_off = (cl_long)(p.part_acc_bytes / 4);
+    const cl_long q_off = clkv__elem_offset(&args->q), q_sb = args->q.strides[0],
+                  q_sh = args->q.strides[1], CQ = cache->cq;
+    const cl_int B = (cl_int)p.B, Hkv = (cl_int)p.Hkv, NR = cfg->residual, Hq = (cl_int)p.Hq,
+                 G = (cl_int)p.G, nhg = p.nhg, chunk = p.chunk, splits = p.splits;
+    const cl_float scale_log2 = p.scale * 1.4426950408889634f;
+    st = clkv__set_args(ctx, kp, "attention_quant_partial", 25, CLKV_ARG(args->q.buf),
+                        CLKV_ARG(q_off), CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(cache->k_codes),
+                        CLKV_ARG(cache->k_scale), CLKV_ARG(cache->k_min), CLKV_ARG(cache->v_codes),
+                        CLKV_ARG(cache->v_scale), CLKV_ARG(cache->v_min), CLKV_ARG(cache->k_res),
+                        CLKV_ARG(cache->v_res), CLKV_ARG(cache->counts), CLKV_ARG(B), CLKV_ARG(Hkv),
+                        CLKV_ARG(CQ), CLKV_ARG(NR), CLKV_ARG(Hq), CLKV_ARG(G), CLKV_ARG(nhg),
+                        CLKV_ARG(chunk), CLKV_ARG(splits), CLKV_ARG(scale_log2), CLKV_ARG(ws),
+                        CLKV_ARG(ml_off));
+    const cl_mem o_buf = args->o.buf, lse_buf = args->lse.buf;
+    const cl_long o_off = clkv__elem_offset(&args->o), o_sb = args->o.strides[0],
+                  o_sh = args->o.strides[1];
+    const cl_long lse_off = lse_buf ? clkv__elem_offset(&args->lse) : 0,
+                  lse_sb = lse_buf ? args->lse.strides[0] : 0,
+                  lse_sh = lse_buf ? args->lse.strides[1] : 0;
+    const cl_int has_lse = lse_buf != NULL;
+    if (st == CLKV_OK)
+        st = clkv__set_args(ctx, km, "attention_decode_merge", 13, CLKV_ARG(ws), CLKV_ARG(ml_off),
+                            CLKV_ARG(splits), CLKV_ARG(Hq), CLKV_ARG(o_buf), CLKV_ARG(o_off),
+                            CLKV_ARG(o_sb), CLKV_ARG(o_sh), CLKV_ARG(lse_buf), CLKV_ARG(lse_off),
+                            CLKV_ARG(lse_sb), CLKV_ARG(lse_sh), CLKV_ARG(has_lse));
+    if (st)
+        return st;
+    clkv__log(ctx,
+              "attention_quant_decode: B=%lld Hq=%lld Hkv=%lld D=%lld bound=%d k_bits=%d "
+              "v_bits=%d group=%d wg=%d splits=%d chunk=%d",
+              (long long)p.B, (long long)p.Hq, (long long)p.Hkv, (long long)p.D, p.max_len,
+              cfg->k_bits, cfg->v_bits, p.group, p.wg, p.splits, p.chunk);
+    const size_t gp[3] = {(size_t)p.splits * p.wg, (size_t)(p.Hkv * p.nhg), (size_t)p.B};
+    const size_t lp[3] = {(size_t)p.wg, 1, 1};
+    if ((st = clkv__enqueue(ctx, kp, "attention_quant_partial", 3, gp, lp, NULL)))
+        return st;
+    const size_t gm[2] = {(size_t)p.Hq * MERGE_WG, (size_t)p.B};
+    const size_t lm[2] = {MERGE_WG, 1};
+    return clkv__enqueue(ctx, km, "attention_decode_merge", 2, gm, lm, done);
+}

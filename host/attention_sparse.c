@@ -1,0 +1,330 @@
+/* clkv_attention_sparse: validation, launch geometry, split-K partials over the attended
+ * token set (cl_kernels/attention_sparse.cl) and the decode merge kernel. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/internal.h"
+
+#define KERNEL_FILE "attention_sparse.cl"
+#define MERGE_FILE "attention_decode.cl"
+#define MAX_GROUP 8
+#define MERGE_WG 256    /* as host/attention_decode.c: the merge kernel is shared */
+#define MAX_SPLITS 1024 /* the merge kernel's local weight table */
+#define MAX_HASH_SLOTS 8192
+
+typedef struct sparse_plan {
+    int64_t B, Hq, Hkv, G, L, D, NI;
+    int max_len, sink, local;
+    float scale;
+    int group, nhg;
+    int epl, tpr, wg, unroll, vec_aligned;
+    int hash_slots;
+    int64_t total; /* upper bound of the attended list length of a (b, kv head) */
+    int splits, chunk;
+    size_t part_acc_bytes, part_ml_bytes;
+} sparse_plan;
+
+static int is_supported_dim(int64_t d) {
+    return d == 64 || d == 128 || d == 256;
+}
+
+static clkv_status validate(clkv_context *ctx, const clkv_attention_sparse_args *a) {
+    clkv_status st;
+    if ((st = clkv__check_tensor(ctx, &a->q, "q", 3, CLKV_FLOAT_DTYPES)) ||
+        (st = clkv__check_tensor(ctx, &a->k, "k", 4, CLKV_FLOAT_DTYPES)) ||
+        (st = clkv__check_tensor(ctx, &a->v, "v", 4, CLKV_FLOAT_DTYPES)) ||
+        (st = clkv__check_tensor(ctx, &a->o, "o", 3, CLKV_FLOAT_DTYPES)) ||
+        (st = clkv__check_optional_tensor(ctx, &a->lse, "lse", 2, CLKV_DTYPE_BIT(CLKV_F32))) ||
+        (st = clkv__check_optional_tensor(ctx, &a->lengths, "lengths", 1,
+                                          CLKV_DTYPE_BIT(CLKV_I32))) ||
+        (st = clkv__check_optional_tensor(ctx, &a->idx, "idx", 3, CLKV_DTYPE_BIT(CLKV_I32))))
+        return st;
+    if (a->v.dtype != a->k.dtype)
+        return clkv__fail(ctx, CLKV_ERR_ARG_DTYPE, "v: dtype %s differs from k's %s",
+                          clkv_dtype_name(a->v.dtype), clkv_dtype_name(a->k.dtype));
+    const int64_t B = a->q.dims[0], Hq = a->q.dims[1], D = a->q.dims[2];
+    const int64_t Hkv = a->k.dims[1], L = a->k.dims[2];
+    if (!is_supported_dim(D))
+        return clkv__fail(ctx, CLKV_ERR_ARG_UNSUPPORTED,
+                          "q: head dim D = %lld, supported: 64, 128, 256", (long long)D);
+    if ((st = clkv__check_dim(ctx, &a->k, "k", 0, B, "batch of q")) ||
+        (st = clkv__check_dim(ctx, &a->k, "k", 3, D, "head dim of q")))
+        return st;
+    for (int i = 0; i < 4; i++)
+        if ((st = clkv__check_dim(ctx, &a->v, "v", i, a->k.dims[i], "must match k")))
+            return st;
+    if ((st = clkv__check_dim(ctx, &a->o, "o", 0, B, "batch of q")) ||
+        (st = clkv__check_dim(ctx, &a->o, "o", 1, Hq, "query heads of q")) ||
+        (st = clkv__check_dim(ctx, &a->o, "o", 2, D, "head dim of q")))
+        return st;
+    if (a->lse.buf && ((st = clkv__check_dim(ctx, &a->lse, "lse", 0, B, "batch of q")) ||
+                       (st = clkv__check_dim(ctx, &a->lse, "lse", 1, Hq, "query heads of q"))))
+        return st;
+    if (a->lengths.buf && (st = clkv__check_dim(ctx, &a->lengths, "lengths", 0, B, "batch of q")))
+        return st;
+    if (a->idx.buf && ((st = clkv__check_dim(ctx, &a->idx, "idx", 0, B, "batch of q")) ||
+                       (st = clkv__check_dim(ctx, &a->idx, "idx", 1, Hkv, "KV heads of k"))))
+        return st;
+    if (Hkv == 0 && Hq > 0)
+        return clkv__fail(ctx, CLKV_ERR_ARG_SHAPE, "k: dims[1] = Hkv = 0 with Hq = %lld",
+                          (long long)Hq);
+    if (Hkv > 0 && Hq % Hkv != 0)
+        return clkv__fail(
+            ctx, CLKV_ERR_ARG_SHAPE,
+            "q: Hq = %lld is not a multiple of k's Hkv = %lld (GQA needs Hq %% Hkv == 0)",
+            (long long)Hq, (long long)Hkv);
+    if (a->max_length < -1 || a->max_length > L)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "max_length: %lld is outside [-1, L = %lld]",
+                          (long long)a->max_length, (long long)L);
+    if (L > INT32_MAX || B > 65535 || Hq > 65535)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE,
+                          "k: L = %lld, B = %lld, Hq = %lld exceed the supported 2^31-1 tokens, "
+                          "65535 sequences, 65535 heads",
+                          (long long)L, (long long)B, (long long)Hq);
+    const int64_t NI = a->idx.buf ? a->idx.dims[2] : 0;
+    const int64_t ml = a->max_length < 0 ? L : a->max_length;
+    if (NI > INT32_MAX - ml)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE,
+                          "idx: n_idx = %lld plus max_length = %lld exceeds 2^31-1 list entries",
+                          (long long)NI, (long long)ml);
+    if (a->sink < 0)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "sink: %lld is negative", (long long)a->sink);
+    if (a->local < 0)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "local: %lld is negative", (long long)a->local);
+    if (!isfinite(a->scale))
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "scale: %g is not finite", (double)a->scale);
+    return CLKV_OK;
+}
+
+static size_t reduction_local_bytes(const sparse_plan *p) {
+    int nrg = p->wg / p->tpr;
+    int red_rows = nrg > 1 ? nrg / 2 : 1;
+    return (size_t)nrg * p->group * 2 * 4 + (size_t)red_rows * p->group * p->D * 4;
+}
+
+static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_sparse_args *a,
+                               sparse_plan *p) {
+    memset(p, 0, sizeof *p);
+    p->B = a->q.dims[0];
+    p->Hq = a->q.dims[1];
+    p->D = a->q.dims[2];
+    p->Hkv = a->k.dims[1];
+    p->L = a->k.dims[2];
+    p->NI = a->idx.buf ? a->idx.dims[2] : 0;
+    p->G = p->Hkv ? p->Hq / p->Hkv : 1;
+    p->max_len = (int)(a->max_length < 0 ? p->L : a->max_length);
+    p->sink = (int)(a->sink < p->max_len ? a->sink : p->max_len);
+    p->local = (int)(a->local < p->max_len ? a->local : p->max_len);
+    p->scale = a->scale != 0.0f ? a->scale : (float)(1.0 / sqrt((double)p->D));
+    p->group = (int)(p->G < MAX_GROUP ? p->G : MAX_GROUP);
+    if (p->group < 1)
+        p->group = 1;
+    p->nhg = (int)((p->G + p->group - 1) / p->group);
+
+    const clkv_device_info *dev = &ctx->info;
+    const uint32_t esize = clkv_dtype_size(a->k.dtype);
+    if (dev->nvidia_ptx) {
+        /* As decode attention: fewer, fatter lanes when few heads share a row (fewer
+         * shuffles per row); more lanes for large groups so q and acc stay in registers.
+         * 128 lanes hold 128 / TPR gathered rows in flight, two per row-group. */
+        p->epl = p->group <= 4 ? 16 : 8;
+        p->wg = 128;
+        p->unroll = 2;
+    } else {
+        p->epl = (int)p->D;
+        p->wg = dev->kind == CLKV_DEVICE_KIND_CPU ? 16 : 64;
+        p->unroll = 1;
+    }
+    p->tpr = (int)(p->D / p->epl);
+    while (reduction_local_bytes(p) > dev->local_mem_bytes / 2 && p->wg > p->tpr * 2)
+        p->wg /= 2;
+    if ((size_t)p->wg > dev->max_work_group_size)
+        p->wg = (int)dev->max_work_group_size / p->tpr * p->tpr;
+    if (p->unroll > p->tpr)
+        p->unroll = p->tpr > 0 ? p->tpr : 1;
+    if (p->epl <= 0 || p->D % p->epl != 0 || p->tpr > 32 || p->wg < p->tpr || p->wg % p->tpr != 0 ||
+        p->unroll < 1)
+        return clkv__fail(ctx, CLKV_ERR_INTERNAL,
+                          "sparse attention: bad geometry EPL=%d WG=%d UNROLL=%d for D=%lld",
+                          p->epl, p->wg, p->unroll, (long long)p->D);
+    const int64_t vw = 16 / esize;
+    p->vec_aligned = clkv__rows_aligned(&a->k, vw) && clkv__rows_aligned(&a->v, vw);
+
+    /* Duplicate detection: a local hash set of at least 2 NI slots (load <= 1/2) while
+     * it fits the device's local memory next to the tile arrays (it shares its memory
+     * with the row-group reduction) and MAX_HASH_SLOTS, i.e. NI <= 4096; else the
+     * O(NI)-per-entry scan. */
+    p->hash_slots = 0;
+    if (p->NI > 1) {
+        int64_t slots = 64;
+        while (slots < 2 * p->NI)
+            slots *= 2;
+        const size_t tile_bytes = (size_t)(p->wg / p->tpr) * p->unroll * 2 * 4 + 64;
+        if (slots <= MAX_HASH_SLOTS && (size_t)slots * 4 + tile_bytes <= dev->local_mem_bytes)
+            p->hash_slots = (int)slots;
+    }
+
+    /* Split-K over the attended list: a few work-groups per compute unit, each at least
+     * one tile (NRG * UNROLL list positions) long. */
+    const int64_t dense =
+        (int64_t)p->sink + p->local < p->max_len ? (int64_t)p->sink + p->local : p->max_len;
+    p->total = dense + p->NI;
+    const int64_t tile = (int64_t)(p->wg / p->tpr) * p->unroll;
+    const int64_t units = p->B * p->Hkv * p->nhg;
+    const int gpu = dev->kind == CLKV_DEVICE_KIND_GPU;
+    const int64_t target = (int64_t)dev->compute_units * (gpu ? 4 : 2);
+    const int64_t len = p->total > 0 ? p->total : 1;
+    int64_t splits = units > 0 ? (target + units - 1) / units : 1;
+    const int64_t max_splits = (len + tile - 1) / tile;
+    if (splits > max_splits)
+        splits = max_splits;
+    if (splits > MAX_SPLITS)
+        splits = MAX_SPLITS;
+    if (splits < 1)
+        splits = 1;
+    int64_t chunk = (len + splits - 1) / splits;
+    chunk = (chunk + tile - 1) / tile * tile;
+    p->chunk = (int)chunk;
+    p->splits = (int)((len + chunk - 1) / chunk);
+    p->part_acc_bytes = clkv__ws_align((size_t)(p->B * p->Hq * p->splits * p->D) * 4);
+    p->part_ml_bytes = clkv__ws_align((size_t)(p->B * p->Hq * p->splits) * 2 * 4);
+    return CLKV_OK;
+}
+
+static clkv_status check_common(clkv_context *ctx, const clkv_attention_sparse_args *args) {
+    if (!ctx)
+        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
+    if (!args)
+        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    return validate(ctx, args);
+}
+
+clkv_status clkv_attention_sparse_workspace_size(clkv_context *ctx,
+                                                 const clkv_attention_sparse_args *args,
+                                                 size_t *bytes) {
+    clkv_status st = check_common(ctx, args);
+    if (st != CLKV_OK)
+        return st;
+    if (!bytes)
+        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "bytes: output pointer is NULL");
+    sparse_plan p;
+    if ((st = plan_launch(ctx, args, &p)) != CLKV_OK)
+        return st;
+    *bytes = (p.B && p.Hq) ? p.part_acc_bytes + p.part_ml_bytes : 0;
+    return CLKV_OK;
+}
+
+/* The decode merge kernel, built with defines that select its portable variant. */
+static clkv_status get_merge_kernel(clkv_context *ctx, const clkv_attention_sparse_args *a,
+                                    const sparse_plan *p, cl_kernel *km) {
+    clkv_defs defs;
+    clkv__defs_init(&defs);
+    clkv__defs_int(&defs, "Q_DTYPE", a->q.dtype);
+    clkv__defs_int(&defs, "KV_DTYPE", a->k.dtype);
+    clkv__defs_int(&defs, "O_DTYPE", a->o.dtype);
+    clkv__defs_int(&defs, "HEAD_DIM", p->D);
+    clkv__defs_int(&defs, "GROUP", 1);
+    clkv__defs_int(&defs, "EPL", p->D);
+    clkv__defs_int(&defs, "WG_SIZE", 16);
+    clkv__defs_int(&defs, "UNROLL", 1);
+    clkv__defs_int(&defs, "VEC_ALIGNED", 0);
+    clkv__defs_int(&defs, "CP_ASYNC", 0);
+    clkv__defs_int(&defs, "STAGES", 0);
+    clkv__defs_int(&defs, "MERGE_WG", MERGE_WG);
+    clkv__defs_int(&defs, "MAX_SPLITS", MAX_SPLITS);
+    return clkv__get_kernel(ctx, MERGE_FILE, &defs, "attention_decode_merge", km);
+}
+
+clkv_status clkv_attention_sparse(clkv_context *ctx, const clkv_attention_sparse_args *args,
+                                  cl_event *done) {
+    clkv_status st = check_common(ctx, args);
+    if (st != CLKV_OK)
+        return st;
+    sparse_plan p;
+    if ((st = plan_launch(ctx, args, &p)) != CLKV_OK)
+        return st;
+    if (p.B == 0 || p.Hq == 0)
+        return clkv__marker(ctx, done);
+
+    clkv_defs defs;
+    clkv__defs_init(&defs);
+    clkv__defs_int(&defs, "Q_DTYPE", args->q.dtype);
+    clkv__defs_int(&defs, "KV_DTYPE", args->k.dtype);
+    clkv__defs_int(&defs, "HEAD_DIM", p.D);
+    clkv__defs_int(&defs, "GROUP", p.group);
+    clkv__defs_int(&defs, "EPL", p.epl);
+    clkv__defs_int(&defs, "WG_SIZE", p.wg);
+    clkv__defs_int(&defs, "UNROLL", p.unroll);
+    clkv__defs_int(&defs, "VEC_ALIGNED", p.vec_aligned);
+    clkv__defs_int(&defs, "HASH_SLOTS", p.hash_slots);
+    cl_kernel kp, km;
+    if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_sparse_partial", &kp)) ||
+        (st = get_merge_kernel(ctx, args, &p, &km)))
+        return st;
+    cl_mem ws;
+    if ((st = clkv__workspace(ctx, p.part_acc_bytes + p.part_ml_bytes, &ws)))
+        return st;
+    const cl_long ml_off = (cl_long)(p.part_acc_bytes / 4);
+
+    const cl_long q_off = clkv__elem_offset(&args->q), q_sb = args->q.strides[0],
+                  q_sh = args->q.strides[1];
+    const cl_long k_off = clkv__elem_offset(&args->k), k_sb = args->k.strides[0],
+                  k_sh = args->k.strides[1], k_sl = args->k.strides[2];
+    const cl_long v_off = clkv__elem_offset(&args->v), v_sb = args->v.strides[0],
+                  v_sh = args->v.strides[1], v_sl = args->v.strides[2];
+    const cl_mem len_buf = args->lengths.buf;
+    const cl_long len_off = len_buf ? clkv__elem_offset(&args->lengths) : 0;
+    /* Without idx the kernel still needs a valid buffer argument: it never reads it. */
+    const cl_mem idx_buf = args->idx.buf ? args->idx.buf : args->q.buf;
+    const cl_long idx_off = args->idx.buf ? clkv__elem_offset(&args->idx) : 0,
+                  idx_sb = args->idx.buf ? args->idx.strides[0] : 0,
+                  idx_sh = args->idx.buf ? args->idx.strides[1] : 0;
+    const cl_int has_len = len_buf != NULL, max_len = p.max_len, n_idx = (cl_int)p.NI,
+                 sink = p.sink, local_len = p.local, Hq = (cl_int)p.Hq, G = (cl_int)p.G,
+                 nhg = p.nhg, chunk = p.chunk, splits = p.splits;
+    const cl_float scale_log2 = p.scale * 1.4426950408889634f;
+    st = clkv__set_args(ctx, kp, "attention_sparse_partial", 33, CLKV_ARG(args->q.buf),
+                        CLKV_ARG(q_off), CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(args->k.buf),
+                        CLKV_ARG(k_off), CLKV_ARG(k_sb), CLKV_ARG(k_sh), CLKV_ARG(k_sl),
+                        CLKV_ARG(args->v.buf), CLKV_ARG(v_off), CLKV_ARG(v_sb), CLKV_ARG(v_sh),
+                        CLKV_ARG(v_sl), CLKV_ARG(len_buf), CLKV_ARG(len_off), CLKV_ARG(has_len),
+                        CLKV_ARG(max_len), CLKV_ARG(idx_buf), CLKV_ARG(idx_off), CLKV_ARG(idx_sb),
+                        CLKV_ARG(idx_sh), CLKV_ARG(n_idx), CLKV_ARG(sink), CLKV_ARG(local_len),
+                        CLKV_ARG(Hq), CLKV_ARG(G), CLKV_ARG(nhg), CLKV_ARG(chunk), CLKV_ARG(splits),
+                        CLKV_ARG(scale_log2), CLKV_ARG(ws), CLKV_ARG(ml_off));
+    const cl_mem o_buf = args->o.buf, lse_buf = args->lse.buf;
+    const cl_long o_off = clkv__elem_offset(&args->o), o_sb = args->o.strides[0],
+                  o_sh = args->o.strides[1];
+    const cl_long lse_off = lse_buf ? clkv__elem_offset(&args->lse) : 0,
+                  lse_sb = lse_buf ? args->lse.strides[0] : 0,
+                  lse_sh = lse_buf ? args->lse.strides[1] : 0;
+    const cl_int has_lse = lse_buf != NULL;
+    if (st == CLKV_OK)
+        st = clkv__set_args(ctx, km, "attention_decode_merge", 13, CLKV_ARG(ws), CLKV_ARG(ml_off),
+                            CLKV_ARG(splits), CLKV_ARG(Hq), CLKV_ARG(o_buf), CLKV_ARG(o_off),
+                            CLKV_ARG(o_sb), CLKV_ARG(o_sh), CLKV_ARG(lse_buf), CLKV_ARG(lse_off),
+                            CLKV_ARG(lse_sb), CLKV_ARG(lse_sh), CLKV_ARG(has_lse));
+    if (st == CLKV_OK &&
+        (st = clkv__check_local_mem(ctx, kp, "attention_sparse_partial", 0)) == CLKV_OK)
+        st = clkv__check_local_mem(ctx, km, "attention_decode_merge", 0);
+    if (st == CLKV_OK) {
+        const size_t gp[3] = {(size_t)p.splits * p.wg, (size_t)(p.Hkv * p.nhg), (size_t)p.B};
+        const size_t lp[3] = {(size_t)p.wg, 1, 1};
+        clkv__log(ctx,
+                  "attention_sparse: B=%lld Hq=%lld Hkv=%lld D=%lld NI=%lld max_len=%d sink=%d "
+                  "local=%d group=%d epl=%d wg=%d unroll=%d aligned=%d hash=%d splits=%d "
+                  "chunk=%d",
+                  (long long)p.B, (long long)p.Hq, (long long)p.Hkv, (long long)p.D,
+                  (long long)p.NI, p.max_len, p.sink, p.local, p.group, p.epl, p.wg, p.unroll,
+                  p.vec_aligned, p.hash_slots, p.splits, p.chunk);
+        st = clkv__enqueue(ctx, kp, "attention_sparse_partial", 3, gp, lp, NULL);
+    }
+    if (st == CLKV_OK) {
+        const size_t gm[2] = {(size_t)p.Hq * MERGE_WG, (size_t)p.B};
+        const size_t lm[2] = {MERGE_WG, 1};
+        st = clkv__enqueue(ctx, km, "attention_decode_merge", 2, gm, lm, done);
+    }
+    return st;
+}

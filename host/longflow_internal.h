@@ -1,0 +1,69 @@
+/* LongFlow static cache: the object and the launch plan shared by
+ * host/longflow_cache.c (create, load) and host/longflow_step.c (step). Not installed. */
+#ifndef CLKV_HOST_LONGFLOW_INTERNAL_H
+#define CLKV_HOST_LONGFLOW_INTERNAL_H
+
+#include "runtime/internal.h"
+
+#define LF_MAX_GROUP 8
+#define LF_FIN_WG 256
+#define LF_MAX_SPLITS 1024
+#define LF_UNIT_HEADS_MAX 1024 /* Hq limit: per-head LSEs of a map in local memory */
+#define LF_SCORE_CHUNK 64      /* slots scored per finish work-group (divides LF_FIN_WG) */
+
+/* Launch geometry of a step, fixed at cache creation (the work per step is constant). */
+typedef struct lf_plan {
+    int group, nhg;       /* query heads per work-group, head groups per KV head */
+    int epl, tpr, wg;     /* elements per lane, lanes per row, work-group size */
+    int unroll;           /* rows per row-group per loop iteration */
+    int cp_async, stages; /* K/V tiles staged in local memory (cp.async on NVIDIA) */
+    int splits, chunk;    /* split-K over the S slots */
+    int n_chunks;         /* finish work-groups per slot map */
+    size_t acc_bytes;     /* workspace: split acc [B, Hq, splits, D] f32 */
+    size_t ml_bytes;      /* split (m, l) [B, Hq, splits, 2] f32 */
+    size_t y_bytes;       /* score logits [B, Hq, S] f32 */
+    size_t cand_bytes;    /* chunk candidates [B, Hm, n_chunks, 2] i32 */
+} lf_plan;
+
+struct clkv_longflow_cache {
+    clkv_context *ctx;
+    int64_t B, Hq, Hkv, G, D, S, Hm;
+    clkv_dtype dtype;
+    clkv_longflow_mode mode;
+    int protect;
+    cl_mem k, v;     /* [B, Hkv, S, D] */
+    cl_mem pos;      /* [B, Hm, S] i32 */
+    cl_mem victim;   /* [B, Hm] i32 */
+    cl_mem next_pos; /* [B] i32 */
+    cl_mem counters; /* [B, Hm] i32, zero between calls (finish kernel's arrivals) */
+    lf_plan plan;
+};
+
+/* Fill c->plan from the cache shape and the device. */
+clkv_status lf__plan(clkv_longflow_cache *c);
+
+/* Total workspace bytes of a step. */
+size_t lf__workspace_bytes(const clkv_longflow_cache *c);
+
+/* What lf__enqueue_pass runs: a step (write + outputs), or after a load the victim
+ * choice with q (scores from q, no write, no outputs) or without (mode 2). */
+/* A 3-D kernel, its arguments set, to enqueue before the pass (load's copy kernel). */
+typedef struct lf_pre {
+    cl_kernel kernel;
+    const char *label;
+    const size_t *global, *local;
+} lf_pre;
+
+typedef struct lf_pass {
+    int mode; /* 0 step, 1 load with q, 2 load without q */
+    const clkv_tensor *q, *k_new, *v_new, *o, *lse, *scores, *victims;
+    float scale;       /* resolved (non-zero) */
+    const lf_pre *pre; /* may be NULL */
+} lf_pass;
+
+/* Build both kernels, set their arguments and check their local memory, then enqueue
+ * p->pre (if any) and them (mode 2: the finish kernel only), so that nothing is
+ * enqueued when a build or check fails. Arguments must have been validated. */
+clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *p, cl_event *done);
+
+#endif /* CLKV_HOST_LONGFLOW_INTERNAL_H */

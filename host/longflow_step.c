@@ -1,0 +1,332 @@
+/* clkv_longflow_step: validation, the step's launch plan and the two-kernel pass
+ * (cl_kernels/longflow_partial.cl, longflow_finish.cl) that load also uses to choose its first
+ * victim. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host/longflow_internal.h"
+
+#define PARTIAL_FILE "longflow_partial.cl"
+#define FINISH_FILE "longflow_finish.cl"
+
+/* Launch-parameter overrides CLKV_LONGFLOW_EPL / _WG / _UNROLL / _SPLITS / _CPASYNC /
+ * _STAGES (benchmarks,
+ * tuning, tests of the multi-lane layout and of split-K on CPUs; not API), read once per
+ * cache creation. */
+static int env_int(const char *name, int fallback) {
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return fallback;
+    char *end;
+    long v = strtol(s, &end, 10);
+    return (*end == '\0' && v >= 0 && v <= 4096) ? (int)v : fallback;
+}
+
+static size_t reduction_local_bytes(const lf_plan *p, int64_t D) {
+    const int nrg = p->wg / p->tpr;
+    const int red_rows = nrg > 1 ? nrg / 2 : 1;
+    return (size_t)nrg * p->group * 2 * 4 + (size_t)red_rows * p->group * (size_t)D * 4 +
+           (size_t)p->wg * 4;
+}
+
+/* Local memory of the staged K/V tiles: STAGES x (K, V) x NRG * UNROLL rows. */
+static size_t stage_bytes(const lf_plan *p, int64_t D, size_t esize) {
+    return (size_t)p->stages * 2 * (size_t)(p->wg / p->tpr) * p->unroll * (size_t)D * esize;
+}
+
+#define LF_STAGE_BUDGET (96 * 1024) /* two or more work-groups per multiprocessor */
+
+clkv_status lf__plan(clkv_longflow_cache *c) {
+    lf_plan *p = &c->plan;
+    const clkv_device_info *dev = &c->ctx->info;
+    memset(p, 0, sizeof *p);
+    p->group = (int)(c->G < LF_MAX_GROUP ? c->G : LF_MAX_GROUP);
+    p->nhg = (int)((c->G + p->group - 1) / p->group);
+    if (dev->nvidia_ptx) {
+        /* Several lanes per row (warp shuffles), as decode attention. */
+        p->epl = p->group <= 4 ? 16 : 8;
+        p->wg = 128;
+        p->unroll = 2;
+    } else {
+        p->epl = (int)c->D;
+        p->wg = dev->kind == CLKV_DEVICE_KIND_CPU ? 16 : 64;
+        p->unroll = 1;
+    }
+    p->epl = env_int("CLKV_LONGFLOW_EPL", p->epl);
+    p->wg = env_int("CLKV_LONGFLOW_WG", p->wg);
+    p->unroll = env_int("CLKV_LONGFLOW_UNROLL", p->unroll);
+    const int vw = 16 / (int)clkv_dtype_size(c->dtype);
+    if (p->epl < 1 || p->wg < 1 || p->unroll < 1 || c->D % p->epl != 0 ||
+        (c->D / p->epl > 1 && p->epl % vw != 0) || c->D / p->epl > 32 ||
+        p->wg % (int)(c->D / p->epl) != 0 || p->unroll > 8)
+        return clkv__fail(c->ctx, CLKV_ERR_ARG_RANGE,
+                          "CLKV_LONGFLOW_EPL/WG/UNROLL: EPL=%d WG=%d UNROLL=%d do not fit D=%lld "
+                          "and %s (EPL divides D, a multiple of %d when below D, D/EPL <= 32 "
+                          "divides WG, 1 <= UNROLL <= 8)",
+                          p->epl, p->wg, p->unroll, (long long)c->D, clkv_dtype_name(c->dtype), vw);
+    p->tpr = (int)(c->D / p->epl);
+    while (reduction_local_bytes(p, c->D) > dev->local_mem_bytes && p->wg > p->tpr * 2)
+        p->wg /= 2;
+    if ((size_t)p->wg > dev->max_work_group_size)
+        p->wg = (int)dev->max_work_group_size / p->tpr * p->tpr;
+    /* Staged K/V tiles (as decode attention): the default on NVIDIA; elsewhere only on
+     * request (CLKV_LONGFLOW_CPASYNC=1, tests of the layout with plain copies). */
+    p->cp_async = p->tpr > 1 && env_int("CLKV_LONGFLOW_CPASYNC", dev->nvidia_ptx ? 1 : 0) == 1;
+    p->stages = env_int("CLKV_LONGFLOW_STAGES", 3);
+    if (p->stages < 2)
+        p->stages = 2;
+    const size_t esize = clkv_dtype_size(c->dtype);
+    while (p->cp_async && p->unroll > 1 && stage_bytes(p, c->D, esize) > LF_STAGE_BUDGET)
+        p->unroll /= 2;
+    while (p->cp_async && p->stages > 2 && stage_bytes(p, c->D, esize) > LF_STAGE_BUDGET)
+        p->stages--;
+    if (p->cp_async && stage_bytes(p, c->D, esize) > dev->static_local_mem_bytes)
+        p->cp_async = 0;
+
+    /* Split-K over the S slots as decode attention: on a GPU several work-groups per
+     * compute unit, chunks of at least 1024 rows, but at least one work-group per
+     * compute unit; chunks are whole loop iterations. */
+    const int nrg = p->wg / p->tpr;
+    const int64_t rows_per_iter = (int64_t)nrg * p->unroll;
+    const int64_t units = c->B * c->Hkv * p->nhg;
+    const int gpu = dev->kind == CLKV_DEVICE_KIND_GPU;
+    const int64_t target = (int64_t)dev->compute_units * (gpu ? 8 : 2);
+    const int64_t round_rows = rows_per_iter * 4;
+    const int64_t min_rows = gpu ? 1024 : 64;
+    const int64_t chunk_rows = ((min_rows > round_rows ? min_rows : round_rows) + round_rows - 1) /
+                               round_rows * round_rows;
+    const int64_t len = c->S;
+    int64_t splits = (target + units - 1) / units;
+    const int64_t cap = (len + chunk_rows - 1) / chunk_rows;
+    if (splits > cap)
+        splits = cap;
+    int64_t floor_splits = ((int64_t)dev->compute_units + units - 1) / units;
+    const int64_t small_cap = (len + round_rows - 1) / round_rows;
+    if (floor_splits > small_cap)
+        floor_splits = small_cap;
+    if (splits < floor_splits)
+        splits = floor_splits;
+    if (splits > LF_MAX_SPLITS)
+        splits = LF_MAX_SPLITS;
+    if (splits < 1)
+        splits = 1;
+    const int forced = env_int("CLKV_LONGFLOW_SPLITS", 0); /* tests: any chunk length */
+    if (forced > 0)
+        splits = forced < len ? forced : len;
+    int64_t chunk = (len + splits - 1) / splits;
+    if (forced <= 0)
+        chunk = (chunk + rows_per_iter - 1) / rows_per_iter * rows_per_iter;
+    p->chunk = (int)chunk;
+    p->splits = (int)((len + chunk - 1) / chunk);
+    p->n_chunks = (int)((c->S + LF_SCORE_CHUNK - 1) / LF_SCORE_CHUNK);
+    p->acc_bytes = clkv__ws_align((size_t)(c->B * c->Hq * p->splits * c->D) * 4);
+    p->ml_bytes = clkv__ws_align((size_t)(c->B * c->Hq * p->splits) * 2 * 4);
+    p->y_bytes = clkv__ws_align((size_t)(c->B * c->Hq * c->S) * 4);
+    p->cand_bytes = clkv__ws_align((size_t)(c->B * c->Hm * p->n_chunks) * 2 * 4);
+    return CLKV_OK;
+}
+
+size_t lf__workspace_bytes(const clkv_longflow_cache *c) {
+    return c->plan.acc_bytes + c->plan.ml_bytes + c->plan.y_bytes + c->plan.cand_bytes;
+}
+
+/* Strides of an optional tensor (0 when absent), as kernels take them. */
+static cl_long off_of(const clkv_tensor *t) {
+    return t && t->buf ? clkv__elem_offset(t) : 0;
+}
+static cl_long stride_of(const clkv_tensor *t, int i) {
+    return t && t->buf ? (cl_long)t->strides[i] : 0;
+}
+static cl_mem buf_of(const clkv_tensor *t) {
+    return t ? t->buf : NULL;
+}
+
+clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event *done) {
+    clkv_context *ctx = c->ctx;
+    const lf_plan *p = &c->plan;
+    clkv_status st;
+    /* The dtypes of q, k_new/v_new and o are kernel arguments (read once per work-group
+     * or once per step), so a load's pass and steps of any activation dtype share one
+     * program per cache configuration. */
+    clkv_defs dp, df;
+    clkv__defs_init(&dp);
+    clkv__defs_int(&dp, "KV_DTYPE", c->dtype);
+    clkv__defs_int(&dp, "HEAD_DIM", c->D);
+    clkv__defs_int(&dp, "GROUP", p->group);
+    clkv__defs_int(&dp, "EPL", p->epl);
+    clkv__defs_int(&dp, "WG_SIZE", p->wg);
+    clkv__defs_int(&dp, "UNROLL", p->unroll);
+    clkv__defs_int(&dp, "PER_HEAD", c->mode == CLKV_LONGFLOW_PER_KV_HEAD);
+    clkv__defs_int(&dp, "CP_ASYNC", p->cp_async);
+    clkv__defs_int(&dp, "STAGES", p->cp_async ? p->stages : 0);
+    clkv__defs_init(&df);
+    clkv__defs_int(&df, "HEAD_DIM", c->D);
+    clkv__defs_int(&df, "PER_HEAD", c->mode == CLKV_LONGFLOW_PER_KV_HEAD);
+    clkv__defs_int(&df, "FIN_WG", LF_FIN_WG);
+    clkv__defs_int(&df, "MAX_SPLITS", LF_MAX_SPLITS);
+    clkv__defs_int(&df, "UNIT_HEADS_MAX", LF_UNIT_HEADS_MAX);
+    clkv__defs_int(&df, "SCORE_CHUNK", LF_SCORE_CHUNK);
+    cl_kernel kp = NULL, kf;
+    if (ps->mode != 2 &&
+        (st = clkv__get_kernel(ctx, PARTIAL_FILE, &dp, "longflow_partial", &kp)) != CLKV_OK)
+        return st;
+    if ((st = clkv__get_kernel(ctx, FINISH_FILE, &df, "longflow_finish", &kf)) != CLKV_OK)
+        return st;
+    cl_mem ws;
+    if ((st = clkv__workspace(ctx, lf__workspace_bytes(c), &ws)) != CLKV_OK)
+        return st;
+    const cl_long ml_off = (cl_long)(p->acc_bytes / 4);
+    const cl_long y_off = (cl_long)((p->acc_bytes + p->ml_bytes) / 4);
+    const cl_long cand_off = (cl_long)((p->acc_bytes + p->ml_bytes + p->y_bytes) / 4);
+    const cl_int Hq = (cl_int)c->Hq, Hkv = (cl_int)c->Hkv, G = (cl_int)c->G, nhg = p->nhg,
+                 S = (cl_int)c->S, chunk = p->chunk, splits = p->splits;
+
+    if (kp) {
+        const cl_mem q_buf = buf_of(ps->q), kn_buf = buf_of(ps->k_new), vn_buf = buf_of(ps->v_new);
+        const cl_int q_dt = q_buf ? (cl_int)ps->q->dtype : 0,
+                     n_dt = kn_buf ? (cl_int)ps->k_new->dtype : 0;
+        const cl_long q_off = off_of(ps->q), q_sb = stride_of(ps->q, 0), q_sh = stride_of(ps->q, 1);
+        const cl_long kn_off = off_of(ps->k_new), kn_sb = stride_of(ps->k_new, 0),
+                      kn_sh = stride_of(ps->k_new, 1);
+        const cl_long vn_off = off_of(ps->v_new), vn_sb = stride_of(ps->v_new, 0),
+                      vn_sh = stride_of(ps->v_new, 1);
+        const cl_int do_write = ps->mode == 0;
+        const cl_float scale_log2 = ps->scale * 1.4426950408889634f;
+        st = clkv__set_args(
+            ctx, kp, "longflow_partial", 31, CLKV_ARG(q_buf), CLKV_ARG(q_dt), CLKV_ARG(q_off),
+            CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(kn_buf), CLKV_ARG(n_dt), CLKV_ARG(kn_off),
+            CLKV_ARG(kn_sb), CLKV_ARG(kn_sh), CLKV_ARG(vn_buf), CLKV_ARG(vn_off), CLKV_ARG(vn_sb),
+            CLKV_ARG(vn_sh), CLKV_ARG(c->k), CLKV_ARG(c->v), CLKV_ARG(c->pos), CLKV_ARG(c->victim),
+            CLKV_ARG(c->next_pos), CLKV_ARG(do_write), CLKV_ARG(Hq), CLKV_ARG(Hkv), CLKV_ARG(G),
+            CLKV_ARG(nhg), CLKV_ARG(S), CLKV_ARG(chunk), CLKV_ARG(splits), CLKV_ARG(scale_log2),
+            CLKV_ARG(ws), CLKV_ARG(ml_off), CLKV_ARG(y_off));
+        if (st == CLKV_OK)
+            st = clkv__check_local_mem(ctx, kp, "longflow_partial", 0);
+        if (st != CLKV_OK)
+            return st;
+    }
+    {
+        const cl_int n_merge = ps->mode == 0 ? (cl_int)(c->B * c->Hq) : 0, n_chunks = p->n_chunks;
+        const cl_int o_dt = ps->o && ps->o->buf ? (cl_int)ps->o->dtype : 0;
+        const cl_mem o_buf = buf_of(ps->o), lse_buf = buf_of(ps->lse), sc_buf = buf_of(ps->scores),
+                     vo_buf = buf_of(ps->victims);
+        const cl_long o_off = off_of(ps->o), o_sb = stride_of(ps->o, 0), o_sh = stride_of(ps->o, 1);
+        const cl_long lse_off = off_of(ps->lse), lse_sb = stride_of(ps->lse, 0),
+                      lse_sh = stride_of(ps->lse, 1);
+        const cl_long sc_off = off_of(ps->scores), sc_sb = stride_of(ps->scores, 0),
+                      sc_sh = stride_of(ps->scores, 1);
+        const cl_long vo_off = off_of(ps->victims), vo_sb = stride_of(ps->victims, 0),
+                      vo_sh = stride_of(ps->victims, 1);
+        const cl_int has_lse = lse_buf != NULL, has_sc = sc_buf != NULL, has_vo = vo_buf != NULL;
+        const cl_int mode = ps->mode, protect = c->protect;
+        st = clkv__set_args(ctx, kf, "longflow_finish", 37, CLKV_ARG(ws), CLKV_ARG(ml_off),
+                            CLKV_ARG(y_off), CLKV_ARG(cand_off), CLKV_ARG(splits), CLKV_ARG(Hq),
+                            CLKV_ARG(Hkv), CLKV_ARG(G), CLKV_ARG(S), CLKV_ARG(n_merge),
+                            CLKV_ARG(n_chunks), CLKV_ARG(o_buf), CLKV_ARG(o_dt), CLKV_ARG(o_off),
+                            CLKV_ARG(o_sb), CLKV_ARG(o_sh), CLKV_ARG(lse_buf), CLKV_ARG(lse_off),
+                            CLKV_ARG(lse_sb), CLKV_ARG(lse_sh), CLKV_ARG(has_lse), CLKV_ARG(c->pos),
+                            CLKV_ARG(c->victim), CLKV_ARG(c->next_pos), CLKV_ARG(c->counters),
+                            CLKV_ARG(mode), CLKV_ARG(protect), CLKV_ARG(sc_buf), CLKV_ARG(sc_off),
+                            CLKV_ARG(sc_sb), CLKV_ARG(sc_sh), CLKV_ARG(has_sc), CLKV_ARG(vo_buf),
+                            CLKV_ARG(vo_off), CLKV_ARG(vo_sb), CLKV_ARG(vo_sh), CLKV_ARG(has_vo));
+        if (st == CLKV_OK)
+            st = clkv__check_local_mem(ctx, kf, "longflow_finish", 0);
+        if (st != CLKV_OK)
+            return st;
+        if (ps->pre && (st = clkv__enqueue(ctx, ps->pre->kernel, ps->pre->label, 3, ps->pre->global,
+                                           ps->pre->local, NULL)) != CLKV_OK)
+            return st;
+        if (kp) {
+            const size_t gp[3] = {(size_t)p->splits * p->wg, (size_t)(c->Hkv * p->nhg),
+                                  (size_t)c->B};
+            const size_t lp[3] = {(size_t)p->wg, 1, 1};
+            clkv__log(ctx,
+                      "longflow: B=%lld Hq=%lld Hkv=%lld D=%lld S=%lld mode=%d pass=%d group=%d "
+                      "epl=%d wg=%d unroll=%d cp_async=%d stages=%d splits=%d chunk=%d "
+                      "score_chunks=%d",
+                      (long long)c->B, (long long)c->Hq, (long long)c->Hkv, (long long)c->D,
+                      (long long)c->S, (int)c->mode, ps->mode, p->group, p->epl, p->wg, p->unroll,
+                      p->cp_async, p->stages, p->splits, p->chunk, p->n_chunks);
+            if ((st = clkv__enqueue(ctx, kp, "longflow_partial", 3, gp, lp, NULL)) != CLKV_OK)
+                return st;
+        }
+        const size_t gf[1] = {((size_t)n_merge + (size_t)(c->B * c->Hm * n_chunks)) * LF_FIN_WG};
+        const size_t lf[1] = {LF_FIN_WG};
+        return clkv__enqueue(ctx, kf, "longflow_finish", 1, gf, lf, done);
+    }
+}
+
+static clkv_status validate_step(clkv_longflow_cache *c, const clkv_longflow_step_args *a) {
+    clkv_context *ctx = c->ctx;
+    clkv_status st;
+    if ((st = clkv__check_tensor(ctx, &a->q, "q", 3, CLKV_FLOAT_DTYPES)) ||
+        (st = clkv__check_tensor(ctx, &a->k_new, "k_new", 3, CLKV_FLOAT_DTYPES)) ||
+        (st = clkv__check_tensor(ctx, &a->v_new, "v_new", 3, CLKV_FLOAT_DTYPES)) ||
+        (st = clkv__check_tensor(ctx, &a->o, "o", 3, CLKV_FLOAT_DTYPES)) ||
+        (st = clkv__check_optional_tensor(ctx, &a->lse, "lse", 2, CLKV_DTYPE_BIT(CLKV_F32))) ||
+        (st =
+             clkv__check_optional_tensor(ctx, &a->scores, "scores", 3, CLKV_DTYPE_BIT(CLKV_F32))) ||
+        (st =
+             clkv__check_optional_tensor(ctx, &a->victims, "victims", 2, CLKV_DTYPE_BIT(CLKV_I32))))
+        return st;
+    if (a->v_new.dtype != a->k_new.dtype)
+        return clkv__fail(ctx, CLKV_ERR_ARG_DTYPE, "v_new: dtype %s differs from k_new's %s",
+                          clkv_dtype_name(a->v_new.dtype), clkv_dtype_name(a->k_new.dtype));
+    const int64_t qd[3] = {c->B, c->Hq, c->D}, kd[3] = {c->B, c->Hkv, c->D};
+    static const char *const why[3] = {"batch of the cache", "heads of the cache",
+                                       "head dim of the cache"};
+    for (int i = 0; i < 3; i++)
+        if ((st = clkv__check_dim(ctx, &a->q, "q", i, qd[i], why[i])) ||
+            (st = clkv__check_dim(ctx, &a->k_new, "k_new", i, kd[i], why[i])) ||
+            (st = clkv__check_dim(ctx, &a->v_new, "v_new", i, kd[i], why[i])) ||
+            (st = clkv__check_dim(ctx, &a->o, "o", i, qd[i], why[i])))
+            return st;
+    if (a->lse.buf && ((st = clkv__check_dim(ctx, &a->lse, "lse", 0, c->B, why[0])) ||
+                       (st = clkv__check_dim(ctx, &a->lse, "lse", 1, c->Hq, why[1]))))
+        return st;
+    if (a->scores.buf &&
+        ((st = clkv__check_dim(ctx, &a->scores, "scores", 0, c->B, why[0])) ||
+         (st = clkv__check_dim(ctx, &a->scores, "scores", 1, c->Hm, "slot maps of the cache")) ||
+         (st = clkv__check_dim(ctx, &a->scores, "scores", 2, c->S, "slots of the cache"))))
+        return st;
+    if (a->victims.buf &&
+        ((st = clkv__check_dim(ctx, &a->victims, "victims", 0, c->B, why[0])) ||
+         (st = clkv__check_dim(ctx, &a->victims, "victims", 1, c->Hm, "slot maps of the cache"))))
+        return st;
+    if (!isfinite(a->scale))
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "scale: %g is not finite", (double)a->scale);
+    return CLKV_OK;
+}
+
+clkv_status clkv_longflow_step(clkv_longflow_cache *cache, const clkv_longflow_step_args *args,
+                               cl_event *done) {
+    if (!cache)
+        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "cache: LongFlow cache is NULL");
+    if (!args)
+        return clkv__fail(cache->ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    clkv_status st = validate_step(cache, args);
+    if (st != CLKV_OK)
+        return st;
+    lf_pass ps = {0};
+    ps.mode = 0;
+    ps.q = &args->q;
+    ps.k_new = &args->k_new;
+    ps.v_new = &args->v_new;
+    ps.o = &args->o;
+    ps.lse = &args->lse;
+    ps.scores = &args->scores;
+    ps.victims = &args->victims;
+    ps.scale = args->scale != 0.0f ? args->scale : (float)(1.0 / sqrt((double)cache->D));
+    return lf__enqueue_pass(cache, &ps, done);
+}
+
+clkv_status clkv_longflow_step_workspace_size(const clkv_longflow_cache *cache, size_t *bytes) {
+    if (!cache)
+        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "cache: LongFlow cache is NULL");
+    if (!bytes)
+        return clkv__fail(cache->ctx, CLKV_ERR_ARG_NULL, "bytes: output pointer is NULL");
+    *bytes = lf__workspace_bytes(cache);
+    return CLKV_OK;
+}

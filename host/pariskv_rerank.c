@@ -1,0 +1,90 @@
+/* ParisKV Stage II (SPEC §4): RSQ-IP rerank and final top-k launches
+ * (cl_kernels/pariskv_rerank.cl). */
+#include <stdio.h>
+#include <string.h>
+
+#include "host/pariskv_retrieve_internal.h"
+
+#define KERNEL_FILE "pariskv_rerank.cl"
+
+clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_search_args *a,
+                                         const pkv_search_plan *p, cl_mem ws,
+                                         pkv_search_kernels *k) {
+    clkv_defs defs;
+    clkv__defs_init(&defs);
+    clkv__defs_int(&defs, "HEAD_DIM", p->D);
+    clkv__defs_int(&defs, "SUB_M", p->m);
+    clkv__defs_int(&defs, "W_DTYPE", a->weights.dtype);
+    clkv__defs_int(&defs, "WG", p->wg2);
+    clkv__defs_int(&defs, "CODES_U32", clkv__rows_aligned(&a->codes, 4));
+    cl_kernel kr, kt;
+    clkv_status st;
+    k->rerank = k->topk = NULL;
+    if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_rerank", &kr)) ||
+        (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_topk", &kt)))
+        return st;
+    const clkv_tensor *QR = &a->q_rot, *QN = &a->q_norm, *CD = &a->codes, *W = &a->weights,
+                      *PL = &a->plan, *IX = &a->idx;
+    const cl_long qr_off = clkv__elem_offset(QR), qr_sb = QR->strides[0], qr_sh = QR->strides[1];
+    const cl_long qn_off = clkv__elem_offset(QN), qn_sb = QN->strides[0], qn_sh = QN->strides[1];
+    const cl_long cd_off = clkv__elem_offset(CD), cd_sb = CD->strides[0], cd_sh = CD->strides[1],
+                  cd_sl = CD->strides[2];
+    const cl_long w_off = clkv__elem_offset(W), w_sb = W->strides[0], w_sh = W->strides[1],
+                  w_sl = W->strides[2];
+    cl_float8 lev;
+    for (int t = 0; t < 8; t++)
+        lev.s[t] = p->levels.a[t];
+    const cl_long plan_off = clkv__elem_offset(PL);
+    const cl_int B = (cl_int)p->B, max_cand = (cl_int)p->max_cand, top_k = (cl_int)p->top_k;
+    const int own_cand = a->candidates.buf != NULL, own_cs = a->candidate_scores.buf != NULL;
+    const cl_mem cand = own_cand ? a->candidates.buf : ws;
+    const cl_long ca_off = own_cand ? clkv__elem_offset(&a->candidates) : (cl_long)p->off_cand / 4;
+    const cl_long ca_sb = own_cand ? a->candidates.strides[0] : p->Hkv * p->max_cand;
+    const cl_long ca_sh = own_cand ? a->candidates.strides[1] : p->max_cand;
+    const cl_mem cs = own_cs ? a->candidate_scores.buf : ws;
+    const cl_long cs_off =
+        own_cs ? clkv__elem_offset(&a->candidate_scores) : (cl_long)p->off_cs / 4;
+    const cl_long cs_sb = own_cs ? a->candidate_scores.strides[0] : p->Hkv * p->max_cand;
+    const cl_long cs_sh = own_cs ? a->candidate_scores.strides[1] : p->max_cand;
+    const cl_long ix_off = clkv__elem_offset(IX), ix_sb = IX->strides[0], ix_sh = IX->strides[1];
+    if ((st = clkv__set_args(
+             ctx, kr, "pkv_rerank", 31, CLKV_ARG(QR->buf), CLKV_ARG(qr_off), CLKV_ARG(qr_sb),
+             CLKV_ARG(qr_sh), CLKV_ARG(QN->buf), CLKV_ARG(qn_off), CLKV_ARG(qn_sb), CLKV_ARG(qn_sh),
+             CLKV_ARG(CD->buf), CLKV_ARG(cd_off), CLKV_ARG(cd_sb), CLKV_ARG(cd_sh), CLKV_ARG(cd_sl),
+             CLKV_ARG(W->buf), CLKV_ARG(w_off), CLKV_ARG(w_sb), CLKV_ARG(w_sh), CLKV_ARG(w_sl),
+             CLKV_ARG(lev), CLKV_ARG(PL->buf), CLKV_ARG(plan_off), CLKV_ARG(B), CLKV_ARG(max_cand),
+             CLKV_ARG(cand), CLKV_ARG(ca_off), CLKV_ARG(ca_sb), CLKV_ARG(ca_sh), CLKV_ARG(cs),
+             CLKV_ARG(cs_off), CLKV_ARG(cs_sb), CLKV_ARG(cs_sh))) ||
+        (st =
+             clkv__set_args(ctx, kt, "pkv_topk", 17, CLKV_ARG(cs), CLKV_ARG(cs_off),
+                            CLKV_ARG(cs_sb), CLKV_ARG(cs_sh), CLKV_ARG(cand), CLKV_ARG(ca_off),
+                            CLKV_ARG(ca_sb), CLKV_ARG(ca_sh), CLKV_ARG(PL->buf), CLKV_ARG(plan_off),
+                            CLKV_ARG(B), CLKV_ARG(max_cand), CLKV_ARG(top_k), CLKV_ARG(IX->buf),
+                            CLKV_ARG(ix_off), CLKV_ARG(ix_sb), CLKV_ARG(ix_sh))))
+        return st;
+    if ((st = clkv__check_local_mem(ctx, kr, "pkv_rerank", 0)) ||
+        (st = clkv__check_local_mem(ctx, kt, "pkv_topk", 0)))
+        return st;
+    k->rerank = kr;
+    k->topk = kt;
+    return CLKV_OK;
+}
+
+clkv_status clkv__pariskv_stage2_enqueue(clkv_context *ctx, const pkv_search_plan *p,
+                                         const pkv_search_kernels *k, cl_event *done,
+                                         cl_event *ev) {
+    clkv_status st;
+    const size_t wg = (size_t)p->wg2;
+    const size_t l_wg[3] = {wg, 1, 1};
+    if (p->max_cand > 0) {
+        const size_t g_rr[3] = {((size_t)p->max_cand + wg - 1) / wg * wg, (size_t)p->Hkv,
+                                (size_t)p->B};
+        if ((st = clkv__enqueue(ctx, k->rerank, "pkv_rerank", 3, g_rr, l_wg, ev ? &ev[0] : NULL)))
+            return st;
+    }
+    const size_t g_tk[3] = {wg, (size_t)p->Hkv, (size_t)p->B};
+    /* The top-k kernel is the last one: its event is `done` (or ev[1] when profiling). */
+    if ((st = clkv__enqueue(ctx, k->topk, "pkv_topk", 3, g_tk, l_wg, ev ? &ev[1] : done)))
+        return st;
+    return ev && done ? clkv__marker(ctx, done) : CLKV_OK;
+}

@@ -1,0 +1,54 @@
+/* Internal interface between the ParisKV retrieval host files (not installed):
+ * the launch plan of one search and the two halves that enqueue it. */
+#ifndef CLKV_HOST_PARISKV_RETRIEVE_INTERNAL_H
+#define CLKV_HOST_PARISKV_RETRIEVE_INTERNAL_H
+
+#include "clkv/pariskv_retrieve.h"
+#include "runtime/internal.h"
+
+/* Sizes and workspace layout of one validated clkv_pariskv_search call. */
+typedef struct pkv_search_plan {
+    int64_t B, Hkv, L, D, nblk, zone_start, max_zone, max_cand, top_k;
+    int m, nc, nbins, s_wide;
+    int wg, per_item, chunk, nchunks;
+    int wg2; /* work-group size of Stage II (rerank, top-k) */
+    clkv_pariskv_levels levels;
+    /* Workspace byte offsets (each 256-aligned) and the total. */
+    size_t off_bonus, off_s, off_hist, off_rowhist, off_cinfo, off_cand, off_cs, total;
+} pkv_search_plan;
+
+/* The kernels of one search (owned by the program cache). */
+typedef struct pkv_search_kernels {
+    cl_kernel rank, collide, threshold, compact, rerank, topk;
+} pkv_search_kernels;
+
+/* `ev` (optional): events of the stage's kernels (stage 1: 4, stage 2: 2), NULL where a
+ * kernel was not enqueued.
+ * Each stage in two steps, so every kernel is built, has its arguments set and passes
+ * the local-memory check before anything is enqueued. Stage I (rank, collide with the
+ * histogram, threshold, compaction) writes candidates to args->candidates when given,
+ * else to the workspace at p->off_cand. Stage II (rerank, top-k) writes args->idx. */
+clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_search_args *args,
+                                         const pkv_search_plan *p, cl_mem ws,
+                                         pkv_search_kernels *k);
+clkv_status clkv__pariskv_stage1_enqueue(clkv_context *ctx, const pkv_search_plan *p,
+                                         const pkv_search_kernels *k, cl_event *ev);
+clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_search_args *args,
+                                         const pkv_search_plan *p, cl_mem ws,
+                                         pkv_search_kernels *k);
+clkv_status clkv__pariskv_stage2_enqueue(clkv_context *ctx, const pkv_search_plan *p,
+                                         const pkv_search_kernels *k, cl_event *done, cl_event *ev);
+
+/* clkv_pariskv_search with one event per kernel for profiling (benchmarks): ev[0..5] =
+ * rank, collide, threshold, compact, rerank, top-k (NULL where a kernel was not
+ * enqueued); the caller releases them. */
+clkv_status clkv__pariskv_search_profiled(clkv_context *ctx, const clkv_pariskv_search_args *args,
+                                          cl_event ev[6]);
+
+/* clkv_pariskv_index_search with the per-kernel events of the search (as above; the
+ * query transform is not included). */
+clkv_status clkv__pariskv_index_search_profiled(clkv_context *ctx, clkv_pariskv_index *index,
+                                                const clkv_tensor *q, const clkv_tensor *idx,
+                                                cl_event ev[6]);
+
+#endif /* CLKV_HOST_PARISKV_RETRIEVE_INTERNAL_H */
