@@ -183,7 +183,8 @@ clkv_status clkv_score_workspace_size(clkv_context *ctx, const clkv_score_args *
 /* Keep-set of an eviction step (SPEC §2.1, last part): per (b, KV head) with n = len[b],
  *   keep = min(n, max((int64)(ratio * (double)n), window, 1))    (budget < 0)
  *   keep = min(n, max(budget, window, 1))                         (budget >= 0)
- * (n = 0 keeps 0; n <= window keeps all), computed on the device (no read-back). The
+ * (n = 0 keeps 0; n <= window keeps all), computed on the device (no read-back; the
+ * products in double on devices with cl_khr_fp64 -- NVIDIA, PoCL -- in f32 otherwise). The
  * `keep` largest scores are kept (ties: lower index), their indices written in ascending
  * position order to indices[b, h, 0 .. keep), the rest of the row -1; counts[b, h] =
  * keep (optional). Run it on the output of clkv_score, whose protection makes the last
