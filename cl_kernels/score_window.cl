@@ -7,8 +7,11 @@
  * EPL elements of a row. The G*W query rows of the KV head (row r = g*W + t: head
  * kvh*G + g, window row t) are staged in local memory QT rows at a time (pre-scaled by
  * scale*log2(e)), with the window outputs a (DropKV, AnDPro) and LSE; for every staged
- * row and held key, the logit is recomputed (a dot product summed over the row-group),
- * p = exp(z - LSE), and the method's quantity accumulated. K and V are read once.
+ * row and held key, the logit is recomputed, p = exp(z - LSE), and the method's quantity
+ * accumulated. Rows go in blocks of TPR: a transposed butterfly over the row-group's lanes
+ * leaves each lane with the full dot products of one row of the block, so exchanges and
+ * exp() are not repeated on every lane (DiffKV, whose group max needs per-group sums,
+ * goes row by row). K and V are read once.
  *
  * -D set:
  *   METHOD      0 DropKV, 1 SnapKV, 2 AnDPro, 3 CriticalKV, 4 H2O, 5 DiffKV
@@ -52,6 +55,16 @@
 #define ELEM(c, j, ln) ((c)*TPR + (ln))
 #endif
 
+#if TPR > 1
+#define UNROLL_LOOP _Pragma("unroll")
+#else
+#define UNROLL_LOOP
+#endif
+
+#if QT % TPR != 0
+#error "QT must be a multiple of TPR (row blocks of TPR rows)"
+#endif
+
 #if TPR > 1 && !defined(CLKV_NVIDIA_PTX)
 #define ROW_SUM_LOCAL 1
 #else
@@ -70,6 +83,7 @@ inline float row_sum(float x, __local float *buf, int lid, int ln) {
     (void)buf;
     (void)lid;
     (void)ln;
+    UNROLL_LOOP
     for (int o = TPR / 2; o > 0; o >>= 1)
         x += clkv_shfl_xor(x, o);
     return x;
@@ -78,21 +92,66 @@ inline float row_sum(float x, __local float *buf, int lid, int ln) {
     buf[lid] = x;
     barrier(CLK_LOCAL_MEM_FENCE);
     float s = 0.0f;
+    UNROLL_LOOP
     for (int i = 0; i < TPR; i++)
         s += buf[lid - ln + i];
     return s;
 #endif
 }
 
+/* x of lane (ln ^ o) of the same row-group (o < TPR); called uniformly. */
+__attribute__((always_inline)) inline float xor_lane(float x, int o, __local float *buf, int lid) {
+#if TPR == 1
+    (void)o;
+    (void)buf;
+    (void)lid;
+    return x;
+#elif !ROW_SUM_LOCAL
+    (void)buf;
+    (void)lid;
+    return clkv_shfl_xor(x, o);
+#else
+    barrier(CLK_LOCAL_MEM_FENCE);
+    buf[lid] = x;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return buf[lid ^ o];
+#endif
+}
+
+/* v[i] (i < TPR) is this lane's partial sum for row i of a block; returns the sum over
+ * the row-group's lanes for row ln. Butterfly: at half-size h the lane keeps the half of
+ * its rows selected by bit h of ln and sends the other half to lane ln ^ h. */
+__attribute__((always_inline)) inline float transpose_sum(float *v, __local float *buf, int lid,
+                                                          int ln) {
+    UNROLL_LOOP
+    for (int h = TPR / 2; h >= 1; h >>= 1) {
+        /* u = 1 keeps the upper half. The halves are blended arithmetically (exact for
+         * u in {0, 1}) rather than selected, so compilers cannot turn the choice into a
+         * dynamically indexed load that keeps v out of registers. */
+        const float u = (ln & h) != 0 ? 1.0f : 0.0f;
+        UNROLL_LOOP
+        for (int i = 0; i < h; i++) {
+            const float lo = v[i], hi = v[i + h];
+            const float keep = fma(u, hi, fma(-u, lo, lo));
+            const float send = fma(u, lo, fma(-u, hi, hi));
+            v[i] = keep + xor_lane(send, h, buf, lid);
+        }
+    }
+    return v[0];
+}
+
 /* One key row into registers as f32 (elements ELEM(c, j, ln) of the row). */
 inline void load_row(__global const KV_T *p, long row, int ln, float *out) {
 #if VW > 1
+    UNROLL_LOOP
     for (int c = 0; c < NCH; c++) {
         const uint4 raw = clkv_load_raw_aligned(p, (row + ELEM(c, 0, ln)) * (long)sizeof(KV_T));
+        UNROLL_LOOP
         for (int j = 0; j < VW; j++)
             out[c * VW + j] = CLKV_RAW_ELEM(KV_DTYPE)(raw, j);
     }
 #else
+    UNROLL_LOOP
     for (int c = 0; c < NCH; c++)
         out[c] = CLKV_LOAD(KV_DTYPE)(p, row + ELEM(c, 0, ln));
 #endif
@@ -150,6 +209,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void score_window(
 #endif
     const long kb = k_off + (long)b * k_sb + (long)kvh * k_sh;
     const long vb = v_off + (long)b * v_sb + (long)kvh * v_sh;
+    UNROLL_LOOP
     for (int kk = 0; kk < KPR; kk++) {
         jk[kk] = tile0 + kk * NRG + rg;
         valid[kk] = jk[kk] < n;
@@ -165,6 +225,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void score_window(
     float best[KPR];
     int cur_g = 0;
 #endif
+    UNROLL_LOOP
     for (int kk = 0; kk < KPR; kk++) {
         acc[kk] = 0.0f;
 #if METHOD == M_DIFFKV
@@ -215,59 +276,111 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void score_window(
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         const int nr = min(QT, rows - r0);
+#if METHOD == M_DIFFKV
+        /* DiffKV takes a max over the group of per-group sums: one row at a time, every
+         * lane holding the full logit. */
         for (int r = 0; r < nr; r++) {
             const int pos = pos_loc[r];
             const float l2 = lse_loc[r];
-#if METHOD == M_DIFFKV
             const int g = (r0 + r) / W;
             if (g != cur_g) {
+                UNROLL_LOOP
                 for (int kk = 0; kk < KPR; kk++) {
                     best[kk] = fmax(best[kk], acc[kk]);
                     acc[kk] = 0.0f;
                 }
                 cur_g = g;
             }
-#endif
+            UNROLL_LOOP
             for (int kk = 0; kk < KPR; kk++) {
                 float d = 0.0f;
+                UNROLL_LOOP
                 for (int c = 0; c < NCH; c++)
-                    for (int j = 0; j < VW; j++)
-                        d = fma(q_loc[r][ELEM(c, j, ln)], kx[kk][c * VW + j], d);
+                    UNROLL_LOOP
+                for (int j = 0; j < VW; j++)
+                    d = fma(q_loc[r][ELEM(c, j, ln)], kx[kk][c * VW + j], d);
                 d = row_sum(d, rs_buf, lid, ln);
+                acc[kk] += (valid[kk] && jk[kk] <= pos && l2 > -INFINITY) ? exp2(d - l2) : 0.0f;
+            }
+        }
+#else
+        /* Blocks of TPR rows: each lane forms the partial dot products of all TPR rows,
+         * a transposed butterfly leaves lane ln with the full logit of row rb + ln (TPR - 1
+         * exchanges for TPR rows instead of log2(TPR) per row), and each lane handles its
+         * own row's p and method term. Stage rows past nr are zero with pos = -1 (p = 0). */
+        for (int rb = 0; rb < nr; rb += TPR) {
+            const int rl = rb + ln;
+            const int pos = pos_loc[rl];
+            const float l2 = lse_loc[rl];
+            UNROLL_LOOP
+            for (int kk = 0; kk < KPR; kk++) {
+                float part[TPR];
+                UNROLL_LOOP
+                for (int i = 0; i < TPR; i++) {
+                    float d = 0.0f;
+                    UNROLL_LOOP
+                    for (int c = 0; c < NCH; c++)
+                        UNROLL_LOOP
+                    for (int j = 0; j < VW; j++)
+                        d = fma(q_loc[rb + i][ELEM(c, j, ln)], kx[kk][c * VW + j], d);
+                    part[i] = d;
+                }
+                const float z = transpose_sum(part, rs_buf, lid, ln);
                 const float p =
-                    (valid[kk] && jk[kk] <= pos && l2 > -INFINITY) ? exp2(d - l2) : 0.0f;
+                    (valid[kk] && jk[kk] <= pos && l2 > -INFINITY) ? exp2(z - l2) : 0.0f;
 #if METHOD == M_DROPKV
-                float dd = 0.0f;
-                for (int c = 0; c < NCH; c++)
+                UNROLL_LOOP
+                for (int i = 0; i < TPR; i++) {
+                    float dd = 0.0f;
+                    UNROLL_LOOP
+                    for (int c = 0; c < NCH; c++)
+                        UNROLL_LOOP
                     for (int j = 0; j < VW; j++) {
-                        const float df = a_loc[r][ELEM(c, j, ln)] - vx[kk][c * VW + j];
+                        const float df = a_loc[rb + i][ELEM(c, j, ln)] - vx[kk][c * VW + j];
                         dd = fma(df, df, dd);
                     }
-                dd = row_sum(dd, rs_buf, lid, ln);
+                    part[i] = dd;
+                }
+                const float d2 = transpose_sum(part, rs_buf, lid, ln);
                 float pt = clamp(p, 0.0f, 1.0f);
 #if ROUND_P
                 pt = round_to_kv(pt);
 #endif
-                float w = pt / (1.0f - pt + eps);
-                acc[kk] = fma(w * w, dd, acc[kk]);
+                const float w = pt / (1.0f - pt + eps);
+                acc[kk] = fma(w * w, d2, acc[kk]);
 #elif METHOD == M_ANDPRO
-                float dv = 0.0f;
-                for (int c = 0; c < NCH; c++)
+                UNROLL_LOOP
+                for (int i = 0; i < TPR; i++) {
+                    float dv = 0.0f;
+                    UNROLL_LOOP
+                    for (int c = 0; c < NCH; c++)
+                        UNROLL_LOOP
                     for (int j = 0; j < VW; j++)
-                        dv = fma(a_loc[r][ELEM(c, j, ln)], vx[kk][c * VW + j], dv);
-                dv = row_sum(dv, rs_buf, lid, ln);
-                acc[kk] = fma(p, dv, acc[kk]);
+                        dv = fma(a_loc[rb + i][ELEM(c, j, ln)], vx[kk][c * VW + j], dv);
+                    part[i] = dv;
+                }
+                acc[kk] = fma(p, transpose_sum(part, rs_buf, lid, ln), acc[kk]);
 #else
                 acc[kk] += p;
 #endif
             }
         }
+#endif
     }
+
+#if METHOD != M_DIFFKV
+    /* each lane summed its own rows: add the lanes up */
+    UNROLL_LOOP
+    for (int kk = 0; kk < KPR; kk++)
+        acc[kk] = row_sum(acc[kk], rs_buf, lid, ln);
+#endif
 
 #if WRITE_VNORM
     float l1[KPR];
+    UNROLL_LOOP
     for (int kk = 0; kk < KPR; kk++) {
         float s = 0.0f;
+        UNROLL_LOOP
         for (int e = 0; e < EPL; e++)
             s += fabs(vx[kk][e]);
         l1[kk] = row_sum(s, rs_buf, lid, ln);
@@ -276,6 +389,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void score_window(
     if (ln != 0)
         return;
     __global float *out = raw + raw_off + ((long)b * Hkv + kvh) * row_len;
+    UNROLL_LOOP
     for (int kk = 0; kk < KPR; kk++) {
         if (!valid[kk])
             continue;

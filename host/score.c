@@ -271,16 +271,17 @@ static void plan_launch(clkv_context *ctx, const clkv_score_args *a, score_plan 
         const int forced = forced_tpr();
         const int fwg = env_once(&g_force_wg, "CLKV_SCORE_WG");
         const int fkpr = env_once(&g_force_kpr, "CLKV_SCORE_KPR");
-        if (forced > 0 && forced <= 32 && (forced & (forced - 1)) == 0 && p->D % forced == 0) {
+        if (forced > 0 && forced <= QT_ROWS && (forced & (forced - 1)) == 0 && p->D % forced == 0) {
             p->tpr = forced;
             p->wg = 64;
             p->kpr = forced >= 8 ? 4 : 2;
         } else if (dev->nvidia_ptx) {
-            /* 8 elements per lane; 4 keys per row-group amortize the staging of the query
-             * rows over more keys (32 keys per work-group at D = 128). */
-            p->tpr = (int)(p->D / 8);
+            /* 8 elements per lane (16 at D = 256: row blocks of at most QT_ROWS lanes);
+             * 4 keys per row-group amortize the staging of the query rows over more keys
+             * (32 keys per work-group at D = 128). */
+            p->tpr = (int)(p->D / 8 < QT_ROWS ? p->D / 8 : QT_ROWS);
             p->wg = 128;
-            p->kpr = 4;
+            p->kpr = p->D / p->tpr > 8 ? 2 : 4;
         } else {
             p->tpr = 1;
             p->wg = dev->kind == CLKV_DEVICE_KIND_CPU ? 16 : 64;
@@ -414,6 +415,14 @@ static clkv_status launch_window(clkv_context *ctx, const clkv_score_args *a, co
     return clkv__launch(ctx, kw, "score_window", 3, g, l, 0, NULL);
 }
 
+/* Key rows per local tile of the key kernels: about 32 KiB of f32 rows, at most SMALL_WG. */
+static int key_tile(int64_t D) {
+    int64_t tk = 8192 / D;
+    if (tk > SMALL_WG)
+        tk = SMALL_WG;
+    return tk < 1 ? 1 : (int)tk;
+}
+
 static clkv_status launch_vo_norm(clkv_context *ctx, const clkv_score_args *a, const score_plan *p,
                                   cl_mem ws, cl_long vnorm_off) {
     clkv_defs defs;
@@ -421,10 +430,11 @@ static clkv_status launch_vo_norm(clkv_context *ctx, const clkv_score_args *a, c
     clkv__defs_int(&defs, "KV_DTYPE", a->k.dtype);
     clkv__defs_int(&defs, "HEAD_DIM", p->D);
     clkv__defs_int(&defs, "WG_SIZE", SMALL_WG);
+    clkv__defs_int(&defs, "TK", key_tile(p->D));
     clkv__defs_int(&defs, "KEYDIFF", 0);
     clkv__defs_int(&defs, "RAW_MEAN", 0);
     clkv__defs_int(&defs, "WO_DTYPE", a->w_o.dtype);
-    clkv__defs_int(&defs, "MT", 16);
+    clkv__defs_int(&defs, "MT", p->D > 128 ? 8 : 16); /* tile + W_O stage <= ~41 KiB */
     cl_kernel kn;
     clkv_status st = clkv__get_kernel(ctx, "score_key.cl", &defs, "score_vo_norm", &kn);
     if (st)
@@ -445,8 +455,9 @@ static clkv_status launch_vo_norm(clkv_context *ctx, const clkv_score_args *a, c
                         CLKV_ARG(row_len));
     if (st)
         return st;
-    const size_t g[3] = {(size_t)((p->max_len + SMALL_WG - 1) / SMALL_WG) * SMALL_WG,
-                         (size_t)p->Hkv, (size_t)p->B};
+    const int tk = key_tile(p->D);
+    const size_t g[3] = {(size_t)((p->max_len + tk - 1) / tk) * SMALL_WG, (size_t)p->Hkv,
+                         (size_t)p->B};
     const size_t l[3] = {SMALL_WG, 1, 1};
     if (g[0] == 0)
         return CLKV_OK;
@@ -461,6 +472,7 @@ static clkv_status launch_key(clkv_context *ctx, const clkv_score_args *a, const
     clkv__defs_int(&defs, "KV_DTYPE", a->k.dtype);
     clkv__defs_int(&defs, "HEAD_DIM", p->D);
     clkv__defs_int(&defs, "WG_SIZE", SMALL_WG);
+    clkv__defs_int(&defs, "TK", key_tile(p->D));
     clkv__defs_int(&defs, "KEYDIFF", keydiff);
     clkv__defs_int(&defs, "RAW_MEAN", keydiff && a->keydiff_raw_mean);
     clkv__defs_int(&defs, "WO_DTYPE", 0);
@@ -496,8 +508,9 @@ static clkv_status launch_key(clkv_context *ctx, const clkv_score_args *a, const
                         CLKV_ARG(ws), CLKV_ARG(part_off), CLKV_ARG(raw_off), CLKV_ARG(row_len));
     if (st)
         return st;
-    const size_t g[3] = {(size_t)((p->max_len + SMALL_WG - 1) / SMALL_WG) * SMALL_WG,
-                         (size_t)p->Hkv, (size_t)p->B};
+    const int tk = key_tile(p->D);
+    const size_t g[3] = {(size_t)((p->max_len + tk - 1) / tk) * SMALL_WG, (size_t)p->Hkv,
+                         (size_t)p->B};
     return clkv__launch(ctx, kk, "score_key", 3, g, l, 0, NULL);
 }
 

@@ -93,6 +93,7 @@ static const scase g_cases[] = {
     /* CriticalKV */
     {"criticalkv_h8x8_d64_bf16_pbar", CLKV_SCORE_CRITICALKV, 2, 8, 8, 64, 16, 100, BF16, F32, TU_HND, {100, 17}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 1, 0, 2.0},
     {"criticalkv_wo_h14x2_d64_f32", CLKV_SCORE_CRITICALKV, 1, 14, 2, 64, 8, 300, F32, F32, TU_NHD, {300}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 40, 1, 0, 2.0},
+    {"criticalkv_wo_d128_bf16_dm37", CLKV_SCORE_CRITICALKV, 2, 8, 2, 128, 8, 90, BF16, F32, TU_HND, {70, 90}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 37, 0, 0, 2.0},
     /* DiffKV */
     {"diffkv_h8x2_d128_bf16_w64_len4101_64", CLKV_SCORE_DIFFKV, 2, 8, 2, 128, 64, 4101, BF16, F32, TU_HND, {4101, 64}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"diffkv_h32x8_d64_f16_w64_len65", CLKV_SCORE_DIFFKV, 1, 32, 8, 64, 64, 70, F16, F32, TU_HND, {65}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
@@ -106,6 +107,8 @@ static const scase g_cases[] = {
     {"knorm_h8_d128_bf16_len4101_0", CLKV_SCORE_KNORM, 2, 8, 8, 128, 0, 4101, BF16, F32, TU_HND, {4101, 0}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0},
     {"keydiff_h2_d64_f16_len100_4101", CLKV_SCORE_KEYDIFF, 2, 2, 2, 64, 0, 4101, F16, F32, TU_HND, {100, 4101}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0},
     {"keydiff_rawmean_d128_f32_nhd", CLKV_SCORE_KEYDIFF, 1, 8, 8, 128, 0, 1000, F32, F32, TU_NHD, {999}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 1, 0, 0, 0, 1.0},
+    {"knorm_d256_f32_tile32", CLKV_SCORE_KNORM, 1, 2, 2, 256, 0, 200, F32, F32, TU_NHD, {150}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0},
+    {"keydiff_d80_bf16_generic_dim", CLKV_SCORE_KEYDIFF, 2, 3, 3, 80, 0, 300, BF16, F32, TU_HND, {300, 1}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0},
     {"streamingllm_len100_3", CLKV_SCORE_STREAMINGLLM, 2, 2, 2, 64, 0, 120, BF16, F32, TU_HND, {100, 3}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0},
 };
 /* clang-format on */

@@ -45,8 +45,9 @@ void usage_bench_score(FILE *f) {
             "  --device SEL        \"P:D\", \"gpu\", \"cpu\" or a name substring\n"
             "  --format F          text | json | csv                      (default text)\n"
             "\n"
-            "Bytes: what the call must read from the cache: score: K (+ V for dropkv, andpro,\n"
-            "criticalkv); full step: 2*bytes(K+V) (window attention, then the scorer). floor_us =\n"
+            "Bytes: what the call must read from the cache: the scorer K (+ V for dropkv, andpro,\n"
+            "criticalkv; nothing for streamingllm), plus K+V for the full step's window attention\n"
+            "(dropkv: 2*bytes(K+V)). floor_us =\n"
             "bytes / measured streaming-read bandwidth; %%floor = floor_us / median_us. Numerical\n"
             "correctness is covered by the test suites (test_score, test_score_evict).\n");
 }
@@ -291,8 +292,9 @@ static void run_shape(clkv_context *ctx, const sopts *o, const tool_bandwidth *b
         op.evict.ratio = o->ratio;
     }
     const uint64_t kv = nkv * es;
-    r->bytes = o->full ? (win ? 4 * kv : kv * (reads_v(m) ? 2 : 1))
-                       : kv * (reads_v(m) ? 2 : 1) * (m == CLKV_SCORE_STREAMINGLLM ? 0 : 1);
+    /* the scorer reads K (and V); the full step's window attention reads K+V first */
+    const uint64_t scorer = m == CLKV_SCORE_STREAMINGLLM ? 0 : kv * (reads_v(m) ? 2 : 1);
+    r->bytes = o->full && win ? 2 * kv + scorer : scorer;
     if (!st) {
         what = o->full ? "clkv_evict_keep_set" : "clkv_score";
         double warm = 0.0, per[MAX_REPEATS];

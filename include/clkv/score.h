@@ -53,9 +53,10 @@
  *
  * Tensors (strides in elements, last dim contiguous):
  *   q       [B, Hq, W, D]  f32 | f16 | bf16 (window methods)
- *   k, v    [B, Hkv, L, D] f32 | f16 | bf16, same dtype, any strides (v unused by
- *                          SNAPKV, H2O, DIFFKV, KNORM, KEYDIFF, STREAMINGLLM: may be
- *                          absent there)
+ *   k, v    [B, Hkv, L, D] f32 | f16 | bf16, same dtype, any strides. k is required by
+ *                          every method (it gives B, Hkv, L, D; STREAMINGLLM does not
+ *                          read it); v is read by DROPKV, ANDPRO, CRITICALKV only and
+ *                          may be absent for the others
  *   lengths [B]            i32, device, optional: n = clamp(len[b], 0, max_length);
  *                          absent: every sequence has max_length tokens
  *   lse     [B, Hq, W]     f32 (window methods)
@@ -63,7 +64,7 @@
  *   w_o     [Hq, D, Dm]    f32 | f16 | bf16, optional (CRITICALKV)
  *   scores  [B, Hkv, L]    f32 output
  *   pbar    [B, Hkv, L]    f32 output, optional, CRITICALKV only
- * D must be 64, 128 or 256 (window methods); any D >= 1 for the key methods.
+ * D must be 64, 128 or 256 (window methods); 1..1024 for the key methods.
  *
  * Kernels: the window methods run one streaming kernel (cl_kernels/score_window.cl,
  * specialised by -D METHOD): every work-group owns a tile of keys of one (b, KV head),
@@ -182,7 +183,8 @@ clkv_status clkv_score_workspace_size(clkv_context *ctx, const clkv_score_args *
 /* Keep-set of an eviction step (SPEC §2.1, last part): per (b, KV head) with n = len[b],
  *   keep = min(n, max((int64)(ratio * (double)n), window, 1))    (budget < 0)
  *   keep = min(n, max(budget, window, 1))                         (budget >= 0)
- * (n = 0 keeps 0; n <= window keeps all), computed on the device (no read-back). The
+ * (n = 0 keeps 0; n <= window keeps all), computed on the device (no read-back; the
+ * products in double on devices with cl_khr_fp64 -- NVIDIA, PoCL -- in f32 otherwise). The
  * `keep` largest scores are kept (ties: lower index), their indices written in ascending
  * position order to indices[b, h, 0 .. keep), the rest of the row -1; counts[b, h] =
  * keep (optional). Run it on the output of clkv_score, whose protection makes the last
