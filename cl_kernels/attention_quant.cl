@@ -75,12 +75,22 @@ inline float4 load_bf16x4(__global const ushort *p) {
 #endif
 #define LOAD_META CLKV_LOAD(META_DTYPE)
 
-/* Four consecutive metadata values (element i must be a multiple of 4 elements). */
+
+/* Eight consecutive metadata values as f32 from one 16-byte load (f16) or two (f32); p
+ * must be 16-byte aligned. */
+inline void load_meta8(__global const meta_t *p, float *out) {
 #if META_DTYPE == CLKV_DT_F16
-#define LOAD_META4(p, i) vload_half4(0, (p) + (i))
+    const uint4 u = *(__global const uint4 *)p;
+    out[0] = clkv_f16_bits_to_f32(u.x & 0xffffu), out[1] = clkv_f16_bits_to_f32(u.x >> 16);
+    out[2] = clkv_f16_bits_to_f32(u.y & 0xffffu), out[3] = clkv_f16_bits_to_f32(u.y >> 16);
+    out[4] = clkv_f16_bits_to_f32(u.z & 0xffffu), out[5] = clkv_f16_bits_to_f32(u.z >> 16);
+    out[6] = clkv_f16_bits_to_f32(u.w & 0xffffu), out[7] = clkv_f16_bits_to_f32(u.w >> 16);
 #else
-#define LOAD_META4(p, i) vload4(0, (p) + (i))
+    const float4 a = *(__global const float4 *)p, b = *(__global const float4 *)(p + 4);
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
+    out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
 #endif
+}
 
 /* Code i (bits [BITS*i, BITS*i + BITS)) of a word as x = 1 + code / 2^BITS: the code
  * moved to the top mantissa bits of 1.0f (i is a compile-time constant after unrolling,
@@ -227,35 +237,43 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
 #pragma unroll
             for (int g = 0; g < GROUP; g++)
                 cz[g] = 0.0f;
-#pragma unroll 2
-            for (int d = 0; d < HEAD_DIM; d += 4) {
-                uint4 cw[KW];
+            /* 8 channels per step, every load 16 bytes wide: the lanes of a warp read
+             * different rows, so the number of load instructions (not bytes) bounds L1 */
+            for (int d = 0; d < HEAD_DIM; d += 8) {
+                uint4 cw[KW][2];
 #pragma unroll
                 for (int r = 0; r < KW; r++)
-                    cw[r] = vload4(0, crow + (long)r * HEAD_DIM + d) >> sh0;
-                const float4 s4 = LOAD_META4(srow, d) * KSCALE;
-                const float4 m4 = LOAD_META4(mrow, d) - s4;
-                float4 qv[GROUP];
 #pragma unroll
-                for (int g = 0; g < GROUP; g++)
-                    qv[g] = ql4[g][d / 4];
+                    for (int h = 0; h < 2; h++)
+                        cw[r][h] =
+                            *(__global const uint4 *)(crow + (long)r * HEAD_DIM + d + 4 * h) >> sh0;
+                float sv[8], mv[8];
+                load_meta8(srow + d, sv);
+                load_meta8(mrow + d, mv);
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float S = EL4(s4, e), mS = EL4(m4, e);
-                    float qs[GROUP];
+                for (int h = 0; h < 2; h++) {
+                    float4 qv[GROUP];
 #pragma unroll
-                    for (int g = 0; g < GROUP; g++) {
-                        const float qg = EL4(qv[g], e);
-                        qs[g] = qg * S;
-                        cz[g] = fma(qg, mS, cz[g]);
-                    }
+                    for (int g = 0; g < GROUP; g++)
+                        qv[g] = ql4[g][d / 4 + h];
 #pragma unroll
-                    for (int j = 0; j < KTOK; j++) {
-                        const uint word = EL4(cw[j / KP], e);
-                        const float x = CODE_X(word, j % KP, KBITS);
+                    for (int e = 0; e < 4; e++) {
+                        const float S = sv[4 * h + e] * KSCALE, mS = mv[4 * h + e] - S;
+                        float qs[GROUP];
 #pragma unroll
-                        for (int g = 0; g < GROUP; g++)
-                            z[j][g] = fma(x, qs[g], z[j][g]);
+                        for (int g = 0; g < GROUP; g++) {
+                            const float qg = EL4(qv[g], e);
+                            qs[g] = qg * S;
+                            cz[g] = fma(qg, mS, cz[g]);
+                        }
+#pragma unroll
+                        for (int j = 0; j < KTOK; j++) {
+                            const uint word = EL4(cw[j / KP][h], e);
+                            const float x = CODE_X(word, j % KP, KBITS);
+#pragma unroll
+                            for (int g = 0; g < GROUP; g++)
+                                z[j][g] = fma(x, qs[g], z[j][g]);
+                        }
                     }
                 }
             }
@@ -340,6 +358,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 acc[g][i] *= f[g];
         }
         const int nt = min(TILE, end - base);
+#pragma unroll 2
         for (int t = slice; t < nt; t += NS) {
             const int pt = base + t;
             float pg[GP];
