@@ -75,12 +75,28 @@ inline float4 load_bf16x4(__global const ushort *p) {
 #endif
 #define LOAD_META CLKV_LOAD(META_DTYPE)
 
-/* Four consecutive metadata values (element i must be a multiple of 4 elements). */
+/* Element e (a compile-time constant) of a vector. */
+#define EL4(v, e) ((e) == 0 ? (v).x : (e) == 1 ? (v).y : (e) == 2 ? (v).z : (v).w)
+
+/* Eight consecutive metadata values: raw 16-byte loads (MW of them; p 16-byte aligned),
+ * then the f32 values. */
 #if META_DTYPE == CLKV_DT_F16
-#define LOAD_META4(p, i) vload_half4(0, (p) + (i))
+#define MW 1
 #else
-#define LOAD_META4(p, i) vload4(0, (p) + (i))
+#define MW 2
 #endif
+inline void meta8_load(__global const meta_t *p, uint4 *raw) {
+    for (int i = 0; i < MW; i++)
+        raw[i] = ((__global const uint4 *)p)[i];
+}
+inline float meta8_elem(const uint4 *raw, int i) {
+#if META_DTYPE == CLKV_DT_F16
+    const uint u = EL4(raw[0], i / 2);
+    return clkv_f16_bits_to_f32((i & 1) ? u >> 16 : u & 0xffffu);
+#else
+    return as_float(EL4(raw[i / 4], i % 4));
+#endif
+}
 
 /* Code i (bits [BITS*i, BITS*i + BITS)) of a word as x = 1 + code / 2^BITS: the code
  * moved to the top mantissa bits of 1.0f (i is a compile-time constant after unrolling,
@@ -93,9 +109,6 @@ inline float4 load_bf16x4(__global const ushort *p) {
              0x3F800000u)
 #define KSCALE ((float)(1 << KBITS))
 #define VSCALE ((float)(1 << VBITS))
-
-/* Element e (a compile-time constant) of a vector. */
-#define EL4(v, e) ((e) == 0 ? (v).x : (e) == 1 ? (v).y : (e) == 2 ? (v).z : (v).w)
 
 /* Work-group reduction (max or sum) of GROUP values per lane; every lane gets the result.
  * red has WG_SIZE * GP floats; the call ends with a barrier after the last read. */
@@ -145,6 +158,52 @@ inline void wg_reduce(float *v, __local float *red, int lid, int op) {
     barrier(CLK_LOCAL_MEM_FENCE);
 #endif
 }
+
+#ifndef KPREF
+#define KPREF 1
+#endif
+/* The K phase's loads for channels d .. d + 7 of the lane's rows. */
+#define K_LOAD(d, cw, sr, mr)                                                                      \
+    do {                                                                                           \
+        _Pragma("unroll") for (int r_ = 0; r_ < KW; r_++) {                                        \
+            (cw)[r_][0] = *(__global const uint4 *)(crow + (long)r_ * HEAD_DIM + (d));             \
+            (cw)[r_][1] = *(__global const uint4 *)(crow + (long)r_ * HEAD_DIM + (d) + 4);         \
+        }                                                                                          \
+        meta8_load(srow + (d), sr);                                                                \
+        meta8_load(mrow + (d), mr);                                                                \
+    } while (0)
+
+/* The V phase's tokens per batch (loads in flight per lane). */
+#define VB 4
+
+/* pg[0..GP) = the probabilities of tile token t (local table pl4). */
+#define LOAD_P(pg, t)                                                                              \
+    do {                                                                                           \
+        _Pragma("unroll") for (int g4_ = 0; g4_ < GP / 4; g4_++) {                                 \
+            const float4 v4_ = pl4[(t) * (GP / 4) + g4_];                                          \
+            (pg)[4 * g4_] = v4_.x, (pg)[4 * g4_ + 1] = v4_.y;                                      \
+            (pg)[4 * g4_ + 2] = v4_.z, (pg)[4 * g4_ + 3] = v4_.w;                                  \
+        }                                                                                          \
+    } while (0)
+
+/* Accumulate a quantized value word (scale s, min m of its channel group) with
+ * probabilities pg into acc / cm: acc += x * (p S), cm += p (m - S), S = 2^VBITS s. */
+#define V_QUANT(word, s, m, pg)                                                                    \
+    do {                                                                                           \
+        const uint w_ = (word);                                                                    \
+        const float S_ = (s)*VSCALE;                                                               \
+        const float mS_ = (m)-S_;                                                                  \
+        float ps_[GROUP];                                                                          \
+        _Pragma("unroll") for (int g_ = 0; g_ < GROUP; g_++) {                                     \
+            ps_[g_] = (pg)[g_] * S_;                                                               \
+            cm[g_] = fma((pg)[g_], mS_, cm[g_]);                                                   \
+        }                                                                                          \
+        _Pragma("unroll") for (int i_ = 0; i_ < VP; i_++) {                                        \
+            const float x_ = CODE_X(w_, i_, VBITS);                                                \
+            _Pragma("unroll") for (int g_ = 0; g_ < GROUP; g_++) acc[g_][i_] =                     \
+                fma(x_, ps_[g_], acc[g_][i_]);                                                     \
+        }                                                                                          \
+    } while (0)
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_quant_partial(
     __global const q_t *q, long q_off, long q_sb, long q_sh, __global const uint *kc,
@@ -227,37 +286,58 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
 #pragma unroll
             for (int g = 0; g < GROUP; g++)
                 cz[g] = 0.0f;
-#pragma unroll 2
-            for (int d = 0; d < HEAD_DIM; d += 4) {
-                uint4 cw[KW];
+            /* 8 channels per step, every load 16 bytes wide (the lanes of a warp read
+             * different rows, so load instructions, not bytes, bound L1); the next step's
+             * loads are issued before this step's arithmetic (KPREF) */
+            uint4 cw[KW][2], sr[MW], mr[MW];
+            K_LOAD(0, cw, sr, mr);
+            for (int d = 0; d < HEAD_DIM; d += 8) {
+#if KPREF
+                uint4 cwn[KW][2], srn[MW], mrn[MW];
+                K_LOAD(min(d + 8, HEAD_DIM - 8), cwn, srn, mrn);
+#endif
+                uint4 cws[KW][2]; /* the lane's first code at bit 0 */
 #pragma unroll
                 for (int r = 0; r < KW; r++)
-                    cw[r] = vload4(0, crow + (long)r * HEAD_DIM + d) >> sh0;
-                const float4 s4 = LOAD_META4(srow, d) * KSCALE;
-                const float4 m4 = LOAD_META4(mrow, d) - s4;
-                float4 qv[GROUP];
+                    cws[r][0] = cw[r][0] >> sh0, cws[r][1] = cw[r][1] >> sh0;
 #pragma unroll
-                for (int g = 0; g < GROUP; g++)
-                    qv[g] = ql4[g][d / 4];
+                for (int h = 0; h < 2; h++) {
+                    float4 qv[GROUP];
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float S = EL4(s4, e), mS = EL4(m4, e);
-                    float qs[GROUP];
+                    for (int g = 0; g < GROUP; g++)
+                        qv[g] = ql4[g][d / 4 + h];
 #pragma unroll
-                    for (int g = 0; g < GROUP; g++) {
-                        const float qg = EL4(qv[g], e);
-                        qs[g] = qg * S;
-                        cz[g] = fma(qg, mS, cz[g]);
-                    }
+                    for (int e = 0; e < 4; e++) {
+                        const float S = meta8_elem(sr, 4 * h + e) * KSCALE;
+                        const float mS = meta8_elem(mr, 4 * h + e) - S;
+                        float qs[GROUP];
 #pragma unroll
-                    for (int j = 0; j < KTOK; j++) {
-                        const uint word = EL4(cw[j / KP], e);
-                        const float x = CODE_X(word, j % KP, KBITS);
+                        for (int g = 0; g < GROUP; g++) {
+                            const float qg = EL4(qv[g], e);
+                            qs[g] = qg * S;
+                            cz[g] = fma(qg, mS, cz[g]);
+                        }
 #pragma unroll
-                        for (int g = 0; g < GROUP; g++)
-                            z[j][g] = fma(x, qs[g], z[j][g]);
+                        for (int j = 0; j < KTOK; j++) {
+                            const uint word = EL4(cws[j / KP][h], e);
+                            const float x = CODE_X(word, j % KP, KBITS);
+#pragma unroll
+                            for (int g = 0; g < GROUP; g++)
+                                z[j][g] = fma(x, qs[g], z[j][g]);
+                        }
                     }
                 }
+#if KPREF
+#pragma unroll
+                for (int r = 0; r < KW; r++)
+                    cw[r][0] = cwn[r][0], cw[r][1] = cwn[r][1];
+#pragma unroll
+                for (int i = 0; i < MW; i++)
+                    sr[i] = srn[i], mr[i] = mrn[i];
+#else
+                if (d + 8 < HEAD_DIM)
+                    K_LOAD(d + 8, cw, sr, mr);
+#endif
             }
 #pragma unroll
             for (int j = 0; j < KTOK; j++)
@@ -340,33 +420,35 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 acc[g][i] *= f[g];
         }
         const int nt = min(TILE, end - base);
-        for (int t = slice; t < nt; t += NS) {
+        int t = slice;
+        /* quantized tokens in batches of VB per lane, the batch's loads issued together
+         * (one token at a time leaves the V phase waiting on memory latency) */
+        for (; t + (VB - 1) * NS < nt && base + t + (VB - 1) * NS < nq; t += VB * NS) {
+            uint word[VB];
+            float sv[VB], mv[VB];
+#pragma unroll
+            for (int u = 0; u < VB; u++) {
+                const long pt = base + t + u * NS;
+                const long mi = pt * DG + (w * VP) / GQ;
+                word[u] = vcb[pt * NW + w];
+                sv[u] = LOAD_META(vsb, mi);
+                mv[u] = LOAD_META(vmb, mi);
+            }
+#pragma unroll
+            for (int u = 0; u < VB; u++) {
+                float pg[GP];
+                LOAD_P(pg, t + u * NS);
+                V_QUANT(word[u], sv[u], mv[u], pg);
+            }
+        }
+        /* the rest one token at a time (the tile's end, the residual) */
+        for (; t < nt; t += NS) {
             const int pt = base + t;
             float pg[GP];
-#pragma unroll
-            for (int g4 = 0; g4 < GP / 4; g4++) {
-                const float4 v4 = pl4[t * (GP / 4) + g4];
-                pg[4 * g4] = v4.x, pg[4 * g4 + 1] = v4.y;
-                pg[4 * g4 + 2] = v4.z, pg[4 * g4 + 3] = v4.w;
-            }
+            LOAD_P(pg, t);
             if (pt < nq) {
-                const uint word = vcb[(long)pt * NW + w];
                 const long mi = (long)pt * DG + (w * VP) / GQ;
-                const float S = LOAD_META(vsb, mi) * VSCALE;
-                const float mS = LOAD_META(vmb, mi) - S;
-                float ps[GROUP];
-#pragma unroll
-                for (int g = 0; g < GROUP; g++) {
-                    ps[g] = pg[g] * S;
-                    cm[g] = fma(pg[g], mS, cm[g]);
-                }
-#pragma unroll
-                for (int i = 0; i < VP; i++) {
-                    const float x = CODE_X(word, i, VBITS);
-#pragma unroll
-                    for (int g = 0; g < GROUP; g++)
-                        acc[g][i] = fma(x, ps[g], acc[g][i]);
-                }
+                V_QUANT(vcb[(long)pt * NW + w], LOAD_META(vsb, mi), LOAD_META(vmb, mi), pg);
             } else {
                 __global const res_t *row = vrb + (long)(pt - nq) * HEAD_DIM + w * VP;
 #pragma unroll
