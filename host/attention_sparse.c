@@ -170,11 +170,10 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_sparse_ar
      * O(NI)-per-entry scan. */
     p->hash_slots = 0;
     if (p->NI > 1) {
-        int64_t slots = 64;
-        while (slots < 2 * p->NI)
-            slots *= 2;
+        /* three sizes only (fewer program variants): load factor <= 1/2 */
+        const int64_t slots = 2 * p->NI <= 256 ? 256 : 2 * p->NI <= 1024 ? 1024 : MAX_HASH_SLOTS;
         const size_t tile_bytes = (size_t)(p->wg / p->tpr) * p->unroll * 2 * 4 + 64;
-        if (slots <= MAX_HASH_SLOTS && (size_t)slots * 4 + tile_bytes <= dev->local_mem_bytes)
+        if (2 * p->NI <= MAX_HASH_SLOTS && (size_t)slots * 4 + tile_bytes <= dev->local_mem_bytes)
             p->hash_slots = (int)slots;
     }
 
@@ -186,7 +185,7 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_sparse_ar
     const int64_t tile = (int64_t)(p->wg / p->tpr) * p->unroll;
     const int64_t units = p->B * p->Hkv * p->nhg;
     const int gpu = dev->kind == CLKV_DEVICE_KIND_GPU;
-    const int64_t target = (int64_t)dev->compute_units * (gpu ? 4 : 2);
+    const int64_t target = (int64_t)dev->compute_units * tuned(tune->waves, gpu ? 4 : 2);
     const int64_t len = p->total > 0 ? p->total : 1;
     int64_t splits = units > 0 ? (target + units - 1) / units : 1;
     const int64_t max_splits = (len + tile - 1) / tile;
@@ -233,8 +232,10 @@ static clkv_status get_merge_kernel(clkv_context *ctx, const clkv_attention_spar
                                     const sparse_plan *p, cl_kernel *km) {
     clkv_defs defs;
     clkv__defs_init(&defs);
-    clkv__defs_int(&defs, "Q_DTYPE", a->q.dtype);
-    clkv__defs_int(&defs, "KV_DTYPE", a->k.dtype);
+    /* The merge kernel depends on O_DTYPE and HEAD_DIM only; the partial kernel's
+     * options are fixed so every (o dtype, D) shares one program. */
+    clkv__defs_int(&defs, "Q_DTYPE", CLKV_F32);
+    clkv__defs_int(&defs, "KV_DTYPE", CLKV_F32);
     clkv__defs_int(&defs, "O_DTYPE", a->o.dtype);
     clkv__defs_int(&defs, "HEAD_DIM", p->D);
     clkv__defs_int(&defs, "GROUP", 1);

@@ -435,7 +435,9 @@ static void test_dedupe_order_invariant(void **state) {
 /* The multi-lane (NVIDIA-shaped) code path on any device: a second context with the
  * CLKV_DECODE_EPL / WG / UNROLL launch overrides (read at context creation) makes several
  * lanes share each K/V row, with row sums through local memory where there is no warp
- * shuffle. Runs a few cases covering aligned/unaligned rows, TPR 4..16 and G = 16. */
+ * shuffle. Runs a few cases covering aligned/unaligned rows, TPR 4..16 and G = 16;
+ * CLKV_DECODE_WAVES=64 also splits every list over many work-groups (GPU-like), so
+ * duplicates are found across splits. */
 static void test_multilane(void **state) {
     static const char *const names[] = {"d64_f32_h8x8_len300_mixed", "d128_f32_h32x2_G16_mixed",
                                         "d256_f32_h14x2_b3_nolengths_maxlen600_odd",
@@ -447,7 +449,9 @@ static void test_multilane(void **state) {
         setenv("CLKV_DECODE_EPL", epl[e], 1);
         setenv("CLKV_DECODE_WG", "64", 1);
         setenv("CLKV_DECODE_UNROLL", "2", 1);
+        setenv("CLKV_DECODE_WAVES", "64", 1);
         clkv_context *ctx = tu_context_create();
+        unsetenv("CLKV_DECODE_WAVES");
         unsetenv("CLKV_DECODE_EPL");
         unsetenv("CLKV_DECODE_WG");
         unsetenv("CLKV_DECODE_UNROLL");
