@@ -196,9 +196,9 @@ clkv_status clkv_attention_window_workspace_size(clkv_context *ctx,
  * a time). Only rows of the set are read: rows outside it may hold anything (even NaN).
  * Duplicates: an idx entry counts only if no earlier entry of the same list has the same
  * value (first occurrence wins, so results do not depend on the work split); found with
- * a local-memory hash set, O(n_idx) expected time per work-group, for n_idx up to 4096
- * (more with a larger local memory); beyond that an O(n_idx) scan per entry
- * (O(n_idx^2) per (b, KV head): correct but slow — keep n_idx <= 4096 for speed).
+ * a local-memory hash set (at most 32 KiB), O(n_idx) expected time per work-group, for
+ * n_idx up to 4096; beyond that an O(n_idx) scan per entry (O(n_idx^2) per (b, KV head):
+ * correct but slow — keep n_idx <= 4096 for speed).
  * The summation order depends on list positions, so the same set given in another order
  * agrees within f32 rounding, and the same call repeated is bit-identical.
  * Scratch memory comes from the context's workspace (clkv_attention_sparse_workspace_size).
