@@ -10,8 +10,6 @@
  *   KBITS, VBITS, GQ                code widths and the quantization group
  *   GROUP                           query heads per work-group (<= 8)
  *   WG_SIZE                         work-group size (a multiple of D / (32 / VBITS))
- *   ACC_SAVE                        1: keep the V accumulators in local memory outside
- *                                   the V phase (fewer registers), 0: in registers
  *   KTOK                            tokens per lane in the K phase (4, 8 or 16); a tile is
  *                                   WG_SIZE * KTOK tokens, split ranges start at
  *                                   multiples of 16
@@ -175,27 +173,6 @@ inline void wg_reduce(float *v, __local float *red, int lid, int op) {
         meta8_load(mrow + (d), mr);                                                                \
     } while (0)
 
-#ifndef ACC_SAVE
-#define ACC_SAVE 0
-#endif
-/* Lane lid's value accumulators (acc, cm) to / from local memory (accs). */
-#define ACC_STORE()                                                                                \
-    do {                                                                                           \
-        _Pragma("unroll") for (int g_ = 0; g_ < GROUP; g_++) {                                     \
-            accs[(GROUP * VP + g_) * WG_SIZE + lid] = cm[g_];                                      \
-            _Pragma("unroll") for (int i_ = 0; i_ < VP; i_++)                                      \
-                accs[(g_ * VP + i_) * WG_SIZE + lid] = acc[g_][i_];                                \
-        }                                                                                          \
-    } while (0)
-#define ACC_LOAD()                                                                                 \
-    do {                                                                                           \
-        _Pragma("unroll") for (int g_ = 0; g_ < GROUP; g_++) {                                     \
-            cm[g_] = accs[(GROUP * VP + g_) * WG_SIZE + lid];                                      \
-            _Pragma("unroll") for (int i_ = 0; i_ < VP; i_++) acc[g_][i_] =                        \
-                accs[(g_ * VP + i_) * WG_SIZE + lid];                                              \
-        }                                                                                          \
-    } while (0)
-
 /* The V phase's tokens per batch (loads in flight per lane). */
 #define VB 4
 
@@ -288,12 +265,6 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
         for (int i = 0; i < VP; i++)
             acc[g][i] = 0.0f;
     }
-#if ACC_SAVE
-    /* the value accumulators stay in local memory outside the V phase, so the K phase's
-     * registers do not add to them (each lane touches only its own slots) */
-    __local float accs[(GROUP * VP + GROUP) * WG_SIZE];
-    ACC_STORE();
-#endif
 
     for (int base = start; base < end; base += TILE) {
         /* ---- K phase: lane lid, tokens p0 .. p0 + KTOK - 1 ---- */
@@ -441,9 +412,6 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* ---- V phase: lane (slice, w), tokens base + slice + i*NS ---- */
-#if ACC_SAVE
-        ACC_LOAD();
-#endif
 #pragma unroll
         for (int g = 0; g < GROUP; g++) {
             cm[g] *= f[g];
@@ -496,14 +464,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 }
             }
         }
-#if ACC_SAVE
-        ACC_STORE();
-#endif
         barrier(CLK_LOCAL_MEM_FENCE); /* pl is refilled by the next tile */
     }
-#if ACC_SAVE
-    ACC_LOAD();
-#endif
 
     /* ---- the split's partial: denominator and slice sums (pl reused), head by head ---- */
     wg_reduce(l, red, lid, RED_SUM);

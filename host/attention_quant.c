@@ -16,7 +16,7 @@ typedef struct quant_plan {
     int64_t B, Hq, Hkv, G, D;
     int max_len;
     float scale;
-    int group, nhg, wg, ktok, acc_save;
+    int group, nhg, wg, ktok;
     int splits, chunk;
     size_t part_acc_bytes, part_ml_bytes;
 } quant_plan;
@@ -72,22 +72,16 @@ static void plan_launch(const clkv_quant_cache *c, const clkv_attention_quant_de
     while ((size_t)p->wg > dev->max_work_group_size && p->wg > 64)
         p->wg /= 2;
 
-    /* Tokens per lane in the K phase: 16 (two-thirds of the work amortises a channel's
-     * scale and q products over them) while the lane's logits (KTOK x heads) fit in 64
-     * registers and the tile's probability table (WG * KTOK x heads padded to 4) in
-     * 32 KiB of local memory. */
+    /* Tokens per lane in the K phase: 16 (a channel's code words, scale/min loads and
+     * q*s products serve that many tokens; on the H200, 16 beat 8 and 4 at B = 1 and
+     * matched 8 at B = 8) while the lane's logits (KTOK x heads) fit in 64 registers and
+     * the tile's probability table (WG * KTOK x heads padded to 4) in 32 KiB of local
+     * memory. */
     const int gp = (p->group + 3) & ~3;
     p->ktok = 16;
     while (p->ktok > 4 && (p->ktok * gp > 64 || (size_t)p->wg * p->ktok * gp * 4 > 32768))
         p->ktok /= 2;
     const int64_t tile = (int64_t)p->wg * p->ktok;
-    /* The V accumulators (GROUP x 32/v_bits floats per lane) wait in local memory during
-     * the K phase where the work-group's local memory allows it (smaller work-groups). */
-    const size_t vp = (size_t)(32 / c->cfg.v_bits);
-    const size_t local = (size_t)p->group * (size_t)p->D * 4 + (size_t)tile * (size_t)gp * 4 +
-                         (size_t)p->wg * (size_t)p->group * 4;
-    const size_t save = (size_t)p->wg * ((size_t)p->group * vp + (size_t)p->group) * 4;
-    p->acc_save = local + save <= 40960 && local + save <= dev->local_mem_bytes;
 
     /* Split-K: enough work-groups to fill the device a few times over, but no split
      * shorter than a tile (the K phase would leave lanes idle); chunks of whole tiles.
@@ -185,7 +179,6 @@ clkv_status clkv_attention_quant_decode(clkv_quant_cache *cache,
     clkv__defs_int(&defs, "GROUP", p.group);
     clkv__defs_int(&defs, "WG_SIZE", p.wg);
     clkv__defs_int(&defs, "KTOK", p.ktok);
-    clkv__defs_int(&defs, "ACC_SAVE", p.acc_save);
     cl_kernel kp, km;
     if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_quant_partial", &kp)) ||
         (st = get_merge(ctx, args->o.dtype, p.D, &km)))
@@ -227,9 +220,9 @@ clkv_status clkv_attention_quant_decode(clkv_quant_cache *cache,
         return st;
     clkv__log(ctx,
               "attention_quant_decode: B=%lld Hq=%lld Hkv=%lld D=%lld bound=%d k_bits=%d "
-              "v_bits=%d group=%d wg=%d ktok=%d acc_save=%d splits=%d chunk=%d",
+              "v_bits=%d group=%d wg=%d ktok=%d splits=%d chunk=%d",
               (long long)p.B, (long long)p.Hq, (long long)p.Hkv, (long long)p.D, p.max_len,
-              cfg->k_bits, cfg->v_bits, p.group, p.wg, p.ktok, p.acc_save, p.splits, p.chunk);
+              cfg->k_bits, cfg->v_bits, p.group, p.wg, p.ktok, p.splits, p.chunk);
     const size_t gp[3] = {(size_t)p.splits * p.wg, (size_t)(p.Hkv * p.nhg), (size_t)p.B};
     const size_t lp[3] = {(size_t)p.wg, 1, 1};
     if ((st = clkv__enqueue(ctx, kp, "attention_quant_partial", 3, gp, lp, NULL)))
