@@ -7,7 +7,7 @@
  *   HEAD_DIM                    D (64, 128)
  *   QT                          query rows per work-group: 16 * NWQ
  *   NWK                         warps along the keys (NWQ * NWK = 4 warps, 128 lanes)
- *   KW                          keys per warp per tile (16 or 32); a tile has KT = NWK * KW
+ *   KW                          keys per warp per tile (16, 32, 64); a tile has KT = NWK * KW
  *   NSTG                        K/V tiles in flight (cp.async stages)
  *   KV_ALIGNED                  1: every K/V row starts 16-byte aligned (cp.async);
  *                               0: plain loads into the same local tiles
@@ -38,7 +38,7 @@
 #define NST (KW / 8)        /* n-tiles of a warp's scores */
 #define UNROLL _Pragma("unroll")
 
-#if NWQ * NWK != 4 || (KW != 16 && KW != 32) || (HEAD_DIM != 64 && HEAD_DIM != 128)
+#if NWQ * NWK != 4 || (KW != 16 && KW != 32 && KW != 64) || (HEAD_DIM != 64 && HEAD_DIM != 128)
 #error "attention_window_mma: inconsistent tile parameters"
 #endif
 #if Q_DTYPE != KV_DTYPE || KV_DTYPE == CLKV_DT_F32 || !defined(CLKV_NVIDIA_PTX)

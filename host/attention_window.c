@@ -127,17 +127,31 @@ static int mma_env(void) {
  * smallest holding all G*T rows, up to 64), NWK warps along the keys of a tile (small
  * windows: several warps share a row block, so a work-group still streams a wide tile),
  * stages within FA_STAGE_BUDGET. Returns 0 where it does not fit the device. */
+static int env_int(const char *name) {
+    const char *e = getenv(name);
+    return e ? atoi(e) : 0;
+}
+
 static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, window_plan *p) {
     const int64_t rows = p->G * p->T;
     p->fa_qt = rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
     p->fa_nwk = 4 / (p->fa_qt / 16);
     p->fa_kw = p->fa_nwk == 4 ? 16 : 32;
+    /* tuning overrides (keys per warp 16 | 32 | 64, stages 2..8); ignored when invalid */
+    const int kw_env = env_int("CLKV_WINDOW_FA_KW"), st_env = env_int("CLKV_WINDOW_FA_STAGES");
+    if (kw_env == 16 || kw_env == 32 || kw_env == 64)
+        p->fa_kw = kw_env;
     const size_t kt = (size_t)(p->fa_nwk * p->fa_kw);
     const size_t stage = 2 * kt * (size_t)(p->D + 8) * 2;
     size_t nstg = FA_STAGE_BUDGET / stage;
     nstg = nstg < 2 ? 2 : nstg > 4 ? 4 : nstg;
+    if (st_env >= 2 && st_env <= 8)
+        nstg = (size_t)st_env;
     p->fa_nstg = (int)nstg;
     p->fa_aligned = clkv__rows_aligned(&a->k, 8) && clkv__rows_aligned(&a->v, 8);
+    /* the stages also hold the final combine of the warps' accumulators (64 rows x D f32) */
+    if (nstg * stage < (size_t)64 * (size_t)p->D * 4)
+        return 0;
     const size_t lmem = nstg * stage + (size_t)p->fa_nwk * (size_t)p->fa_qt * 2 * 4;
     return lmem <= ctx->info.static_local_mem_bytes;
 }
