@@ -128,6 +128,18 @@ static int mma_env(void) {
  * 64 keys). Measured on an H200 (bf16, D 128): prefill is fastest with 64 keys per warp
  * and 2 stages, the window (memory-bound) with 3 stages. Returns 0 where it does not fit
  * the device. */
+/* CLKV_WINDOW_P16=1 (read once): with a 16-bit o, the tensor-core kernel rounds the
+ * attention weights once to the K/V dtype instead of keeping a residual (FlashAttention
+ * precision: ~25 % faster prefill, but outside the library's tested tolerance). */
+static int p16_requested(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        const char *e = getenv("CLKV_WINDOW_P16");
+        cached = e && e[0] == '1';
+    }
+    return cached;
+}
+
 static int env_int(const char *name) {
     const char *e = getenv(name);
     return e ? atoi(e) : 0;
@@ -235,9 +247,15 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
     } else {
         /* the tensor-core kernel streams faster per work-group: fewer, longer splits
          * (its partial states would otherwise rival the K/V bytes) */
-        const int64_t target = (int64_t)ctx->info.compute_units * (gpu ? (p->fa ? 2 : 4) : 2);
+        const int64_t cu = (int64_t)ctx->info.compute_units;
+        const int64_t target = cu * (gpu ? (p->fa ? 2 : 4) : 2);
         const int64_t min_chunk = gpu ? (p->fa ? 512 : 256) : 512;
         splits = units > 0 ? ceil_div(target, units) : 1;
+        /* Tensor-core kernel with few row tiles (a small window): at most one work-group
+         * per compute unit, in one wave (H200, T = 8, 8 KV heads: 16 splits 30 us at 16K
+         * keys and 146 us at 128K; 24 splits 36 / 171 us, 32 splits 34 / 150 us). */
+        if (p->fa && units > 0 && units * 2 <= cu)
+            splits = cu / units;
         if (splits > ceil_div(len, min_chunk))
             splits = ceil_div(len, min_chunk);
         /* keep the partial states within a quarter of the largest buffer */
@@ -328,6 +346,7 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
         clkv__defs_int(&fdefs, "KW", p.fa_kw);
         clkv__defs_int(&fdefs, "NSTG", p.fa_nstg);
         clkv__defs_int(&fdefs, "KV_ALIGNED", p.fa_aligned);
+        clkv__defs_int(&fdefs, "P_LO", !(p16_requested() && args->o.dtype != CLKV_F32));
         st = clkv__get_kernel(ctx, MMA_KERNEL_FILE, &fdefs, "attention_window_partial", &kp);
     } else {
         st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_window_partial", &kp);
