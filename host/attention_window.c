@@ -159,13 +159,15 @@ static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, windo
     size_t nstg = p->fa_nwk == 1 ? 2 : 3;
     if (st_env >= 2 && st_env <= 8)
         nstg = (size_t)st_env;
+    const size_t ml_bytes = (size_t)p->fa_nwk * (size_t)p->fa_qt * 2 * 4;
+    while (nstg > 2 && nstg * stage + ml_bytes > ctx->info.static_local_mem_bytes)
+        nstg--; /* devices with less static local memory: fewer stages */
     p->fa_nstg = (int)nstg;
     p->fa_aligned = clkv__rows_aligned(&a->k, 8) && clkv__rows_aligned(&a->v, 8);
     /* the stages also hold the final combine of the warps' accumulators (64 rows x D f32) */
     if (nstg * stage < (size_t)64 * (size_t)p->D * 4)
         return 0;
-    const size_t lmem = nstg * stage + (size_t)p->fa_nwk * (size_t)p->fa_qt * 2 * 4;
-    return lmem <= ctx->info.static_local_mem_bytes;
+    return nstg * stage + ml_bytes <= ctx->info.static_local_mem_bytes;
 }
 
 static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_args *a,
