@@ -123,6 +123,9 @@ clkv_status clkv_attention_decode_workspace_size(clkv_context *ctx,
  * device (small T: the memory-bound window case); their partial (max, sum, acc) states go
  * to the context's workspace and a second kernel merges them. With one split (typical for
  * prefill) a single kernel writes o and lse and no workspace is used.
+ * On NVIDIA, with q and K/V both f16 or both bf16 and D 64 or 128, the products run on the
+ * tensor cores (exact 16-bit products, f32 accumulation; the attention weights as a 16-bit
+ * high part plus a 16-bit residual, ~16 significant bits), within the same tolerances.
  */
 typedef struct clkv_attention_window_args {
     clkv_tensor q;
