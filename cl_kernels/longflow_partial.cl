@@ -139,16 +139,30 @@ inline void lf_cp_wait(void) {
 #endif
 }
 
-/* Copy tile rows [first, first + TILE) of K and V into one stage; rows at or past `end`
- * copy row `start` (valid memory, masked later). */
-inline void lf_issue_tile(__local uint4 *sk, __local uint4 *sv, __global const KV_T *k,
-                          __global const KV_T *v, long kb, int first, int start, int end, int lid) {
+/* One 4-byte element (the tile's slot positions, whose alignment is only 4 bytes). */
+inline void lf_cp4(__local int *dst, __global const int *src) {
+#ifdef CLKV_NVIDIA_PTX
+    const uint d = (uint)(size_t)dst;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
+#else
+    *dst = *src;
+#endif
+}
+
+/* Copy tile rows [first, first + TILE) of K and V, and their slot positions, into one
+ * stage; rows at or past `end` copy row `start` (valid memory, masked later). Staging
+ * the positions keeps the loop free of dependent global loads. */
+inline void lf_issue_tile(__local uint4 *sk, __local uint4 *sv, __local int *sp,
+                          __global const KV_T *k, __global const KV_T *v, __global const int *prow,
+                          long kb, int first, int start, int end, int lid) {
     for (int i = lid; i < TILE * ROW_U4; i += WG_SIZE) {
         const int r = i / ROW_U4, c = i % ROW_U4;
         const int j = first + r < end ? first + r : start;
         lf_cp16(sk + i, (__global const uchar *)(k + kb + (long)j * HEAD_DIM) + c * 16);
         lf_cp16(sv + i, (__global const uchar *)(v + kb + (long)j * HEAD_DIM) + c * 16);
     }
+    for (int r = lid; r < TILE; r += WG_SIZE)
+        lf_cp4(sp + r, prow + (first + r < end ? first + r : start));
 }
 
 /* The lane's elements of tile row r as f32. */
@@ -237,23 +251,26 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
 #if CP_ASYNC
     __local uint4 stage_k[STAGES][TILE * ROW_U4];
     __local uint4 stage_v[STAGES][TILE * ROW_U4];
+    __local int stage_p[STAGES][TILE];
     const int ntiles = end > start ? (end - start + TILE - 1) / TILE : 0;
     for (int t = 0; t < STAGES - 1; t++) {
         if (t < ntiles)
-            lf_issue_tile(stage_k[t], stage_v[t], k, v, kb, start + t * TILE, start, end, lid);
+            lf_issue_tile(stage_k[t], stage_v[t], stage_p[t], k, v, prow, kb, start + t * TILE,
+                          start, end, lid);
         lf_cp_commit(); /* empty groups keep the group count uniform */
     }
     for (int t = 0; t < ntiles; t++) {
         const int ahead = t + STAGES - 1;
         if (ahead < ntiles)
-            lf_issue_tile(stage_k[ahead % STAGES], stage_v[ahead % STAGES], k, v, kb,
-                          start + ahead * TILE, start, end, lid);
+            lf_issue_tile(stage_k[ahead % STAGES], stage_v[ahead % STAGES], stage_p[ahead % STAGES],
+                          k, v, prow, kb, start + ahead * TILE, start, end, lid);
         lf_cp_commit();
         lf_cp_wait(); /* tile t has landed (for this work-item's copies) */
         barrier(CLK_LOCAL_MEM_FENCE);
         const int base = start + t * TILE;
         __local const uint4 *tk = stage_k[t % STAGES];
         __local const uint4 *tv = stage_v[t % STAGES];
+        __local const int *tp = stage_p[t % STAGES];
 #else
     for (int base = start; base < end; base += NRG * UNROLL) {
 #endif
@@ -270,11 +287,13 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
 #if CP_ASYNC
             tile_row(tk, uu * NRG + rg, ln, kx[uu]);
             tile_row(tv, uu * NRG + rg, ln, vx[uu]);
+            const int pj = tp[uu * NRG + rg];
 #else
             load_row(k, kb + (long)jj * HEAD_DIM, ln, kx[uu]);
             load_row(v, kb + (long)jj * HEAD_DIM, ln, vx[uu]);
+            const int pj = prow[jj];
 #endif
-            valid[uu] = in[uu] && (j == vslot || prow[jj] >= 0);
+            valid[uu] = in[uu] && (j == vslot || pj >= 0);
         }
         UNROLL_LOOP
         for (int uu = 0; uu < UNROLL; uu++) {
