@@ -319,8 +319,19 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
                     d = fma(qr[g][e], kx[uu][e], d);
                 d = row_sum(d, scratch);
                 s[uu][g] = valid[uu] ? d : -INFINITY;
-                if (ln == 0 && in[uu] && g < ng)
-                    ys[((long)b * Hq + h0 + g) * S + j] = valid[uu] ? d + lv : -INFINITY;
+            }
+            /* Score logits: lane ln of the row stores heads ln, ln + TPR, ... (every lane
+             * holds every head's dot product after row_sum), so a row-group issues one
+             * store per TPR heads instead of one per head. */
+            UNROLL_LOOP
+            for (int g0 = 0; g0 < GROUP; g0 += TPR) {
+                float yv = -INFINITY;
+                UNROLL_LOOP
+                for (int g = g0; g < GROUP && g < g0 + TPR; g++)
+                    yv = g - g0 == ln ? s[uu][g] + lv : yv;
+                const int g = g0 + ln;
+                if (in[uu] && g < ng)
+                    ys[((long)b * Hq + h0 + g) * S + j] = valid[uu] ? yv : -INFINITY;
             }
         }
         /* Rescale only when the running max grows. */
