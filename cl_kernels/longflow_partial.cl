@@ -73,23 +73,6 @@ inline float round_kv(float x) {
 #endif
 }
 
-/* The EPL elements of a cache row this lane owns, as f32. */
-inline void load_row(__global const KV_T *p, long row, int ln, float *x) {
-#if TPR > 1
-    UNROLL_LOOP
-    for (int c = 0; c < NCH; c++) {
-        const uint4 r = clkv_load_raw_aligned(p, (row + ELEM(c, 0, ln)) * (long)sizeof(KV_T));
-        UNROLL_LOOP
-        for (int j = 0; j < VW; j++)
-            x[c * VW + j] = CLKV_RAW_ELEM(KV_DTYPE)(r, j);
-    }
-#else
-    for (int e = 0; e < EPL; e++)
-        x[e] = CLKV_LOAD(KV_DTYPE)(p, row + e);
-#endif
-}
-
-/* The same elements of the new token's row, rounded to the cache dtype. */
 /* Element i of a buffer whose dtype code `dt` is a run-time value (f32, f16, bf16). */
 inline float load_any(__global const void *p, int dt, long i) {
     if (dt == CLKV_DT_F16)
@@ -99,13 +82,64 @@ inline float load_any(__global const void *p, int dt, long i) {
     return ((__global const float *)p)[i];
 }
 
-inline void load_new_row(__global const void *p, int dt, long row, int ln, float *x) {
+/* A lane's part of a cache row is kept as loaded (RAW_T x NCH: 16-byte raw vectors with
+ * several lanes per row, as attention_decode.cl; f32 elements with one lane per row) and
+ * widened element by element at use, which halves the registers of 16-bit rows. */
+#if TPR > 1
+#define RAW_T uint4
+#define RAW_GET(r, e) CLKV_RAW_ELEM(KV_DTYPE)((r)[(e) / VW], (e) % VW)
+#else
+#define RAW_T float
+#define RAW_GET(r, e) ((r)[e])
+#endif
+
+/* The lane's part of cache row `row` (element offset). */
+inline void load_raw_row(__global const KV_T *p, long row, int ln, RAW_T *r) {
+#if TPR > 1
+    UNROLL_LOOP
+    for (int c = 0; c < NCH; c++)
+        r[c] = clkv_load_raw_aligned(p, (row + ELEM(c, 0, ln)) * (long)sizeof(KV_T));
+#else
+    for (int e = 0; e < EPL; e++)
+        r[e] = CLKV_LOAD(KV_DTYPE)(p, row + e);
+#endif
+}
+
+#if TPR > 1 && KV_DTYPE != CLKV_DT_F32
+/* The cache dtype's bits of x (RNE). */
+inline uint kv_bits(float x) {
+#if KV_DTYPE == CLKV_DT_BF16
+    return (uint)clkv_f32_to_bf16(x);
+#else
+    ushort h;
+    vstore_half_rte(x, 0, (__private half *)&h);
+    return (uint)h;
+#endif
+}
+#endif
+
+/* The same part of the new token's row (dtype `dt`), rounded to the cache dtype as the
+ * cache stores it. */
+inline void new_raw_row(__global const void *p, int dt, long row, int ln, RAW_T *r) {
+#if TPR > 1
     UNROLL_LOOP
     for (int c = 0; c < NCH; c++) {
+        uint w[4];
         UNROLL_LOOP
-        for (int j = 0; j < VW; j++)
-            x[c * VW + j] = round_kv(load_any(p, dt, row + ELEM(c, j, ln)));
+        for (int i = 0; i < 4; i++) {
+#if KV_DTYPE == CLKV_DT_F32
+            w[i] = as_uint(load_any(p, dt, row + ELEM(c, i, ln)));
+#else
+            w[i] = kv_bits(load_any(p, dt, row + ELEM(c, 2 * i, ln))) |
+                   (kv_bits(load_any(p, dt, row + ELEM(c, 2 * i + 1, ln))) << 16);
+#endif
+        }
+        r[c] = (uint4)(w[0], w[1], w[2], w[3]);
     }
+#else
+    for (int e = 0; e < EPL; e++)
+        r[e] = round_kv(load_any(p, dt, row + e));
+#endif
 }
 
 #if CP_ASYNC
@@ -165,16 +199,6 @@ inline void lf_issue_tile(__local uint4 *sk, __local uint4 *sv, __local int *sp,
         lf_cp4(sp + r, prow + (first + r < end ? first + r : start));
 }
 
-/* The lane's elements of tile row r as f32. */
-inline void tile_row(__local const uint4 *t, int r, int ln, float *x) {
-    UNROLL_LOOP
-    for (int c = 0; c < NCH; c++) {
-        const uint4 raw = t[r * ROW_U4 + c * TPR + ln];
-        UNROLL_LOOP
-        for (int j = 0; j < VW; j++)
-            x[c * VW + j] = CLKV_RAW_ELEM(KV_DTYPE)(raw, j);
-    }
-}
 #endif
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_partial(
@@ -275,7 +299,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
     for (int base = start; base < end; base += NRG * UNROLL) {
 #endif
         float s[UNROLL][GROUP];
-        float kx[UNROLL][EPL], vx[UNROLL][EPL];
+        RAW_T kr[UNROLL][NCH], vr[UNROLL][NCH];
         int valid[UNROLL], in[UNROLL];
         /* All rows' loads first, branch-free (the victim row too: its cache copy may be
          * being overwritten and is replaced below), so they are all in flight at once. */
@@ -283,14 +307,17 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
         for (int uu = 0; uu < UNROLL; uu++) {
             const int j = base + uu * NRG + rg;
             in[uu] = j < end;
-            const int jj = in[uu] ? j : start; /* keep loads in bounds and uniform */
 #if CP_ASYNC
-            tile_row(tk, uu * NRG + rg, ln, kx[uu]);
-            tile_row(tv, uu * NRG + rg, ln, vx[uu]);
+            UNROLL_LOOP
+            for (int c = 0; c < NCH; c++) {
+                kr[uu][c] = tk[(uu * NRG + rg) * ROW_U4 + c * TPR + ln];
+                vr[uu][c] = tv[(uu * NRG + rg) * ROW_U4 + c * TPR + ln];
+            }
             const int pj = tp[uu * NRG + rg];
 #else
-            load_row(k, kb + (long)jj * HEAD_DIM, ln, kx[uu]);
-            load_row(v, kb + (long)jj * HEAD_DIM, ln, vx[uu]);
+            const int jj = in[uu] ? j : start; /* keep loads in bounds and uniform */
+            load_raw_row(k, kb + (long)jj * HEAD_DIM, ln, kr[uu]);
+            load_raw_row(v, kb + (long)jj * HEAD_DIM, ln, vr[uu]);
             const int pj = prow[jj];
 #endif
             valid[uu] = in[uu] && (j == vslot || pj >= 0);
@@ -299,39 +326,21 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
         for (int uu = 0; uu < UNROLL; uu++) {
             const int j = base + uu * NRG + rg;
             if (j == vslot) { /* the new token, as the cache stores it */
-                load_new_row(kn, n_dt, knrow, ln, kx[uu]);
-                load_new_row(vn, n_dt, vnrow, ln, vx[uu]);
+                new_raw_row(kn, n_dt, knrow, ln, kr[uu]);
+                new_raw_row(vn, n_dt, vnrow, ln, vr[uu]);
             }
-            float nv = 0.0f;
+            /* an empty slot's V (whatever it holds, even NaN) must not reach acc */
             UNROLL_LOOP
-            for (int e = 0; e < EPL; e++) {
-                /* an empty slot's V (whatever it holds, even NaN) must not reach acc */
-                vx[uu][e] = valid[uu] ? vx[uu][e] : 0.0f;
-                nv += fabs(vx[uu][e]);
-            }
-            nv = row_sum(nv, scratch);
-            const float lv = log2(nv);
+            for (int c = 0; c < NCH; c++)
+                vr[uu][c] = valid[uu] ? vr[uu][c] : (RAW_T)(0);
             UNROLL_LOOP
             for (int g = 0; g < GROUP; g++) {
                 float d = 0.0f;
                 UNROLL_LOOP
                 for (int e = 0; e < EPL; e++)
-                    d = fma(qr[g][e], kx[uu][e], d);
+                    d = fma(qr[g][e], RAW_GET(kr[uu], e), d);
                 d = row_sum(d, scratch);
                 s[uu][g] = valid[uu] ? d : -INFINITY;
-            }
-            /* Score logits: lane ln of the row stores heads ln, ln + TPR, ... (every lane
-             * holds every head's dot product after row_sum), so a row-group issues one
-             * store per TPR heads instead of one per head. */
-            UNROLL_LOOP
-            for (int g0 = 0; g0 < GROUP; g0 += TPR) {
-                float yv = -INFINITY;
-                UNROLL_LOOP
-                for (int g = g0; g < GROUP && g < g0 + TPR; g++)
-                    yv = g - g0 == ln ? s[uu][g] + lv : yv;
-                const int g = g0 + ln;
-                if (in[uu] && g < ng)
-                    ys[((long)b * Hq + h0 + g) * S + j] = valid[uu] ? yv : -INFINITY;
             }
         }
         /* Rescale only when the running max grows. */
@@ -352,13 +361,37 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
         }
         UNROLL_LOOP
         for (int uu = 0; uu < UNROLL; uu++) {
+            float p[GROUP];
             UNROLL_LOOP
             for (int g = 0; g < GROUP; g++) {
-                const float p = valid[uu] ? exp2(s[uu][g] - m[g]) : 0.0f;
-                l[g] += p;
+                p[g] = valid[uu] ? exp2(s[uu][g] - m[g]) : 0.0f;
+                l[g] += p[g];
+            }
+            /* ||v||_1 from the V elements widened for the accumulation anyway */
+            float nv = 0.0f;
+            UNROLL_LOOP
+            for (int e = 0; e < EPL; e++) {
+                const float vx = RAW_GET(vr[uu], e);
+                nv += fabs(vx);
                 UNROLL_LOOP
-                for (int e = 0; e < EPL; e++)
-                    acc[g][e] = fma(p, vx[uu][e], acc[g][e]);
+                for (int g = 0; g < GROUP; g++)
+                    acc[g][e] = fma(p[g], vx, acc[g][e]);
+            }
+            nv = row_sum(nv, scratch);
+            const float lv = log2(nv);
+            /* Score logits y = z + log2 ||v||_1: lane ln of the row stores heads ln,
+             * ln + TPR, ... (every lane holds every head's dot product after row_sum), so a
+             * row-group issues one store per TPR heads instead of one per head. */
+            const int j = base + uu * NRG + rg;
+            UNROLL_LOOP
+            for (int g0 = 0; g0 < GROUP; g0 += TPR) {
+                float yv = -INFINITY;
+                UNROLL_LOOP
+                for (int g = g0; g < GROUP && g < g0 + TPR; g++)
+                    yv = g - g0 == ln ? s[uu][g] + lv : yv;
+                const int g = g0 + ln;
+                if (in[uu] && g < ng)
+                    ys[((long)b * Hq + h0 + g) * S + j] = valid[uu] ? yv : -INFINITY;
             }
         }
 #if CP_ASYNC
