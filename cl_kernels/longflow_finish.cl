@@ -23,6 +23,9 @@ inline void store_any(__global void *p, int dt, long i, float x) {
     else
         ((__global float *)p)[i] = x;
 }
+#if FIN_WG % 32 != 0
+#error "FIN_WG must be a multiple of 32 (warps)"
+#endif
 #if MAX_SPLITS < FIN_WG
 #error "the merge weights double as the LSE tree scratch: MAX_SPLITS >= FIN_WG"
 #endif
@@ -49,9 +52,38 @@ inline void fence_device(void) {
 #endif
 }
 
-/* Reduce (key, idx) candidates of the work-group to lane 0's. */
+/* Reduce (key, idx) candidates of the work-group into rk[0], ri[0] (visible to every
+ * work-item on return). On NVIDIA a warp butterfly (cand_better is a total order on
+ * candidates, so every lane ends with its warp's best), then one lane over the warps;
+ * elsewhere a tree in local memory. */
 inline void cand_reduce(__local float *rk, __local int *ri, float key, int idx) {
     const int lid = (int)get_local_id(0);
+#ifdef CLKV_NVIDIA_PTX
+    for (int o = 16; o > 0; o >>= 1) {
+        const float k2 = clkv_shfl_xor(key, o);
+        const int i2 = as_int(clkv_shfl_xor(as_float(idx), o));
+        if (cand_better(k2, i2, key, idx)) {
+            key = k2;
+            idx = i2;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE); /* earlier readers of rk / ri are done */
+    if (lid % 32 == 0) {
+        rk[lid / 32] = key;
+        ri[lid / 32] = idx;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0) {
+        for (int w = 1; w < FIN_WG / 32; w++)
+            if (cand_better(rk[w], ri[w], key, idx)) {
+                key = rk[w];
+                idx = ri[w];
+            }
+        rk[0] = key;
+        ri[0] = idx;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#else
     rk[lid] = key;
     ri[lid] = idx;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -62,6 +94,36 @@ inline void cand_reduce(__local float *rk, __local int *ri, float key, int idx) 
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+#endif
+}
+
+/* Max (is_max) or sum of x over the work-group, returned to every work-item; `red` holds
+ * FIN_WG floats. On NVIDIA a warp butterfly, then the warps' values. */
+inline float wg_reduce(float x, __local float *red, int is_max) {
+    const int lid = (int)get_local_id(0);
+    barrier(CLK_LOCAL_MEM_FENCE); /* earlier readers of red are done */
+#ifdef CLKV_NVIDIA_PTX
+    for (int o = 16; o > 0; o >>= 1) {
+        const float y = clkv_shfl_xor(x, o);
+        x = is_max ? fmax(x, y) : x + y;
+    }
+    if (lid % 32 == 0)
+        red[lid / 32] = x;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    x = red[0];
+    for (int w = 1; w < FIN_WG / 32; w++)
+        x = is_max ? fmax(x, red[w]) : x + red[w];
+#else
+    red[lid] = x;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int span = FIN_WG / 2; span > 0; span >>= 1) {
+        if (lid < span)
+            red[lid] = is_max ? fmax(red[lid], red[lid + span]) : red[lid] + red[lid + span];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    x = red[0];
+#endif
+    return x;
 }
 
 /* The scores and victim candidate of one chunk of one slot map; the last work-group of
@@ -241,15 +303,7 @@ longflow_finish(__global float *ws, long ml_off, long y_off, long cand_off, int 
         float mx = -INFINITY;
         for (int s = lid; s < num_splits; s += FIN_WG)
             mx = fmax(mx, part_ml[(base + s) * 2]);
-        red[lid] = mx;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int span = FIN_WG / 2; span > 0; span >>= 1) {
-            if (lid < span)
-                red[lid] = fmax(red[lid], red[lid + span]);
-            barrier(CLK_LOCAL_MEM_FENCE);
-        }
-        mx = red[0];
-        barrier(CLK_LOCAL_MEM_FENCE);
+        mx = wg_reduce(mx, red, 1);
         float sum = 0.0f;
         for (int s = lid; s < num_splits; s += FIN_WG) {
             const float ms = part_ml[(base + s) * 2];
@@ -257,14 +311,7 @@ longflow_finish(__global float *ws, long ml_off, long y_off, long cand_off, int 
             weight[s] = w;
             sum += part_ml[(base + s) * 2 + 1] * w;
         }
-        red[lid] = sum;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int span = FIN_WG / 2; span > 0; span >>= 1) {
-            if (lid < span)
-                red[lid] += red[lid + span];
-            barrier(CLK_LOCAL_MEM_FENCE);
-        }
-        sum = red[0];
+        sum = wg_reduce(sum, red, 0);
         const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
         const int lane = lid / MERGE_Q, col = lid % MERGE_Q;
         float4 a = (float4)(0.0f);
