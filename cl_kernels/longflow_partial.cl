@@ -225,6 +225,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
     const int end = min(start + chunk, S);
     const int h0 = kvh * G + hg * GROUP;
     const int ng = min(GROUP, G - hg * GROUP);
+    /* score logits of head h0 + ln (+ TPR, ...): [b, h, slot] rows */
+    __global float *ylane = ys + ((long)b * Hq + h0 + ln) * S;
     const long kb = ((long)b * Hkv + kvh) * S * HEAD_DIM; /* same for v */
     __global int *prow = pos + ((long)b * Hm + u) * S;
     const long knrow = kn_off + (long)b * kn_sb + (long)kvh * kn_sh;
@@ -391,7 +393,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
                     yv = g - g0 == ln ? s[uu][g] + lv : yv;
                 const int g = g0 + ln;
                 if (in[uu] && g < ng)
-                    ys[((long)b * Hq + h0 + g) * S + j] = valid[uu] ? yv : -INFINITY;
+                    ylane[(long)g0 * S + j] = valid[uu] ? yv : -INFINITY;
             }
         }
 #if CP_ASYNC

@@ -124,7 +124,8 @@ clkv_status lf__plan(clkv_longflow_cache *c) {
     p->splits = (int)((len + chunk - 1) / chunk);
     /* Score geometry of the finish kernel: hl lanes share the heads of a slot, FIN_WG / hl
      * slots per round, `rounds` rounds per work-group. On a GPU: enough (slot, lane)
-     * work-items to fill the device (but no more lanes than heads), about four
+     * work-items to fill the device (but no more lanes than heads, and at most 8: on an
+     * H200, 8 beat 32 and 1 at B=2, Hq=32, S=1024, per-layer), about four
      * work-groups per compute unit. On CPUs (tests): small chunks, so that maps of a few
      * dozen slots already span several work-groups and rounds. */
     const int64_t nh = c->mode == CLKV_LONGFLOW_PER_KV_HEAD ? c->G : c->Hq;
@@ -133,7 +134,7 @@ clkv_status lf__plan(clkv_longflow_cache *c) {
     if (gpu) {
         const int64_t fill = (int64_t)dev->compute_units * 2048;
         p->hl = 1;
-        while (p->hl * 2 <= nh && p->hl * 2 <= 32 && map_slots * p->hl * 2 <= fill)
+        while (p->hl * 2 <= nh && p->hl * 2 <= 8 && map_slots * p->hl * 2 <= fill)
             p->hl *= 2;
         const int64_t per_wg = (int64_t)LF_FIN_WG * dev->compute_units * 4;
         rounds = (map_slots * p->hl + per_wg - 1) / per_wg;
