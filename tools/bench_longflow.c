@@ -44,7 +44,9 @@ void usage_bench_longflow(FILE *f) {
             "partial kernel and its launch gaps). Bytes: B*Hkv*S*D*2*element\n"
             "size (K and V read once). Launch geometry overrides for tuning (read at cache\n"
             "creation): CLKV_LONGFLOW_EPL, CLKV_LONGFLOW_WG, CLKV_LONGFLOW_UNROLL,\n"
-            "CLKV_LONGFLOW_SPLITS. Progress goes to stderr, results to stdout.\n");
+            "CLKV_LONGFLOW_SPLITS, CLKV_LONGFLOW_CPASYNC, CLKV_LONGFLOW_STAGES,\n"
+            "CLKV_LONGFLOW_SCORE_LANES, CLKV_LONGFLOW_SCORE_ROUNDS. Progress goes to stderr,\n"
+            "results to stdout.\n");
 }
 
 typedef struct lf_opts {
