@@ -118,10 +118,10 @@ inline uint kv_bits(float x) {
 }
 #endif
 
-/* The same part of the new token's row (dtype `dt`), rounded to the cache dtype as the
- * cache stores it. */
-inline void new_raw_row(__global const void *p, int dt, long row, int ln, RAW_T *r) {
 #if TPR > 1
+/* The lane's part of the new token's row (dtype `dt`), rounded to the cache dtype and
+ * packed as the cache stores it. */
+inline void new_raw_row(__global const void *p, int dt, long row, int ln, RAW_T *r) {
     UNROLL_LOOP
     for (int c = 0; c < NCH; c++) {
         uint w[4];
@@ -136,11 +136,8 @@ inline void new_raw_row(__global const void *p, int dt, long row, int ln, RAW_T 
         }
         r[c] = (uint4)(w[0], w[1], w[2], w[3]);
     }
-#else
-    for (int e = 0; e < EPL; e++)
-        r[e] = round_kv(load_any(p, dt, row + e));
-#endif
 }
+#endif
 
 #if CP_ASYNC
 /* K/V tiles of TILE rows streamed into local memory, STAGES tiles in flight (the scheme
@@ -250,6 +247,31 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
         if (map_writer)
             prow[vslot] = next_pos[b];
     }
+    /* The victim row as the cache stores it, in local memory in the lanes' raw layout,
+     * for the work-groups whose range holds it: the loop then replaces that row from
+     * here, with no k_new/v_new addressing live in it. */
+    __local RAW_T new_k[NCH * TPR], new_v[NCH * TPR];
+    if (vslot >= start && vslot < end) {
+#if TPR > 1
+        if (rg == 0) {
+            RAW_T r[NCH];
+            new_raw_row(kn, n_dt, knrow, ln, r);
+            UNROLL_LOOP
+            for (int c = 0; c < NCH; c++)
+                new_k[c * TPR + ln] = r[c];
+            new_raw_row(vn, n_dt, vnrow, ln, r);
+            UNROLL_LOOP
+            for (int c = 0; c < NCH; c++)
+                new_v[c * TPR + ln] = r[c];
+        }
+#else
+        for (int e = lid; e < HEAD_DIM; e += WG_SIZE) {
+            new_k[e] = round_kv(load_any(kn, n_dt, knrow + e));
+            new_v[e] = round_kv(load_any(vn, n_dt, vnrow + e));
+        }
+#endif
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
 
     float qr[GROUP][EPL];
     UNROLL_LOOP
@@ -328,8 +350,11 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
         for (int uu = 0; uu < UNROLL; uu++) {
             const int j = base + uu * NRG + rg;
             if (j == vslot) { /* the new token, as the cache stores it */
-                new_raw_row(kn, n_dt, knrow, ln, kr[uu]);
-                new_raw_row(vn, n_dt, vnrow, ln, vr[uu]);
+                UNROLL_LOOP
+                for (int c = 0; c < NCH; c++) {
+                    kr[uu][c] = new_k[c * TPR + ln];
+                    vr[uu][c] = new_v[c * TPR + ln];
+                }
             }
             /* an empty slot's V (whatever it holds, even NaN) must not reach acc */
             UNROLL_LOOP
