@@ -147,7 +147,8 @@ inline void new_raw_row(__global const void *p, int dt, long row, int ln, RAW_T 
 #error "CP_ASYNC needs several lanes per row (TPR > 1)"
 #endif
 #define TILE (NRG * UNROLL)
-#define ROW_U4 (HEAD_DIM * (int)sizeof(KV_T) / 16) /* 16-byte chunks per row */
+#define KV_BYTES (KV_DTYPE == CLKV_DT_F32 ? 4 : 2)
+#define ROW_U4 (HEAD_DIM * KV_BYTES / 16) /* 16-byte chunks per row */
 
 inline void lf_cp16(__local uint4 *dst, __global const uchar *src) {
 #ifdef CLKV_NVIDIA_PTX
@@ -428,7 +429,14 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
 
     /* Merge the NRG row-group states: common max per head, then a tree sum of acc. */
     __local float red_ml[NRG][GROUP][2];
+#if CP_ASYNC && RED_ROWS * GROUP * HEAD_DIM * 4 <= STAGES * TILE * ROW_U4 * 16
+    /* The K tiles are done with (every copy issued has landed, the last iteration ended
+     * with a barrier): their memory holds the reduction, so a work-group needs less local
+     * memory and more of them fit on a multiprocessor. */
+    __local float(*red_acc)[GROUP][HEAD_DIM] = (__local float(*)[GROUP][HEAD_DIM])stage_k;
+#else
     __local float red_acc[RED_ROWS][GROUP][HEAD_DIM];
+#endif
     if (ln == 0) {
         for (int g = 0; g < GROUP; g++) {
             red_ml[rg][g][0] = m[g];
