@@ -288,6 +288,11 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
     return CLKV_OK;
 }
 
+int clkv__window_uses_tensor_cores(clkv_context *ctx, const clkv_attention_window_args *a) {
+    window_plan p;
+    return plan_launch(ctx, a, &p) == CLKV_OK && p.fa;
+}
+
 static clkv_status check_common(clkv_context *ctx, const clkv_attention_window_args *args) {
     if (!ctx)
         return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
