@@ -7,18 +7,19 @@
  *   HEAD_DIM                    D (64, 128)
  *   QT                          query rows per work-group: 16 * NWQ
  *   NWK                         warps along the keys (NWQ * NWK = 4 warps, 128 lanes)
- *   KW                          keys per warp per tile (16 or 32); a tile has KT = NWK * KW
+ *   KW                          keys per warp per tile (16, 32, 64); a tile has KT = NWK * KW
  *   NSTG                        K/V tiles in flight (cp.async stages)
  *   KV_ALIGNED                  1: every K/V row starts 16-byte aligned (cp.async);
  *                               0: plain loads into the same local tiles
+ *   P_LO                        1 (default): hi + lo split of P; 0: P rounded once (below)
  *
  * Warp w owns the 16 rows wq = w % NWQ of the tile and the keys [wk * KW, wk * KW + KW) of
  * every K/V tile (wk = w / NWQ). Its q rows stay in registers as mma A fragments; per tile
  * S = Q K^T (m16n8k16, f32 accumulation, K fragments by ldmatrix) stays in registers as C
  * fragments, the online softmax works on them (row max / sum over the 4 lanes of a row by
- * shuffles), and the weights P -- the C fragment of S is the A fragment of P V -- are split
- * into a 16-bit high part and a 16-bit residual (two products, ~16 significant bits, so o
- * keeps f32 tolerance) and multiplied by V fragments (ldmatrix.trans). The NWK warps of a
+ * shuffles), and the weights P -- the C fragment of S is the A fragment of P V -- are
+ * multiplied by V fragments (ldmatrix.trans), split into a 16-bit high part and a 16-bit
+ * residual (two products, ~16 significant bits, so o keeps f32 tolerance). The NWK warps of a
  * row block combine their (m, l, acc) through local memory at the end; the work-group then
  * writes o and lse (one split) or its partial state, row by row (coalesced). */
 
@@ -38,7 +39,7 @@
 #define NST (KW / 8)        /* n-tiles of a warp's scores */
 #define UNROLL _Pragma("unroll")
 
-#if NWQ * NWK != 4 || (KW != 16 && KW != 32) || (HEAD_DIM != 64 && HEAD_DIM != 128)
+#if NWQ * NWK != 4 || (KW != 16 && KW != 32 && KW != 64) || (HEAD_DIM != 64 && HEAD_DIM != 128)
 #error "attention_window_mma: inconsistent tile parameters"
 #endif
 #if Q_DTYPE != KV_DTYPE || KV_DTYPE == CLKV_DT_F32 || !defined(CLKV_NVIDIA_PTX)
@@ -96,6 +97,25 @@ inline ushort f32_to_f16_bits(float x) {
     ushort h;
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
     return h;
+}
+
+/* P_LO (default 1): P as a 16-bit high part plus a 16-bit residual (two products), so o
+ * keeps f32 tolerance. P_LO = 0 (host opt-in, 16-bit o only): P rounded once to the K/V
+ * dtype as FlashAttention does -- a third fewer tensor-core products, but errors up to
+ * ~2.5x the test tolerance of 16-bit outputs on cancelling rows (measured on an H200). */
+#ifndef P_LO
+#define P_LO 1
+#endif
+
+/* Two weights rounded to the nearest 16-bit values, packed (lower index low). */
+inline uint round16x2(float p0, float p1) {
+    uint r;
+#if KV_DTYPE == CLKV_DT_BF16
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(p1), "f"(p0));
+#else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(p1), "f"(p0));
+#endif
+    return r;
 }
 
 /* Two weights p in [0, 1] as packed 16-bit high parts and packed 16-bit residuals. */
@@ -282,7 +302,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
         mx_b = fmax(quad_max(mx_b), m_b);
         const float base_a = mx_a == -INFINITY ? 0.0f : mx_a;
         const float base_b = mx_b == -INFINITY ? 0.0f : mx_b;
-        const float al_a = exp2(m_a - base_a), al_b = exp2(m_b - base_b); /* 0 when empty */
+        /* ex2.approx (native_exp2): ~2 ulp, exp2(-inf) = 0 */
+        const float al_a = native_exp2(m_a - base_a), al_b = native_exp2(m_b - base_b);
         m_a = mx_a;
         m_b = mx_b;
         l_a *= al_a;
@@ -296,10 +317,10 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
         }
         UNROLL
         for (int n = 0; n < NST; n++) {
-            s[n][0] = exp2(s[n][0] - base_a);
-            s[n][1] = exp2(s[n][1] - base_a);
-            s[n][2] = exp2(s[n][2] - base_b);
-            s[n][3] = exp2(s[n][3] - base_b);
+            s[n][0] = native_exp2(s[n][0] - base_a);
+            s[n][1] = native_exp2(s[n][1] - base_a);
+            s[n][2] = native_exp2(s[n][2] - base_b);
+            s[n][3] = native_exp2(s[n][3] - base_b);
             l_a += s[n][0] + s[n][1];
             l_b += s[n][2] + s[n][3];
         }
@@ -307,19 +328,29 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
         /* acc += P V: k-step kk covers the warp's keys 16 kk .. 16 kk + 15 */
         UNROLL
         for (int kk = 0; kk < KW / 16; kk++) {
-            uint ph[4], pl[4];
+            uint ph[4];
+#if P_LO
+            uint pl[4];
             split16x2(s[2 * kk][0], s[2 * kk][1], &ph[0], &pl[0]);
             split16x2(s[2 * kk][2], s[2 * kk][3], &ph[1], &pl[1]);
             split16x2(s[2 * kk + 1][0], s[2 * kk + 1][1], &ph[2], &pl[2]);
             split16x2(s[2 * kk + 1][2], s[2 * kk + 1][3], &ph[3], &pl[3]);
+#else
+            ph[0] = round16x2(s[2 * kk][0], s[2 * kk][1]);
+            ph[1] = round16x2(s[2 * kk][2], s[2 * kk][3]);
+            ph[2] = round16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            ph[3] = round16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#endif
             UNROLL
             for (int n = 0; n < NNT; n += 2) {
                 uint bf[4];
                 ldmatrix4_trans(bf, vs + (v_row + kk * 16) * LDH + n * 8 + v_col);
                 mma16816(acc[n], ph[0], ph[1], ph[2], ph[3], bf[0], bf[1]);
-                mma16816(acc[n], pl[0], pl[1], pl[2], pl[3], bf[0], bf[1]);
                 mma16816(acc[n + 1], ph[0], ph[1], ph[2], ph[3], bf[2], bf[3]);
+#if P_LO
+                mma16816(acc[n], pl[0], pl[1], pl[2], pl[3], bf[0], bf[1]);
                 mma16816(acc[n + 1], pl[0], pl[1], pl[2], pl[3], bf[2], bf[3]);
+#endif
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* the stage may be refilled */

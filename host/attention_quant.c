@@ -72,10 +72,11 @@ static void plan_launch(const clkv_quant_cache *c, const clkv_attention_quant_de
     while ((size_t)p->wg > dev->max_work_group_size && p->wg > 64)
         p->wg /= 2;
 
-    /* Tokens per lane in the K phase: 16 (two-thirds of the work amortises a channel's
-     * scale and q products over them) while the lane's logits (KTOK x heads) fit in 64
-     * registers and the tile's probability table (WG * KTOK x heads padded to 4) in
-     * 32 KiB of local memory. */
+    /* Tokens per lane in the K phase: 16 (a channel's code words, scale/min loads and
+     * q*s products serve that many tokens; on the H200, 16 beat 8 and 4 at B = 1 and
+     * matched 8 at B = 8) while the lane's logits (KTOK x heads) fit in 64 registers and
+     * the tile's probability table (WG * KTOK x heads padded to 4) in 32 KiB of local
+     * memory. */
     const int gp = (p->group + 3) & ~3;
     p->ktok = 16;
     while (p->ktok > 4 && (p->ktok * gp > 64 || (size_t)p->wg * p->ktok * gp * 4 > 32768))

@@ -9,7 +9,6 @@
 #define KERNEL_FILE "attention_window.cl"
 #define MMA_KERNEL_FILE "attention_window_mma.cl" /* tensor-core variant (NVIDIA) */
 #define WG 128
-#define FA_STAGE_BUDGET (64 * 1024) /* local bytes of the tensor-core variant's K/V stages */
 
 /* Everything the launch needs, derived from validated arguments. */
 typedef struct window_plan {
@@ -125,21 +124,50 @@ static int mma_env(void) {
 
 /* Tile parameters of the tensor-core kernel: 4 warps, QT = 16 * (4 / NWK) rows (the
  * smallest holding all G*T rows, up to 64), NWK warps along the keys of a tile (small
- * windows: several warps share a row block, so a work-group still streams a wide tile),
- * stages within FA_STAGE_BUDGET. Returns 0 where it does not fit the device. */
+ * windows: several warps share a row block, so a work-group still streams a wide tile of
+ * 64 keys). Measured on an H200 (bf16, D 128): prefill is fastest with 64 keys per warp
+ * and 2 stages, the window (memory-bound) with 3 stages. Returns 0 where it does not fit
+ * the device. */
+/* CLKV_WINDOW_P16=1 (read once): with a 16-bit o, the tensor-core kernel rounds the
+ * attention weights once to the K/V dtype instead of keeping a residual (FlashAttention
+ * precision: ~25 % faster prefill, but outside the library's tested tolerance). */
+static int p16_requested(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        const char *e = getenv("CLKV_WINDOW_P16");
+        cached = e && e[0] == '1';
+    }
+    return cached;
+}
+
+static int env_int(const char *name) {
+    const char *e = getenv(name);
+    return e ? atoi(e) : 0;
+}
+
 static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, window_plan *p) {
     const int64_t rows = p->G * p->T;
     p->fa_qt = rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
     p->fa_nwk = 4 / (p->fa_qt / 16);
-    p->fa_kw = p->fa_nwk == 4 ? 16 : 32;
+    p->fa_kw = 64 / p->fa_nwk;
+    /* tuning overrides (keys per warp 16 | 32 | 64, stages 2..8); ignored when invalid */
+    const int kw_env = env_int("CLKV_WINDOW_FA_KW"), st_env = env_int("CLKV_WINDOW_FA_STAGES");
+    if (kw_env == 16 || kw_env == 32 || kw_env == 64)
+        p->fa_kw = kw_env;
     const size_t kt = (size_t)(p->fa_nwk * p->fa_kw);
     const size_t stage = 2 * kt * (size_t)(p->D + 8) * 2;
-    size_t nstg = FA_STAGE_BUDGET / stage;
-    nstg = nstg < 2 ? 2 : nstg > 4 ? 4 : nstg;
+    size_t nstg = p->fa_nwk == 1 ? 2 : 3;
+    if (st_env >= 2 && st_env <= 8)
+        nstg = (size_t)st_env;
+    const size_t ml_bytes = (size_t)p->fa_nwk * (size_t)p->fa_qt * 2 * 4;
+    while (nstg > 2 && nstg * stage + ml_bytes > ctx->info.static_local_mem_bytes)
+        nstg--; /* devices with less static local memory: fewer stages */
     p->fa_nstg = (int)nstg;
     p->fa_aligned = clkv__rows_aligned(&a->k, 8) && clkv__rows_aligned(&a->v, 8);
-    const size_t lmem = nstg * stage + (size_t)p->fa_nwk * (size_t)p->fa_qt * 2 * 4;
-    return lmem <= ctx->info.static_local_mem_bytes;
+    /* the stages also hold the final combine of the warps' accumulators (64 rows x D f32) */
+    if (nstg * stage < (size_t)64 * (size_t)p->D * 4)
+        return 0;
+    return nstg * stage + ml_bytes <= ctx->info.static_local_mem_bytes;
 }
 
 static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_args *a,
@@ -221,9 +249,15 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
     } else {
         /* the tensor-core kernel streams faster per work-group: fewer, longer splits
          * (its partial states would otherwise rival the K/V bytes) */
-        const int64_t target = (int64_t)ctx->info.compute_units * (gpu ? (p->fa ? 2 : 4) : 2);
+        const int64_t cu = (int64_t)ctx->info.compute_units;
+        const int64_t target = cu * (gpu ? (p->fa ? 2 : 4) : 2);
         const int64_t min_chunk = gpu ? (p->fa ? 512 : 256) : 512;
         splits = units > 0 ? ceil_div(target, units) : 1;
+        /* Tensor-core kernel with few row tiles (a small window): at most one work-group
+         * per compute unit, in one wave (H200, T = 8, 8 KV heads: 16 splits 30 us at 16K
+         * keys and 146 us at 128K; 24 splits 36 / 171 us, 32 splits 34 / 150 us). */
+        if (p->fa && units > 0 && units * 2 <= cu)
+            splits = cu / units;
         if (splits > ceil_div(len, min_chunk))
             splits = ceil_div(len, min_chunk);
         /* keep the partial states within a quarter of the largest buffer */
@@ -252,6 +286,11 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
         p->part_ml_bytes = clkv__ws_align((size_t)(nrow * 2 * 4));
     }
     return CLKV_OK;
+}
+
+int clkv__window_uses_tensor_cores(clkv_context *ctx, const clkv_attention_window_args *a) {
+    window_plan p;
+    return plan_launch(ctx, a, &p) == CLKV_OK && p.fa;
 }
 
 static clkv_status check_common(clkv_context *ctx, const clkv_attention_window_args *args) {
@@ -314,6 +353,7 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
         clkv__defs_int(&fdefs, "KW", p.fa_kw);
         clkv__defs_int(&fdefs, "NSTG", p.fa_nstg);
         clkv__defs_int(&fdefs, "KV_ALIGNED", p.fa_aligned);
+        clkv__defs_int(&fdefs, "P_LO", !(p16_requested() && args->o.dtype != CLKV_F32));
         st = clkv__get_kernel(ctx, MMA_KERNEL_FILE, &fdefs, "attention_window_partial", &kp);
     } else {
         st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_window_partial", &kp);
@@ -382,9 +422,7 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
         st = clkv__enqueue(ctx, kp, "attention_window_partial", 3, gp, lp, direct ? done : NULL);
     }
     if (st == CLKV_OK && !direct) {
-        const size_t d4 = (size_t)p.D / 4;
-        const size_t n = ((size_t)n_rows * d4 + WG - 1) / WG * WG;
-        const size_t gm[1] = {n};
+        const size_t gm[1] = {(size_t)n_rows * WG}; /* one work-group per row */
         const size_t lm[1] = {WG};
         st = clkv__enqueue(ctx, km, "attention_window_merge", 1, gm, lm, done);
     }

@@ -203,12 +203,20 @@ static void run_case(const acase *c, uint64_t stream) {
     cfg.k_bits = c->k_bits, cfg.v_bits = c->v_bits, cfg.group = c->group, cfg.residual = c->nr;
     cfg.res_dtype = c->res_dt, cfg.meta_dtype = c->meta_dt;
     clkv_quant_cache *cache;
-    char wg[16];
+    /* a case's own work-group size replaces an externally set CLKV_QUANT_WG for its
+     * cache only (so the whole suite can also run at another default size) */
+    char wg[16], prev[16] = "";
+    const char *env = getenv("CLKV_QUANT_WG");
+    if (env)
+        snprintf(prev, sizeof prev, "%s", env);
     snprintf(wg, sizeof wg, "%d", c->wg);
     if (c->wg)
         setenv("CLKV_QUANT_WG", wg, 1);
     const clkv_status cst = clkv_quant_cache_create(g_ctx, &cfg, &cache);
-    unsetenv("CLKV_QUANT_WG");
+    if (env)
+        setenv("CLKV_QUANT_WG", prev, 1);
+    else
+        unsetenv("CLKV_QUANT_WG");
     TU_CHECK_OK(g_ctx, cst);
     int32_t len[4], step[4];
     for (int64_t b = 0; b < B; b++) {
