@@ -279,10 +279,11 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
             if (nstage > 1 || tile0 == c0) {
                 /* stage rows r0 .. r0 + RS - 1 in fragment order */
                 barrier(CLK_LOCAL_MEM_FENCE);
-                /* a constant trip count, unrolled: the loads of all iterations in flight */
-                UNROLL
-                for (int it = 0; it < NRB * NKS; it++) {
-                    const int word = lid % 4, ln = lid / 4, kk = it % NKS, rb = it / NKS;
+                /* (a fully unrolled version of this loop measured slower on the H200:
+                 * more registers for the whole kernel) */
+                for (int i = lid; i < NRB * NKS * 32 * 4; i += WG_SIZE) {
+                    const int word = i % 4, ln = (i / 4) % 32, kk = (i / 128) % NKS,
+                              rb = i / (128 * NKS);
                     const int g = ln >> 2, t = ln & 3;
                     const int rr = r0 + rb * 16 + g + 8 * (word & 1);
                     const int col = 8 * (4 * (kk >> 1) + t) + 4 * (kk & 1) + 2 * (word >> 1);
