@@ -60,6 +60,8 @@ typedef struct score_plan {
     int64_t protect;
     /* window kernel geometry */
     int tpr, wg, kpr, vec_aligned;
+    /* tensor-core window kernel (score_window_mma.cl): rows per stage, keys per work-group */
+    int mma, mma_rs, mma_chunk, mma_prefetch;
     /* keydiff */
     int chunk, nchunks;
     /* workspace layout (bytes) */
@@ -222,6 +224,66 @@ static int forced_tpr(void) {
     return env_once(&g_force_tpr, "CLKV_SCORE_TPR");
 }
 
+/* $CLKV_SCORE_MMA (read once per process): unset or nonzero = the tensor-core window
+ * kernel where it applies, 0 = always the portable kernel. */
+static int mma_env(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CLKV_SCORE_MMA");
+        v = !(e && *e && atoi(e) == 0);
+    }
+    return v;
+}
+
+/* Tuning overrides of the tensor-core kernel, read once per process (-1: the default):
+ * $CLKV_SCORE_MMA_PREFETCH (0/1: next tile's K/V loaded during this tile) and
+ * $CLKV_SCORE_MMA_TILES (64-key tiles per work-group, 1..256). */
+static int mma_tune(const char *name, int lo, int hi) {
+    const char *e = getenv(name);
+    const int x = e && *e ? atoi(e) : -1;
+    return x >= lo && x <= hi ? x : -1;
+}
+static int g_mma_prefetch = -2, g_mma_tiles = -2;
+
+#define MMA_LOCAL_MAX 40960 /* staged query rows, bytes (static local memory <= 48 KiB) */
+#define MMA_KT 64           /* keys per tile of score_window_mma */
+
+/* Tensor-core window scorer: NVIDIA PTX, 16-bit q and K/V of one dtype, D 64 / 128, not
+ * DiffKV, no forced lane split. Rows per stage: the query rows of a KV head rounded up to
+ * 16, at most what fits the local-memory budget (more rows: several stages per tile). */
+static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p) {
+    const clkv_dtype dt = a->k.dtype;
+    if (!ctx->info.nvidia_ptx || !mma_env() || forced_tpr() > 0 || p->method == CLKV_SCORE_DIFFKV ||
+        a->q.dtype != dt || (dt != CLKV_F16 && dt != CLKV_BF16) || (p->D != 64 && p->D != 128))
+        return;
+    const int64_t per_row = p->D * 2 * (needs_a(p->method) ? 3 : 1);
+    int64_t rs_max = MMA_LOCAL_MAX / per_row / 16 * 16;
+    if (rs_max > 128)
+        rs_max = 128;
+    const int64_t rows16 = (p->G * p->W + 15) / 16 * 16;
+    p->mma = 1;
+    p->mma_rs = (int)(rows16 < rs_max ? rows16 : rs_max);
+    /* about 4 work-groups per compute unit (one wave; the staged rows are read once per
+     * work-group), 4..64 tiles each. H200, DropKV bf16 Hq 32 / Hkv 8 D 128 W 8: at 128K
+     * 32 tiles per work-group measured 185 us, 16 tiles 198 us, 8 tiles 221 us; at 16K 4
+     * tiles 45 us, 8 tiles 49 us. */
+    const int64_t tiles = (p->max_len + MMA_KT - 1) / MMA_KT;
+    const int64_t target = (int64_t)(ctx->info.compute_units ? ctx->info.compute_units : 1) * 4;
+    int64_t per = (tiles * p->B * p->Hkv + target - 1) / target;
+    if (per < 4)
+        per = 4;
+    if (per > 64)
+        per = 64;
+    if (g_mma_tiles == -2)
+        g_mma_tiles = mma_tune("CLKV_SCORE_MMA_TILES", 1, 256);
+    if (g_mma_tiles > 0)
+        per = g_mma_tiles;
+    p->mma_chunk = (int)(per * MMA_KT);
+    if (g_mma_prefetch == -2)
+        g_mma_prefetch = mma_tune("CLKV_SCORE_MMA_PREFETCH", 0, 1);
+    p->mma_prefetch = g_mma_prefetch >= 0 ? g_mma_prefetch : 0;
+}
+
 int64_t clkv__score_protect(const clkv_score_args *a) {
     if (a->protect >= 0)
         return a->protect;
@@ -297,6 +359,7 @@ static void plan_launch(clkv_context *ctx, const clkv_score_args *a, score_plan 
         const int epl = (int)(p->D / p->tpr);
         p->vec_aligned = p->tpr > 1 && epl % vw == 0 && clkv__rows_aligned(&a->k, vw) &&
                          (!needs_v(m) || clkv__rows_aligned(&a->v, vw));
+        plan_mma(ctx, a, p);
     }
     if (m == CLKV_SCORE_KEYDIFF) {
         const int64_t units = p->B * p->Hkv > 0 ? p->B * p->Hkv : 1;
@@ -370,17 +433,26 @@ static clkv_status launch_window(clkv_context *ctx, const clkv_score_args *a, co
     clkv__defs_int(&defs, "KV_DTYPE", a->k.dtype);
     clkv__defs_int(&defs, "A_DTYPE", needs_a(m) ? (int)a->a.dtype : 0);
     clkv__defs_int(&defs, "HEAD_DIM", p->D);
-    clkv__defs_int(&defs, "WG_SIZE", p->wg);
-    clkv__defs_int(&defs, "TPR", p->tpr);
-    clkv__defs_int(&defs, "KPR", p->kpr);
-    clkv__defs_int(&defs, "QT", QT_ROWS);
+    if (p->mma) {
+        clkv__defs_int(&defs, "RS", p->mma_rs);
+        clkv__defs_int(&defs, "PREFETCH", p->mma_prefetch);
+        clkv__defs_int(&defs, "KV_ALIGNED",
+                       clkv__rows_aligned(&a->k, 8) && (!nv || clkv__rows_aligned(&a->v, 8)));
+    } else {
+        clkv__defs_int(&defs, "WG_SIZE", p->wg);
+        clkv__defs_int(&defs, "TPR", p->tpr);
+        clkv__defs_int(&defs, "KPR", p->kpr);
+        clkv__defs_int(&defs, "QT", QT_ROWS);
+        clkv__defs_int(&defs, "VEC_ALIGNED", p->vec_aligned);
+    }
     clkv__defs_int(&defs, "NEED_V", nv);
     clkv__defs_int(&defs, "NEED_A", needs_a(m));
     clkv__defs_int(&defs, "ROUND_P", m == CLKV_SCORE_DROPKV && a->dropkv_round_p);
     clkv__defs_int(&defs, "WRITE_VNORM", write_vnorm);
-    clkv__defs_int(&defs, "VEC_ALIGNED", p->vec_aligned);
+    const char *kname = p->mma ? "score_window_mma" : "score_window";
     cl_kernel kw;
-    clkv_status st = clkv__get_kernel(ctx, "score_window.cl", &defs, "score_window", &kw);
+    clkv_status st = clkv__get_kernel(ctx, p->mma ? "score_window_mma.cl" : "score_window.cl",
+                                      &defs, kname, &kw);
     if (st)
         return st;
     const tens4 q = t4(&a->q), k = t4(&a->k), lse = t4(&a->lse);
@@ -393,17 +465,29 @@ static clkv_status launch_window(clkv_context *ctx, const clkv_score_args *a, co
                  G = (cl_int)p->G, W = (cl_int)p->W;
     const cl_float scale_log2 = p->scale * 1.4426950408889634f, eps = a->dropkv_eps;
     const cl_long row_len = p->row_len;
-    st = clkv__set_args(
-        ctx, kw, "score_window", 38, CLKV_ARG(q.buf), CLKV_ARG(q.off), CLKV_ARG(q.sb),
-        CLKV_ARG(q.sh), CLKV_ARG(q_st), CLKV_ARG(k.buf), CLKV_ARG(k.off), CLKV_ARG(k.sb),
-        CLKV_ARG(k.sh), CLKV_ARG(k.sl), CLKV_ARG(v.buf), CLKV_ARG(v.off), CLKV_ARG(v.sb),
-        CLKV_ARG(v.sh), CLKV_ARG(v.sl), CLKV_ARG(lse.buf), CLKV_ARG(lse.off), CLKV_ARG(lse.sb),
-        CLKV_ARG(lse.sh), CLKV_ARG(lse_st), CLKV_ARG(aa.buf), CLKV_ARG(aa.off), CLKV_ARG(aa.sb),
-        CLKV_ARG(aa.sh), CLKV_ARG(a_st), CLKV_ARG(len_buf), CLKV_ARG(len_off), CLKV_ARG(has_len),
-        CLKV_ARG(max_len), CLKV_ARG(Hkv), CLKV_ARG(G), CLKV_ARG(W), CLKV_ARG(scale_log2),
-        CLKV_ARG(eps), CLKV_ARG(ws), CLKV_ARG(raw_off), CLKV_ARG(vnorm_off), CLKV_ARG(row_len));
+    const cl_int chunk = p->mma_chunk;
+    st = clkv__set_args(ctx, kw, kname, p->mma ? 39 : 38, CLKV_ARG(q.buf), CLKV_ARG(q.off),
+                        CLKV_ARG(q.sb), CLKV_ARG(q.sh), CLKV_ARG(q_st), CLKV_ARG(k.buf),
+                        CLKV_ARG(k.off), CLKV_ARG(k.sb), CLKV_ARG(k.sh), CLKV_ARG(k.sl),
+                        CLKV_ARG(v.buf), CLKV_ARG(v.off), CLKV_ARG(v.sb), CLKV_ARG(v.sh),
+                        CLKV_ARG(v.sl), CLKV_ARG(lse.buf), CLKV_ARG(lse.off), CLKV_ARG(lse.sb),
+                        CLKV_ARG(lse.sh), CLKV_ARG(lse_st), CLKV_ARG(aa.buf), CLKV_ARG(aa.off),
+                        CLKV_ARG(aa.sb), CLKV_ARG(aa.sh), CLKV_ARG(a_st), CLKV_ARG(len_buf),
+                        CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(Hkv),
+                        CLKV_ARG(G), CLKV_ARG(W), CLKV_ARG(scale_log2), CLKV_ARG(eps), CLKV_ARG(ws),
+                        CLKV_ARG(raw_off), CLKV_ARG(vnorm_off), CLKV_ARG(row_len), CLKV_ARG(chunk));
     if (st)
         return st;
+    if (p->mma) {
+        const size_t g[3] = {(size_t)((p->max_len + chunk - 1) / chunk) * 128, (size_t)p->Hkv,
+                             (size_t)p->B};
+        const size_t l[3] = {128, 1, 1};
+        if (g[0] == 0)
+            return CLKV_OK;
+        clkv__log(ctx, "score_window_mma: method=%s RS=%d chunk=%d groups=%zu", g_names[m],
+                  p->mma_rs, chunk, g[0] / 128);
+        return clkv__launch(ctx, kw, "score_window_mma", 3, g, l, 0, NULL);
+    }
     const int64_t tile = (int64_t)(p->wg / p->tpr) * p->kpr;
     const size_t g[3] = {(size_t)((p->max_len + tile - 1) / tile) * p->wg, (size_t)p->Hkv,
                          (size_t)p->B};
