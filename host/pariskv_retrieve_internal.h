@@ -25,7 +25,7 @@ typedef struct pkv_search_plan {
 #define PKV_KHIST_BITS 12
 #define PKV_KHIST_BINS (1 << PKV_KHIST_BITS)
 #define PKV_KHIST_WORDS (PKV_KHIST_BINS + 2)
-#define PKV_KBUF_CAP 1024
+#define PKV_KBUF_CAP 4096
 
 /* The kernels of one search (owned by the program cache). */
 typedef struct pkv_search_kernels {
