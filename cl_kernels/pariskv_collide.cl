@@ -133,17 +133,22 @@ pkv_collide(__global const uchar *ids, long id_off, long id_sb, long id_sh, long
 /* Threshold per (b, h): the smallest value thr such that #(S > thr) < C <= #(S >= thr),
  * take = C - #(S > thr) ties at thr; then per chunk the output base and the number of its
  * ties to take (ties in position order). Writes cinfo[chunk] = (base, ties, thr, -).
+ * Also zeroes the row's Stage II state (k_hist: kh_len words per row).
  * Grid (WG, B * Hkv), local (WG). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_threshold(__global const uint *chist, long ch_off, int nchunks, __global const uint *rowhist,
               long rh_off, __global const int *plan, long plan_off, int B, int Hkv, int max_cand,
               __global int *cinfo, long ci_off, __global int *cand, long cd_off, long cd_sb,
-              long cd_sh, int fill_cand) {
+              long cd_sh, int fill_cand, __global uint *k_hist, long kh_off, int kh_len) {
     __local uint tot[NBINS];
     __local int sh_thr, sh_take;
     __local ulong tmp[WG];
     const int lid = (int)get_local_id(0), bh = (int)get_group_id(1);
     const int b = bh / Hkv, h = bh % Hkv;
+    /* Zero this row's Stage II state (score histogram and counters, kh_len words) that
+     * pkv_rerank and pkv_topk_collect accumulate into. */
+    for (int i = lid; i < kh_len; i += WG)
+        k_hist[kh_off + (long)bh * kh_len + i] = 0;
     __global const uint *hh = chist + ch_off + (long)bh * nchunks * NBINS;
     for (int v = lid; v < NBINS; v += WG)
         tot[v] = rowhist[rh_off + (long)bh * NBINS + v];

@@ -6,6 +6,17 @@
  *   W_DTYPE   dtype code of the weights
  *   WG        work-group size (a power of two)
  *   CODES_U32 1: code rows are 4-byte aligned (read as uint words)
+ *   KH_BITS   bits of the score key in the Stage II histogram (KH_BINS = 2^KH_BITS bins)
+ *   KBUF_CAP  capacity (a power of two) of a row's buffer of scores at or above the
+ *             threshold bin
+ *
+ * Final top-k: pkv_rerank scores the candidates and histograms the top KH_BITS bits of
+ * each score's order-preserving key per row (global atomics from per-work-group
+ * histograms); pkv_topk_collect (many work-groups per row) finds the bin holding the
+ * k-th largest key and appends every (key, candidate index) at or above it to the row's
+ * buffer; pkv_topk (one work-group per row) sorts that small buffer and writes the top-k.
+ * When the buffer would overflow (many scores in the threshold bin, e.g. ties), pkv_topk
+ * instead runs an exact radix select over the row's C_b scores.
  *
  * Plan (int32 [8, B] row-major): row 0 = n_b, rows 1..6 = tiers, row 7 = C_b.
  */
@@ -13,52 +24,9 @@
 #define NBLK (HEAD_DIM / SUB_M)
 #define W_T CLKV_STORAGE(W_DTYPE)
 #define NSUB (WG >= 32 ? WG / 32 : 1) /* top-k sub-histograms */
-
-/* s^ of candidate j: q_norm * sum_blk w_blk * sum_j v_j q~_j (f32, in coordinate order).
- * Grid (ceil(max_cand / WG) * WG, Hkv, B), local (WG). */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
-pkv_rerank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global const float *qn,
-           long qn_off, long qn_sb, long qn_sh, __global const uchar *codes, long cd_off,
-           long cd_sb, long cd_sh, long cd_sl, __global const W_T *wts, long w_off, long w_sb,
-           long w_sh, long w_sl, float8 lev, __global const int *plan, long plan_off, int B,
-           int max_cand, __global const int *cand, long ca_off, long ca_sb, long ca_sh,
-           __global float *cs, long cs_off, long cs_sb, long cs_sh) {
-    __local float q[HEAD_DIM];
-    __local float av[16]; /* signed levels by nibble: av[8 + t] = a[t], av[t] = -a[t] */
-    const int lid = (int)get_local_id(0);
-    const int h = (int)get_group_id(1), b = (int)get_group_id(2);
-    for (int i = lid; i < HEAD_DIM; i += WG)
-        q[i] = qr[qr_off + b * qr_sb + h * qr_sh + i];
-    if (lid < 16) {
-        const float l[8] = {lev.s0, lev.s1, lev.s2, lev.s3, lev.s4, lev.s5, lev.s6, lev.s7};
-        av[lid] = lid >= 8 ? l[lid - 8] : -l[lid];
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const int C = clamp(plan[plan_off + 7 * B + b], 0, max_cand);
-    const int j = (int)get_global_id(0);
-    if (j >= C)
-        return;
-    const long p = cand[ca_off + b * ca_sb + h * ca_sh + j];
-    __global const uchar *row = codes + cd_off + b * cd_sb + h * cd_sh + p * cd_sl;
-    const long wrow = w_off + b * w_sb + h * w_sh + p * w_sl;
-    float acc = 0.0f;
-    for (int blk = 0; blk < NBLK; blk++) {
-        float dot = 0.0f;
-#if CODES_U32 && SUB_M == 8
-        const uint x = ((__global const uint *)row)[blk];
-        for (int jj = 0; jj < 8; jj++) {
-            dot += av[(x >> (4 * jj)) & 0xfu] * q[blk * 8 + jj];
-        }
-#else
-        for (int jj = 0; jj < SUB_M; jj++) {
-            const int c = blk * SUB_M + jj;
-            dot += av[(row[c >> 1] >> (4 * (c & 1))) & 0xfu] * q[c];
-        }
-#endif
-        acc += CLKV_LOAD(W_DTYPE)(wts, wrow + blk) * dot;
-    }
-    cs[cs_off + b * cs_sb + h * cs_sh + j] = qn[qn_off + b * qn_sb + h * qn_sh] * acc;
-}
+#define KH_BINS (1 << KH_BITS)
+#define KH_WORDS (KH_BINS + 2) /* histogram, then: appended count, count at/above thr bin */
+#define KH_PER (KH_BINS > WG ? KH_BINS / WG : 1) /* bins per work-item in the bin scan */
 
 /* Exclusive scan of one ulong per work-item over the work-group; *total gets the sum. */
 inline ulong pkr_scan(__local ulong *tmp, ulong v, ulong *total) {
@@ -84,98 +52,277 @@ inline uint pkr_key(float x) {
     return (u >> 31) ? ~u : (u | 0x80000000u);
 }
 
-/* Final top-k per (b, h): exact radix select (4 passes of 8 bits) over the C_b candidate
- * scores, then an ordered compaction (ties at the k-th key: lowest candidate index, i.e.
- * lowest position, first). idx gets positions ascending, then -1 up to top_k.
- * Grid (WG, Hkv, B), local (WG). */
+/* s^ of candidate j: q_norm * sum_blk w_blk * sum_j v_j q~_j (f32, in coordinate order),
+ * and the row's histogram of the top KH_BITS bits of the score keys (kh: KH_WORDS words
+ * per row, zeroed by pkv_threshold).
+ * Grid (ceil(max_cand / WG) * WG, Hkv, B), local (WG). */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+pkv_rerank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global const float *qn,
+           long qn_off, long qn_sb, long qn_sh, __global const uchar *codes, long cd_off,
+           long cd_sb, long cd_sh, long cd_sl, __global const W_T *wts, long w_off, long w_sb,
+           long w_sh, long w_sl, float8 lev, __global const int *plan, long plan_off, int B,
+           int max_cand, __global const int *cand, long ca_off, long ca_sb, long ca_sh,
+           __global float *cs, long cs_off, long cs_sb, long cs_sh, __global uint *kh,
+           long kh_off) {
+    __local float q[HEAD_DIM];
+    __local float av[16]; /* signed levels by nibble: av[8 + t] = a[t], av[t] = -a[t] */
+    __local uint hist[KH_BINS];
+    const int lid = (int)get_local_id(0);
+    const int h = (int)get_group_id(1), b = (int)get_group_id(2);
+    const int C = clamp(plan[plan_off + 7 * B + b], 0, max_cand);
+    const int j0 = (int)get_group_id(0) * WG;
+    for (int i = lid; i < HEAD_DIM; i += WG)
+        q[i] = qr[qr_off + b * qr_sb + h * qr_sh + i];
+    for (int i = lid; i < KH_BINS; i += WG)
+        hist[i] = 0;
+    if (lid < 16) {
+        const float l[8] = {lev.s0, lev.s1, lev.s2, lev.s3, lev.s4, lev.s5, lev.s6, lev.s7};
+        av[lid] = lid >= 8 ? l[lid - 8] : -l[lid];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int j = j0 + lid;
+    if (j < C) {
+        const long p = cand[ca_off + b * ca_sb + h * ca_sh + j];
+        __global const uchar *row = codes + cd_off + b * cd_sb + h * cd_sh + p * cd_sl;
+        const long wrow = w_off + b * w_sb + h * w_sh + p * w_sl;
+        float acc = 0.0f;
+        for (int blk = 0; blk < NBLK; blk++) {
+            float dot = 0.0f;
+#if CODES_U32 && SUB_M == 8
+            const uint x = ((__global const uint *)row)[blk];
+            for (int jj = 0; jj < 8; jj++) {
+                dot += av[(x >> (4 * jj)) & 0xfu] * q[blk * 8 + jj];
+            }
+#else
+            for (int jj = 0; jj < SUB_M; jj++) {
+                const int c = blk * SUB_M + jj;
+                dot += av[(row[c >> 1] >> (4 * (c & 1))) & 0xfu] * q[c];
+            }
+#endif
+            acc += CLKV_LOAD(W_DTYPE)(wts, wrow + blk) * dot;
+        }
+        const float sv = qn[qn_off + b * qn_sb + h * qn_sh] * acc;
+        cs[cs_off + b * cs_sb + h * cs_sh + j] = sv;
+        atomic_inc(&hist[pkr_key(sv) >> (32 - KH_BITS)]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __global uint *kr = kh + kh_off + ((long)b * get_num_groups(1) + h) * KH_WORDS;
+    for (int i = lid; i < (j0 < C ? KH_BINS : 0); i += WG) {
+        const uint x = hist[i];
+        if (x)
+            atomic_add(&kr[i], x);
+    }
+}
+
+/* The threshold bin of a row: the largest bin t with #(keys in bins >= t) >= kk (kk > 0);
+ * *cnt gets that count. All work-items must call it; kr: the row's histogram. */
+inline int pkr_thr_bin(__global const uint *kr, __local ulong *tmp, __local int *sh, uint kk,
+                       uint *cnt) {
+    const int lid = (int)get_local_id(0);
+    /* work-item lid holds bins KH_BINS-1 - (lid*KH_PER + r), r ascending: descending bins */
+    uint x[KH_PER];
+    uint sum = 0;
+    for (int r = 0; r < KH_PER; r++) {
+        const int d = lid * KH_PER + r;
+        x[r] = d < KH_BINS ? kr[KH_BINS - 1 - d] : 0u;
+        sum += x[r];
+    }
+    ulong total;
+    ulong cum = pkr_scan(tmp, sum, &total);
+    if (cum < kk && cum + sum >= kk)
+        for (int r = 0; r < KH_PER; r++) {
+            if (cum + x[r] >= kk) {
+                sh[0] = KH_BINS - 1 - (lid * KH_PER + r);
+                sh[1] = (int)(cum + x[r]);
+                break;
+            }
+            cum += x[r];
+        }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    *cnt = (uint)sh[1];
+    return sh[0];
+}
+
+/* Appends (key, candidate index) of every score whose key is in the threshold bin or
+ * above to the row's buffer kbuf (KBUF_CAP ulongs per row, unordered; sorted by
+ * pkv_topk); nothing when the count exceeds KBUF_CAP (pkv_topk then selects over the whole
+ * row). kh[row][KH_BINS] counts the appended entries, kh[row][KH_BINS + 1] gets the count.
+ * Grid (ceil(max_cand / WG) * WG, Hkv, B), local (WG). */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+pkv_topk_collect(__global const float *cs, long cs_off, long cs_sb, long cs_sh,
+                 __global const int *plan, long plan_off, int B, int max_cand, int top_k,
+                 __global uint *kh, long kh_off, __global ulong *kbuf, long kb_off) {
+    __local ulong tmp[WG];
+    __local int sh[2];
+    __local uint l_base;
+    const int lid = (int)get_local_id(0);
+    const int h = (int)get_group_id(1), b = (int)get_group_id(2);
+    const int C = clamp(plan[plan_off + 7 * B + b], 0, max_cand);
+    const int kk = min(top_k, C);
+    const int j0 = (int)get_group_id(0) * WG;
+    const long row = (long)b * get_num_groups(1) + h;
+    __global uint *kr = kh + kh_off + row * KH_WORDS;
+    /* No early return: every work-item reaches every barrier (uniform flags instead). */
+    const int active = j0 < C && kk > 0;
+    uint cnt = 0;
+    const int t = pkr_thr_bin(kr, tmp, sh, (uint)max(kk, 1), &cnt);
+    if (active && j0 == 0 && lid == 0)
+        kr[KH_BINS + 1] = cnt;
+    const int j = active && cnt <= KBUF_CAP ? j0 + lid : C;
+    uint key = 0;
+    if (j < C)
+        key = pkr_key(cs[cs_off + b * cs_sb + h * cs_sh + j]);
+    const int take = j < C && (int)(key >> (32 - KH_BITS)) >= t;
+    ulong total;
+    const uint slot = (uint)pkr_scan(tmp, (ulong)take, &total); /* in index order */
+    if (lid == 0 && total)
+        l_base = atomic_add(&kr[KH_BINS], (uint)total);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (take && l_base + slot < KBUF_CAP) /* sort key: larger score, then lower index first */
+        kbuf[kb_off + row * KBUF_CAP + l_base + slot] = ((ulong)(~key) << 32) | (uint)j;
+}
+
+/* Ascending bitonic sort of v[0..n) in local memory (n a power of two); all work-items. */
+inline void pkr_bitonic(__local ulong *v, int n) {
+    const int lid = (int)get_local_id(0);
+    for (int k = 2; k <= n; k <<= 1)
+        for (int s = k >> 1; s > 0; s >>= 1) {
+            for (int i = lid; i < n; i += WG) {
+                const int o = i ^ s;
+                if (o > i) {
+                    const ulong x = v[i], y = v[o];
+                    if ((x > y) == ((i & k) == 0)) {
+                        v[i] = y;
+                        v[o] = x;
+                    }
+                }
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+}
+
+/* Final top-k per (b, h) over the C_b candidate scores: ties at the k-th key take the
+ * lowest candidate indices (lowest positions). idx gets positions ascending, then -1 up to
+ * top_k. Fast path: sort the row's buffer from pkv_topk_collect (count <= KBUF_CAP);
+ * otherwise an exact radix select (4 passes of 8 bits) and an ordered compaction over the
+ * row. Grid (WG, Hkv, B), local (WG). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_topk(__global const float *cs, long cs_off, long cs_sb, long cs_sh, __global const int *cand,
          long ca_off, long ca_sb, long ca_sh, __global const int *plan, long plan_off, int B,
-         int max_cand, int top_k, __global int *idx, long ix_off, long ix_sb, long ix_sh) {
-    /* One 256-bin histogram per 32 work-items: the keys of one row mostly share their high
-     * bytes, so a single histogram would serialize every work-item on one counter. */
-    __local uint hist[NSUB * 256];
+         int max_cand, int top_k, __global int *idx, long ix_off, long ix_sb, long ix_sh,
+         __global const uint *kh, long kh_off, __global const ulong *kbuf, long kb_off) {
+    /* The sort buffer, or (slow path) one 256-bin histogram per 32 work-items: the keys of
+     * one row mostly share their high bytes, so a single histogram would serialize every
+     * work-item on one counter. */
+    __local ulong big[KBUF_CAP > NSUB * 128 ? KBUF_CAP : NSUB * 128];
+    __local uint *hist = (__local uint *)big;
     __local uint sh_prefix, sh_need;
     __local ulong tmp[WG];
     const int lid = (int)get_local_id(0);
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const int C = clamp(plan[plan_off + 7 * B + b], 0, max_cand);
     const int kk = min(top_k, C);
-    __global const float *s = cs + cs_off + b * cs_sb + h * cs_sh;
+    const long row = (long)b * get_num_groups(1) + h;
     __global const int *cd = cand + ca_off + b * ca_sb + h * ca_sh;
     __global int *out = idx + ix_off + b * ix_sb + h * ix_sh;
-    uint prefix = 0, mask = 0, need = (uint)kk;
-    if (kk > 0) {
-        for (int shift = 24; shift >= 0; shift -= 8) {
-            for (int i = lid; i < NSUB * 256; i += WG)
-                hist[i] = 0;
-            barrier(CLK_LOCAL_MEM_FENCE);
-            __local uint *mine = hist + (lid / 32) * 256;
-            for (int j = lid; j < C; j += WG) {
-                const uint key = pkr_key(s[j]);
-                if ((key & mask) == prefix)
-                    atomic_inc(&mine[(key >> shift) & 0xffu]);
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);
+    const uint nbuf = kk > 0 ? kh[kh_off + row * KH_WORDS + KH_BINS + 1] : 0u;
+    /* Fast path (the buffer holds the row's keys at or above the threshold bin) or the
+     * exact radix select over the row; the barriers stay in uniform loops either way. */
+    const int fast = kk > 0 && nbuf <= KBUF_CAP;
+    int n = fast ? 1 : 0;
+    while (fast && n < (int)nbuf)
+        n <<= 1;
+    __global const ulong *kb = kbuf + kb_off + row * KBUF_CAP;
+    for (int i = lid; i < n; i += WG)
+        big[i] = i < (int)nbuf ? kb[i] : ~(ulong)0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    pkr_bitonic(big, n); /* the first kk: the top-k, ties by lowest index */
+    int n2 = fast ? 1 : 0;
+    while (fast && n2 < kk)
+        n2 <<= 1;
+    for (int i = lid; i < n2; i += WG) /* in place: each entry by one work-item */
+        big[i] = i < kk ? (big[i] & 0xffffffffu) : ~(ulong)0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    pkr_bitonic(big, n2); /* candidate indices ascending = positions ascending */
+    for (int i = lid; i < (fast ? kk : 0); i += WG)
+        out[i] = cd[(int)big[i]];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int ks = fast ? 0 : kk; /* what the radix select takes */
+    {
+        __global const float *s = cs + cs_off + b * cs_sb + h * cs_sh;
+        uint prefix = 0, mask = 0, need = (uint)ks;
+        if (ks > 0) {
+            for (int shift = 24; shift >= 0; shift -= 8) {
+                for (int i = lid; i < NSUB * 256; i += WG)
+                    hist[i] = 0;
+                barrier(CLK_LOCAL_MEM_FENCE);
+                __local uint *mine = hist + (lid / 32) * 256;
+                for (int j = lid; j < C; j += WG) {
+                    const uint key = pkr_key(s[j]);
+                    if ((key & mask) == prefix)
+                        atomic_inc(&mine[(key >> shift) & 0xffu]);
+                }
+                barrier(CLK_LOCAL_MEM_FENCE);
 #if WG >= 256
-            { /* bins in descending order, one per work-item: the bin where the count of
-               * larger keys reaches `need` */
-                const int v = 255 - lid;
-                uint x = 0;
-                if (lid < 256)
-                    for (int q = 0; q < NSUB; q++)
-                        x += hist[q * 256 + v];
-                ulong tot;
-                const ulong above = pkr_scan(tmp, x, &tot);
-                if (lid < 256 && above < need && above + x >= need) {
-                    sh_prefix = prefix | ((uint)v << shift);
-                    sh_need = need - (uint)above;
-                }
-            }
-#else
-            if (lid == 0) {
-                uint cum = 0;
-                for (int v = 255; v >= 0; v--) {
+                { /* bins in descending order, one per work-item: the bin where the count of
+                   * larger keys reaches `need` */
+                    const int v = 255 - lid;
                     uint x = 0;
-                    for (int q = 0; q < NSUB; q++)
-                        x += hist[q * 256 + v];
-                    if (cum + x >= need) {
+                    if (lid < 256)
+                        for (int q = 0; q < NSUB; q++)
+                            x += hist[q * 256 + v];
+                    ulong tot;
+                    const ulong above = pkr_scan(tmp, x, &tot);
+                    if (lid < 256 && above < need && above + x >= need) {
                         sh_prefix = prefix | ((uint)v << shift);
-                        sh_need = need - cum;
-                        break;
+                        sh_need = need - (uint)above;
                     }
-                    cum += x;
                 }
-            }
+#else
+                if (lid == 0) {
+                    uint cum = 0;
+                    for (int v = 255; v >= 0; v--) {
+                        uint x = 0;
+                        for (int q = 0; q < NSUB; q++)
+                            x += hist[q * 256 + v];
+                        if (cum + x >= need) {
+                            sh_prefix = prefix | ((uint)v << shift);
+                            sh_need = need - cum;
+                            break;
+                        }
+                        cum += x;
+                    }
+                }
 #endif
-            barrier(CLK_LOCAL_MEM_FENCE);
-            prefix = sh_prefix;
-            need = sh_need;
-            mask |= 0xffu << shift;
+                barrier(CLK_LOCAL_MEM_FENCE);
+                prefix = sh_prefix;
+                need = sh_need;
+                mask |= 0xffu << shift;
+            }
         }
+        /* prefix: the kk-th largest key; need: how many of its ties to take (first ones). */
+        const int per = (C + WG - 1) / WG;
+        const int j0 = lid * per, j1 = min(C, j0 + per);
+        uint gt = 0, eq = 0;
+        if (ks > 0)
+            for (int j = j0; j < j1; j++) {
+                const uint key = pkr_key(s[j]);
+                gt += key > prefix;
+                eq += key == prefix;
+            }
+        ulong total;
+        const ulong ex = pkr_scan(tmp, ((ulong)gt << 32) | eq, &total);
+        uint gt_run = (uint)(ex >> 32), eq_run = (uint)(ex & 0xffffffffu);
+        if (ks > 0)
+            for (int j = j0; j < j1; j++) {
+                const uint key = pkr_key(s[j]);
+                const int isgt = key > prefix, iseq = key == prefix;
+                if (isgt || (iseq && eq_run < need))
+                    out[gt_run + min(eq_run, need)] = cd[j];
+                gt_run += isgt;
+                eq_run += iseq;
+            }
     }
-    /* prefix: the kk-th largest key; need: how many of its ties to take (first ones). */
-    const int per = (C + WG - 1) / WG;
-    const int j0 = lid * per, j1 = min(C, j0 + per);
-    uint gt = 0, eq = 0;
-    if (kk > 0)
-        for (int j = j0; j < j1; j++) {
-            const uint key = pkr_key(s[j]);
-            gt += key > prefix;
-            eq += key == prefix;
-        }
-    ulong total;
-    const ulong ex = pkr_scan(tmp, ((ulong)gt << 32) | eq, &total);
-    uint gt_run = (uint)(ex >> 32), eq_run = (uint)(ex & 0xffffffffu);
-    if (kk > 0)
-        for (int j = j0; j < j1; j++) {
-            const uint key = pkr_key(s[j]);
-            const int isgt = key > prefix, iseq = key == prefix;
-            if (isgt || (iseq && eq_run < need))
-                out[gt_run + min(eq_run, need)] = cd[j];
-            gt_run += isgt;
-            eq_run += iseq;
-        }
     for (int j = kk + lid; j < top_k; j += WG)
         out[j] = -1;
 }

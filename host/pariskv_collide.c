@@ -129,6 +129,9 @@ clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_s
     const cl_long cd_sb = a->candidates.buf ? a->candidates.strides[0] : p->Hkv * p->max_cand;
     const cl_long cd_sh = a->candidates.buf ? a->candidates.strides[1] : p->max_cand;
     const cl_int fill_cand = a->candidates.buf ? (cl_int)a->candidates.dims[2] : 0;
+    /* Stage II's per-row score histogram and counters (zeroed by pkv_threshold). */
+    const cl_long kh_off = (cl_long)(p->off_khist / 4);
+    const cl_int kh_len = PKV_KHIST_WORDS;
 
     if ((st = clkv__set_args(ctx, kr, "pkv_rank", 17, CLKV_ARG(QR->buf), CLKV_ARG(qr_off),
                              CLKV_ARG(qr_sb), CLKV_ARG(qr_sh), CLKV_ARG(CN->buf), CLKV_ARG(c_off),
@@ -142,11 +145,12 @@ clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_s
              CLKV_ARG(ws), CLKV_ARG(s_off), CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(dbg),
              CLKV_ARG(dbg_off), CLKV_ARG(dbg_sb), CLKV_ARG(dbg_sh), CLKV_ARG(has_dbg), CLKV_ARG(ws),
              CLKV_ARG(ch_off), CLKV_ARG(nchunks), CLKV_ARG(ws), CLKV_ARG(rh_off))) ||
-        (st = clkv__set_args(ctx, kt, "pkv_threshold", 17, CLKV_ARG(ws), CLKV_ARG(ch_off),
+        (st = clkv__set_args(ctx, kt, "pkv_threshold", 20, CLKV_ARG(ws), CLKV_ARG(ch_off),
                              CLKV_ARG(nchunks), CLKV_ARG(ws), CLKV_ARG(rh_off), CLKV_ARG(PL->buf),
                              CLKV_ARG(plan_off), CLKV_ARG(B), CLKV_ARG(Hkv), CLKV_ARG(max_cand),
                              CLKV_ARG(ws), CLKV_ARG(ci_off), CLKV_ARG(cand), CLKV_ARG(cd_off),
-                             CLKV_ARG(cd_sb), CLKV_ARG(cd_sh), CLKV_ARG(fill_cand))) ||
+                             CLKV_ARG(cd_sb), CLKV_ARG(cd_sh), CLKV_ARG(fill_cand), CLKV_ARG(ws),
+                             CLKV_ARG(kh_off), CLKV_ARG(kh_len))) ||
         (st = clkv__set_args(ctx, kp, "pkv_compact", 15, CLKV_ARG(ws), CLKV_ARG(s_off),
                              CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(PL->buf), CLKV_ARG(plan_off),
                              CLKV_ARG(zone_start), CLKV_ARG(max_zone), CLKV_ARG(ws),

@@ -1,4 +1,5 @@
-/* ParisKV Stage II (SPEC §4): RSQ-IP rerank and final top-k launches
+/* ParisKV Stage II (SPEC §4): RSQ-IP rerank (with the score histogram), threshold-bin
+ * collection and final top-k launches
  * (cl_kernels/pariskv_rerank.cl). */
 #include <stdio.h>
 #include <string.h>
@@ -17,10 +18,13 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
     clkv__defs_int(&defs, "W_DTYPE", a->weights.dtype);
     clkv__defs_int(&defs, "WG", p->wg2);
     clkv__defs_int(&defs, "CODES_U32", clkv__rows_aligned(&a->codes, 4));
-    cl_kernel kr, kt;
+    clkv__defs_int(&defs, "KH_BITS", PKV_KHIST_BITS);
+    clkv__defs_int(&defs, "KBUF_CAP", PKV_KBUF_CAP);
+    cl_kernel kr, kc, kt;
     clkv_status st;
-    k->rerank = k->topk = NULL;
+    k->rerank = k->collect = k->topk = NULL;
     if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_rerank", &kr)) ||
+        (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_topk_collect", &kc)) ||
         (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_topk", &kt)))
         return st;
     const clkv_tensor *QR = &a->q_rot, *QN = &a->q_norm, *CD = &a->codes, *W = &a->weights,
@@ -47,25 +51,33 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
     const cl_long cs_sb = own_cs ? a->candidate_scores.strides[0] : p->Hkv * p->max_cand;
     const cl_long cs_sh = own_cs ? a->candidate_scores.strides[1] : p->max_cand;
     const cl_long ix_off = clkv__elem_offset(IX), ix_sb = IX->strides[0], ix_sh = IX->strides[1];
+    /* Score histogram + counters (zeroed by Stage I's pkv_threshold) and pair buffers. */
+    const cl_long kh_off = (cl_long)(p->off_khist / 4), kb_off = (cl_long)(p->off_kbuf / 8);
     if ((st = clkv__set_args(
-             ctx, kr, "pkv_rerank", 31, CLKV_ARG(QR->buf), CLKV_ARG(qr_off), CLKV_ARG(qr_sb),
+             ctx, kr, "pkv_rerank", 33, CLKV_ARG(QR->buf), CLKV_ARG(qr_off), CLKV_ARG(qr_sb),
              CLKV_ARG(qr_sh), CLKV_ARG(QN->buf), CLKV_ARG(qn_off), CLKV_ARG(qn_sb), CLKV_ARG(qn_sh),
              CLKV_ARG(CD->buf), CLKV_ARG(cd_off), CLKV_ARG(cd_sb), CLKV_ARG(cd_sh), CLKV_ARG(cd_sl),
              CLKV_ARG(W->buf), CLKV_ARG(w_off), CLKV_ARG(w_sb), CLKV_ARG(w_sh), CLKV_ARG(w_sl),
              CLKV_ARG(lev), CLKV_ARG(PL->buf), CLKV_ARG(plan_off), CLKV_ARG(B), CLKV_ARG(max_cand),
              CLKV_ARG(cand), CLKV_ARG(ca_off), CLKV_ARG(ca_sb), CLKV_ARG(ca_sh), CLKV_ARG(cs),
-             CLKV_ARG(cs_off), CLKV_ARG(cs_sb), CLKV_ARG(cs_sh))) ||
-        (st =
-             clkv__set_args(ctx, kt, "pkv_topk", 17, CLKV_ARG(cs), CLKV_ARG(cs_off),
-                            CLKV_ARG(cs_sb), CLKV_ARG(cs_sh), CLKV_ARG(cand), CLKV_ARG(ca_off),
-                            CLKV_ARG(ca_sb), CLKV_ARG(ca_sh), CLKV_ARG(PL->buf), CLKV_ARG(plan_off),
-                            CLKV_ARG(B), CLKV_ARG(max_cand), CLKV_ARG(top_k), CLKV_ARG(IX->buf),
-                            CLKV_ARG(ix_off), CLKV_ARG(ix_sb), CLKV_ARG(ix_sh))))
+             CLKV_ARG(cs_off), CLKV_ARG(cs_sb), CLKV_ARG(cs_sh), CLKV_ARG(ws), CLKV_ARG(kh_off))) ||
+        (st = clkv__set_args(ctx, kc, "pkv_topk_collect", 13, CLKV_ARG(cs), CLKV_ARG(cs_off),
+                             CLKV_ARG(cs_sb), CLKV_ARG(cs_sh), CLKV_ARG(PL->buf),
+                             CLKV_ARG(plan_off), CLKV_ARG(B), CLKV_ARG(max_cand), CLKV_ARG(top_k),
+                             CLKV_ARG(ws), CLKV_ARG(kh_off), CLKV_ARG(ws), CLKV_ARG(kb_off))) ||
+        (st = clkv__set_args(ctx, kt, "pkv_topk", 21, CLKV_ARG(cs), CLKV_ARG(cs_off),
+                             CLKV_ARG(cs_sb), CLKV_ARG(cs_sh), CLKV_ARG(cand), CLKV_ARG(ca_off),
+                             CLKV_ARG(ca_sb), CLKV_ARG(ca_sh), CLKV_ARG(PL->buf),
+                             CLKV_ARG(plan_off), CLKV_ARG(B), CLKV_ARG(max_cand), CLKV_ARG(top_k),
+                             CLKV_ARG(IX->buf), CLKV_ARG(ix_off), CLKV_ARG(ix_sb), CLKV_ARG(ix_sh),
+                             CLKV_ARG(ws), CLKV_ARG(kh_off), CLKV_ARG(ws), CLKV_ARG(kb_off))))
         return st;
     if ((st = clkv__check_local_mem(ctx, kr, "pkv_rerank", 0)) ||
+        (st = clkv__check_local_mem(ctx, kc, "pkv_topk_collect", 0)) ||
         (st = clkv__check_local_mem(ctx, kt, "pkv_topk", 0)))
         return st;
     k->rerank = kr;
+    k->collect = kc;
     k->topk = kt;
     return CLKV_OK;
 }
@@ -79,7 +91,8 @@ clkv_status clkv__pariskv_stage2_enqueue(clkv_context *ctx, const pkv_search_pla
     if (p->max_cand > 0) {
         const size_t g_rr[3] = {((size_t)p->max_cand + wg - 1) / wg * wg, (size_t)p->Hkv,
                                 (size_t)p->B};
-        if ((st = clkv__enqueue(ctx, k->rerank, "pkv_rerank", 3, g_rr, l_wg, ev ? &ev[0] : NULL)))
+        if ((st = clkv__enqueue(ctx, k->rerank, "pkv_rerank", 3, g_rr, l_wg, ev ? &ev[0] : NULL)) ||
+            (st = clkv__enqueue(ctx, k->collect, "pkv_topk_collect", 3, g_rr, l_wg, NULL)))
             return st;
     }
     const size_t g_tk[3] = {wg, (size_t)p->Hkv, (size_t)p->B};

@@ -14,20 +14,30 @@ typedef struct pkv_search_plan {
     int wg2; /* work-group size of Stage II (rerank, top-k) */
     clkv_pariskv_levels levels;
     /* Workspace byte offsets (each 256-aligned) and the total. */
-    size_t off_bonus, off_s, off_hist, off_rowhist, off_cinfo, off_cand, off_cs, total;
+    size_t off_bonus, off_s, off_hist, off_rowhist, off_cinfo, off_cand, off_cs, off_khist,
+        off_kbuf, total;
 } pkv_search_plan;
+
+/* Stage II final top-k (cl_kernels/pariskv_rerank.cl): per (b, KV head) row a histogram
+ * of the top PKV_KHIST_BITS bits of the score keys (PKV_KHIST_BINS words) followed by
+ * two counters (PKV_KHIST_WORDS words per row), and a buffer of PKV_KBUF_CAP
+ * (key, candidate) pairs (8 bytes each) for the scores at or above the threshold bin. */
+#define PKV_KHIST_BITS 12
+#define PKV_KHIST_BINS (1 << PKV_KHIST_BITS)
+#define PKV_KHIST_WORDS (PKV_KHIST_BINS + 2)
+#define PKV_KBUF_CAP 4096
 
 /* The kernels of one search (owned by the program cache). */
 typedef struct pkv_search_kernels {
-    cl_kernel rank, collide, threshold, compact, rerank, topk;
+    cl_kernel rank, collide, threshold, compact, rerank, collect, topk;
 } pkv_search_kernels;
 
-/* `ev` (optional): events of the stage's kernels (stage 1: 4, stage 2: 2), NULL where a
- * kernel was not enqueued.
- * Each stage in two steps, so every kernel is built, has its arguments set and passes
- * the local-memory check before anything is enqueued. Stage I (rank, collide with the
- * histogram, threshold, compaction) writes candidates to args->candidates when given,
- * else to the workspace at p->off_cand. Stage II (rerank, top-k) writes args->idx. */
+/* `ev` (optional): events of the stage's kernels (stage 1: 4, stage 2: 2 = rerank, top-k; the
+ * collection kernel between them has none), NULL where a kernel was not enqueued. Each stage in two
+ * steps, so every kernel is built, has its arguments set and passes the local-memory check before
+ * anything is enqueued. Stage I (rank, collide with the histogram, threshold, compaction) writes
+ * candidates to args->candidates when given, else to the workspace at p->off_cand. Stage II
+ * (rerank, top-k) writes args->idx. */
 clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_search_args *args,
                                          const pkv_search_plan *p, cl_mem ws,
                                          pkv_search_kernels *k);

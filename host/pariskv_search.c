@@ -177,6 +177,10 @@ static clkv_status validate_search(clkv_context *ctx, const clkv_pariskv_search_
     p->off_cs = off;
     if (!a->candidate_scores.buf)
         off += clkv__ws_align(rows * (size_t)max_cand * 4);
+    p->off_kbuf = off;
+    off += clkv__ws_align(rows * PKV_KBUF_CAP * 8);
+    p->off_khist = off;
+    off += clkv__ws_align(rows * PKV_KHIST_WORDS * 4);
     p->total = off;
     return CLKV_OK;
 }

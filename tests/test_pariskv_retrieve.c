@@ -507,10 +507,12 @@ static void run_search_case(void **state) {
 
 /* Ties (SPEC §0.2): every zone token has the same ids, codes and weights, so all S and
  * all s^ are equal: the candidates must be the first C zone positions and the top-k the
- * first top_k of them, whatever the chunking (n spans several chunks and work-items). */
-static void test_search_ties(void **state) {
-    (void)state;
-    tu_set_case("search ties");
+ * first top_k of them, whatever the chunking (n spans several chunks and work-items).
+ * With beta = rho = 0 (default ratios) C_b <= 4096: the final top-k sorts the tied
+ * threshold bin; with beta = 0.6 C_0 = 5399 ties overflow that buffer and the exact radix
+ * select over the row runs instead (C_1 = 2700 still sorts). */
+static void run_search_ties(double beta, double rho) {
+    tu_set_case("search ties beta=%g", beta);
     const int64_t B = 2, Hkv = 2, D = 128, nblk = 16, zs = 3, L = 9000, K = 100;
     const int64_t n[2] = {8997, 4500};
     const size_t rows = (size_t)(B * Hkv * L);
@@ -535,7 +537,7 @@ static void test_search_ties(void **state) {
     tu_fill_normal(&rng, qr, sizeof qr / sizeof qr[0], 0.0, 0.1);
     int32_t plan[16];
     int64_t cmax;
-    TU_CHECK_OK(NULL, clkv_pariskv_plan(n, B, K, 0, 0, plan, &cmax));
+    TU_CHECK_OK(NULL, clkv_pariskv_plan(n, B, K, beta, rho, plan, &cmax));
     const int64_t rd[3] = {B, Hkv, D}, nd[2] = {B, Hkv}, pd[2] = {8, B}, xd[3] = {B, Hkv, K},
                   cmd[3] = {B, Hkv, cmax};
     clkv_pariskv_search_args a = CLKV_PARISKV_SEARCH_ARGS_INIT;
@@ -583,6 +585,12 @@ static void test_search_ties(void **state) {
     free(gi);
     free(gc);
     tu_set_case("%s", "");
+}
+
+static void test_search_ties(void **state) {
+    (void)state;
+    run_search_ties(0.0, 0.0);
+    run_search_ties(0.6, 0.6);
 }
 
 /* ------------------------------------------------------------------------------------ */
