@@ -41,7 +41,7 @@
  * (c * TPR + ln) * VW. */
 #define VW CLKV_VEC16(KV_DTYPE)
 #define NCH (EPL / VW)
-#define ELEM(c, j, ln) (((c) * TPR + (ln)) * VW + (j))
+#define ELEM(c, j, ln) (((c)*TPR + (ln)) * VW + (j))
 #define UNROLL_LOOP _Pragma("unroll")
 #else
 /* One lane holds the whole row: plain element loops the CPU compiler vectorizes. */
@@ -80,29 +80,16 @@ inline uint4 load_chunk(__global const KV_T *p, long row, int c, int ln) {
 #define TILE (NRG * UNROLL)
 #define ROW_U4 (HEAD_DIM * (int)sizeof(KV_T) / 16) /* 16-byte chunks per row */
 
-inline void cp_async16(__local uint4 *dst, __global const uchar *src) {
-    const uint d = (uint)(size_t)dst;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-
-inline void cp_async_commit(void) {
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-inline void cp_async_wait_stages(void) {
-    asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 1) : "memory");
-}
-
 /* Issue the copies of tile rows [first, first + TILE) of K and V into one stage; rows at
  * or past `end` copy row `start` instead (valid memory, masked later). */
 inline void issue_tile(__local uint4 *sk, __local uint4 *sv, __global const KV_T *k,
-                       __global const KV_T *v, long kb, long vb, long k_sl, long v_sl,
-                       int first, int start, int end, int lid) {
+                       __global const KV_T *v, long kb, long vb, long k_sl, long v_sl, int first,
+                       int start, int end, int lid) {
     for (int i = lid; i < TILE * ROW_U4; i += WG_SIZE) {
         const int r = i / ROW_U4, c = i % ROW_U4;
         const int j = first + r < end ? first + r : start;
-        cp_async16(sk + i, (__global const uchar *)(k + kb + (long)j * k_sl) + c * 16);
-        cp_async16(sv + i, (__global const uchar *)(v + vb + (long)j * v_sl) + c * 16);
+        clkv_cp_async16(sk + i, (__global const uchar *)(k + kb + (long)j * k_sl) + c * 16);
+        clkv_cp_async16(sv + i, (__global const uchar *)(v + vb + (long)j * v_sl) + c * 16);
     }
 }
 #endif
@@ -164,15 +151,15 @@ attention_decode_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
         if (t < ntiles)
             issue_tile(stage_k[t], stage_v[t], k, v, kb, vb, k_sl, v_sl, start + t * TILE, start,
                        end, lid);
-        cp_async_commit(); /* empty groups keep the group count uniform */
+        clkv_cp_async_commit(); /* empty groups keep the group count uniform */
     }
     for (int t = 0; t < ntiles; t++) {
         const int ahead = t + STAGES - 1;
         if (ahead < ntiles)
             issue_tile(stage_k[ahead % STAGES], stage_v[ahead % STAGES], k, v, kb, vb, k_sl, v_sl,
                        start + ahead * TILE, start, end, lid);
-        cp_async_commit();
-        cp_async_wait_stages(); /* tile t has landed (for this thread's copies) */
+        clkv_cp_async_commit();
+        CLKV_CP_ASYNC_WAIT(STAGES - 1); /* tile t has landed (for this thread's copies) */
         barrier(CLK_LOCAL_MEM_FENCE);
         const int base = start + t * TILE;
         __local const uint4 *tk = stage_k[t % STAGES];
@@ -363,7 +350,7 @@ attention_decode_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
  * "split lanes" each sum a strided subset of the splits' acc rows with float4 loads, and
  * the lanes are added up in local memory. Every loop is short, so a single sequence with
  * hundreds of splits does not serialize on memory latency. */
-#define MERGE_Q (HEAD_DIM / 4)         /* float4 columns per acc row */
+#define MERGE_Q (HEAD_DIM / 4)           /* float4 columns per acc row */
 #define MERGE_LANES (MERGE_WG / MERGE_Q) /* splits summed in parallel */
 
 __kernel __attribute__((reqd_work_group_size(MERGE_WG, 1, 1))) void

@@ -79,20 +79,6 @@ inline void ldmatrix4_trans(uint *r, __local const void *row) {
                  : "memory");
 }
 
-inline void cp_async16(__local uint4 *dst, __global const uchar *src) {
-    const uint d = (uint)(size_t)dst;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-inline void cp_async_commit(void) {
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-inline void cp_async_wait_stages(void) {
-    asm volatile("cp.async.wait_group %0;" ::"n"(NSTG - 1) : "memory");
-}
-inline void cp_async_wait_all(void) {
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-}
-
 inline ushort f32_to_f16_bits(float x) {
     ushort h;
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
@@ -153,8 +139,8 @@ inline void issue_tile(__local uint4 *sk, __local uint4 *sv, __global const KV_T
         __global const ushort *kp = (__global const ushort *)k + kb + (long)j * k_sl + c * 8;
         __global const ushort *vp = (__global const ushort *)v + vb + (long)j * v_sl + c * 8;
 #if KV_ALIGNED
-        cp_async16(sk + r * ROW16 + c, (__global const uchar *)kp);
-        cp_async16(sv + r * ROW16 + c, (__global const uchar *)vp);
+        clkv_cp_async16(sk + r * ROW16 + c, (__global const uchar *)kp);
+        clkv_cp_async16(sv + r * ROW16 + c, (__global const uchar *)vp);
 #else
         sk[r * ROW16 + c] = clkv_load_raw_u16(kp, 0);
         sv[r * ROW16 + c] = clkv_load_raw_u16(vp, 0);
@@ -241,7 +227,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
         if (t < ntiles)
             issue_tile(smem + (2 * t) * TILE16, smem + (2 * t + 1) * TILE16, k, v, kb, vb, k_sl,
                        v_sl, kbeg + t * KT, kend, lid);
-        cp_async_commit(); /* empty groups keep the group count uniform */
+        clkv_cp_async_commit(); /* empty groups keep the group count uniform */
     }
 #endif
     for (int t = 0; t < ntiles; t++) {
@@ -252,8 +238,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
             issue_tile(smem + (2 * (ahead % NSTG)) * TILE16,
                        smem + (2 * (ahead % NSTG) + 1) * TILE16, k, v, kb, vb, k_sl, v_sl,
                        kbeg + ahead * KT, kend, lid);
-        cp_async_commit();
-        cp_async_wait_stages(); /* tile t has landed (this lane's copies) */
+        clkv_cp_async_commit();
+        CLKV_CP_ASYNC_WAIT(NSTG - 1); /* tile t has landed (this lane's copies) */
 #else
         issue_tile(smem + (2 * st) * TILE16, smem + (2 * st + 1) * TILE16, k, v, kb, vb, k_sl, v_sl,
                    kbeg + t * KT, kend, lid);
@@ -356,7 +342,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
         barrier(CLK_LOCAL_MEM_FENCE); /* the stage may be refilled */
     }
 #if KV_ALIGNED
-    cp_async_wait_all(); /* no copy may land in the combine area */
+    CLKV_CP_ASYNC_WAIT(0); /* no copy may land in the combine area */
 #endif
 
     /* Combine the NWK warps of each row block: m* = max m_w, l* = sum 2^(m_w - m*) l_w. */

@@ -102,7 +102,8 @@ inline uint4 clkv_load_raw_aligned(__global const void *p, long byte_off) {
 /* The same 16 bytes assembled from element loads, for rows that are not 16-byte aligned. */
 inline uint4 clkv_load_raw_u16(__global const ushort *p, long i) {
     return (uint4)((uint)p[i] | ((uint)p[i + 1] << 16), (uint)p[i + 2] | ((uint)p[i + 3] << 16),
-                   (uint)p[i + 4] | ((uint)p[i + 5] << 16), (uint)p[i + 6] | ((uint)p[i + 7] << 16));
+                   (uint)p[i + 4] | ((uint)p[i + 5] << 16),
+                   (uint)p[i + 6] | ((uint)p[i + 7] << 16));
 }
 inline uint4 clkv_load_raw_u32(__global const uint *p, long i) {
     return (uint4)(p[i], p[i + 1], p[i + 2], p[i + 3]);
@@ -117,6 +118,37 @@ inline float clkv_shfl_xor(float x, int lane_mask) {
                  : "f"(x), "r"(lane_mask));
     return r;
 }
+#endif
+
+/* ---- asynchronous global -> local copies (cp.async, sm_80+) ----
+ * A tile pipeline issues clkv_cp_async16/4 per work-item, closes each stage with
+ * clkv_cp_async_commit() and waits with CLKV_CP_ASYNC_WAIT(n): every group but the n most
+ * recent ones of this work-item has landed (n is a compile-time constant, e.g. STAGES - 1).
+ * A barrier is still needed before other work-items read the data. The portable path copies
+ * synchronously, so commit and wait are no-ops there. */
+#ifdef CLKV_NVIDIA_PTX
+inline void clkv_cp_async16(__local uint4 *dst, __global const uchar *src) {
+    const uint d = (uint)(size_t)dst;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+/* 4-byte copy (sources whose alignment is only 4 bytes; goes through L1). */
+inline void clkv_cp_async4(__local int *dst, __global const int *src) {
+    const uint d = (uint)(size_t)dst;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
+}
+inline void clkv_cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+#define CLKV_CP_ASYNC_WAIT(n) asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory")
+#else
+inline void clkv_cp_async16(__local uint4 *dst, __global const uchar *src) {
+    *dst = *(__global const uint4 *)src;
+}
+inline void clkv_cp_async4(__local int *dst, __global const int *src) {
+    *dst = *src;
+}
+inline void clkv_cp_async_commit(void) {}
+#define CLKV_CP_ASYNC_WAIT(n) ((void)0)
 #endif
 
 /* ---- online softmax (base-2 logits) ---- */

@@ -150,37 +150,6 @@ inline void new_raw_row(__global const void *p, int dt, long row, int ln, RAW_T 
 #define KV_BYTES (KV_DTYPE == CLKV_DT_F32 ? 4 : 2)
 #define ROW_U4 (HEAD_DIM * KV_BYTES / 16) /* 16-byte chunks per row */
 
-inline void lf_cp16(__local uint4 *dst, __global const uchar *src) {
-#ifdef CLKV_NVIDIA_PTX
-    const uint d = (uint)(size_t)dst;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-#else
-    *dst = *(__global const uint4 *)src;
-#endif
-}
-
-inline void lf_cp_commit(void) {
-#ifdef CLKV_NVIDIA_PTX
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-
-inline void lf_cp_wait(void) {
-#ifdef CLKV_NVIDIA_PTX
-    asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 1) : "memory");
-#endif
-}
-
-/* One 4-byte element (the tile's slot positions, whose alignment is only 4 bytes). */
-inline void lf_cp4(__local int *dst, __global const int *src) {
-#ifdef CLKV_NVIDIA_PTX
-    const uint d = (uint)(size_t)dst;
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
-#else
-    *dst = *src;
-#endif
-}
-
 /* Copy tile rows [first, first + TILE) of K and V, and their slot positions, into one
  * stage; rows at or past `end` copy row `start` (valid memory, masked later). Staging
  * the positions keeps the loop free of dependent global loads. */
@@ -190,11 +159,11 @@ inline void lf_issue_tile(__local uint4 *sk, __local uint4 *sv, __local int *sp,
     for (int i = lid; i < TILE * ROW_U4; i += WG_SIZE) {
         const int r = i / ROW_U4, c = i % ROW_U4;
         const int j = first + r < end ? first + r : start;
-        lf_cp16(sk + i, (__global const uchar *)(k + kb + (long)j * HEAD_DIM) + c * 16);
-        lf_cp16(sv + i, (__global const uchar *)(v + kb + (long)j * HEAD_DIM) + c * 16);
+        clkv_cp_async16(sk + i, (__global const uchar *)(k + kb + (long)j * HEAD_DIM) + c * 16);
+        clkv_cp_async16(sv + i, (__global const uchar *)(v + kb + (long)j * HEAD_DIM) + c * 16);
     }
     for (int r = lid; r < TILE; r += WG_SIZE)
-        lf_cp4(sp + r, prow + (first + r < end ? first + r : start));
+        clkv_cp_async4(sp + r, prow + (first + r < end ? first + r : start));
 }
 
 #endif
@@ -306,15 +275,15 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
         if (t < ntiles)
             lf_issue_tile(stage_k[t], stage_v[t], stage_p[t], k, v, prow, kb, start + t * TILE,
                           start, end, lid);
-        lf_cp_commit(); /* empty groups keep the group count uniform */
+        clkv_cp_async_commit(); /* empty groups keep the group count uniform */
     }
     for (int t = 0; t < ntiles; t++) {
         const int ahead = t + STAGES - 1;
         if (ahead < ntiles)
             lf_issue_tile(stage_k[ahead % STAGES], stage_v[ahead % STAGES], stage_p[ahead % STAGES],
                           k, v, prow, kb, start + ahead * TILE, start, end, lid);
-        lf_cp_commit();
-        lf_cp_wait(); /* tile t has landed (for this work-item's copies) */
+        clkv_cp_async_commit();
+        CLKV_CP_ASYNC_WAIT(STAGES - 1); /* tile t has landed (for this work-item's copies) */
         barrier(CLK_LOCAL_MEM_FENCE);
         const int base = start + t * TILE;
         __local const uint4 *tk = stage_k[t % STAGES];

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "host/attention_internal.h"
+#include "host/attention_common.h"
 #include "runtime/internal.h"
 
 #define KERNEL_FILE "attention_decode.cl"
@@ -27,10 +28,6 @@ typedef struct decode_plan {
     size_t part_acc_bytes, part_ml_bytes;
 } decode_plan;
 
-static int is_supported_dim(int64_t d) {
-    return d == 64 || d == 128 || d == 256;
-}
-
 static clkv_status validate(clkv_context *ctx, const clkv_attention_decode_args *a) {
     clkv_status st;
     if (a->lengths.buf && a->lengths.ndim != 1 && a->lengths.ndim != 2)
@@ -46,20 +43,10 @@ static clkv_status validate(clkv_context *ctx, const clkv_attention_decode_args 
                                           a->lengths.buf && a->lengths.ndim == 2 ? 2 : 1,
                                           CLKV_DTYPE_BIT(CLKV_I32))))
         return st;
-    if (a->v.dtype != a->k.dtype)
-        return clkv__fail(ctx, CLKV_ERR_ARG_DTYPE, "v: dtype %s differs from k's %s",
-                          clkv_dtype_name(a->v.dtype), clkv_dtype_name(a->k.dtype));
     const int64_t B = a->q.dims[0], Hq = a->q.dims[1], D = a->q.dims[2];
     const int64_t Hkv = a->k.dims[1], L = a->k.dims[2];
-    if (!is_supported_dim(D))
-        return clkv__fail(ctx, CLKV_ERR_ARG_UNSUPPORTED,
-                          "q: head dim D = %lld, supported: 64, 128, 256", (long long)D);
-    if ((st = clkv__check_dim(ctx, &a->k, "k", 0, B, "batch of q")) ||
-        (st = clkv__check_dim(ctx, &a->k, "k", 3, D, "head dim of q")))
+    if ((st = clkv__attn_check_kv(ctx, &a->k, &a->v, B, D)))
         return st;
-    for (int i = 0; i < 4; i++)
-        if ((st = clkv__check_dim(ctx, &a->v, "v", i, a->k.dims[i], "must match k")))
-            return st;
     if ((st = clkv__check_dim(ctx, &a->o, "o", 0, B, "batch of q")) ||
         (st = clkv__check_dim(ctx, &a->o, "o", 1, Hq, "query heads of q")) ||
         (st = clkv__check_dim(ctx, &a->o, "o", 2, D, "head dim of q")))
@@ -73,24 +60,10 @@ static clkv_status validate(clkv_context *ctx, const clkv_attention_decode_args 
         (st = clkv__check_dim(ctx, &a->lengths, "lengths", 1, Hkv,
                               "KV heads of k (per-(sequence, head) lengths)")))
         return st;
-    if (Hkv == 0 && Hq > 0)
-        return clkv__fail(ctx, CLKV_ERR_ARG_SHAPE, "k: dims[1] = Hkv = 0 with Hq = %lld",
-                          (long long)Hq);
-    if (Hkv > 0 && Hq % Hkv != 0)
-        return clkv__fail(
-            ctx, CLKV_ERR_ARG_SHAPE,
-            "q: Hq = %lld is not a multiple of k's Hkv = %lld (GQA needs Hq %% Hkv == 0)",
-            (long long)Hq, (long long)Hkv);
-    if (a->max_length < -1 || a->max_length > L)
-        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "max_length: %lld is outside [-1, L = %lld]",
-                          (long long)a->max_length, (long long)L);
-    if (L > INT32_MAX || B > 65535 || Hq > 65535)
-        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE,
-                          "k: L = %lld, B = %lld, Hq = %lld exceed the supported 2^31-1 tokens, "
-                          "65535 sequences, 65535 heads",
-                          (long long)L, (long long)B, (long long)Hq);
-    if (!isfinite(a->scale))
-        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "scale: %g is not finite", (double)a->scale);
+    if ((st = clkv__attn_check_sizes(ctx, B, Hq, Hkv, L, a->max_length)))
+        return st;
+    if ((st = clkv__attn_check_scale(ctx, a->scale)))
+        return st;
     if (a->num_splits < 0)
         return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "num_splits: %d is negative (0 = automatic)",
                           (int)a->num_splits);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_common.h"
 #include "bench_util.h"
 #include "cli.h"
 
@@ -53,6 +54,12 @@ typedef struct compress_opts {
 } compress_opts;
 
 static int parse_opts(int argc, char **argv, compress_opts *o) {
+    const bench_common_opts common = {.iters = &o->iters,
+                                      .iters_max = 100000,
+                                      .repeats = &o->repeats,
+                                      .repeats_max = 1000,
+                                      .device = &o->device,
+                                      .format = &o->format};
     memset(o, 0, sizeof *o);
     o->batch[0] = 1;
     o->nbatch = 1;
@@ -88,24 +95,13 @@ static int parse_opts(int argc, char **argv, compress_opts *o) {
         } else if ((m = opt_value(argc, argv, &i, "--dtype", &v)) != 0) {
             bad = m < 0 || parse_float_dtype("--dtype", v, &o->dtype) != 0;
         } else if ((m = opt_value(argc, argv, &i, "--layout", &v)) != 0) {
-            bad = m < 0 || (strcmp(v, "hnd") != 0 && strcmp(v, "nhd") != 0);
-            if (!bad)
-                o->nhd = strcmp(v, "nhd") == 0;
-            else if (m > 0)
-                fprintf(stderr, "clkv: --layout: '%s' is not one of hnd, nhd\n", v);
+            bad = bench_parse_layout(m, v, &o->nhd);
         } else if ((m = opt_value(argc, argv, &i, "--budget", &v)) != 0) {
             bad = m < 0 || parse_int("--budget", v, 1, INT32_MAX, &o->budget) != 0;
         } else if ((m = opt_value(argc, argv, &i, "--alpha", &v)) != 0) {
             bad = m < 0 || parse_int("--alpha", v, 0, 100, &o->alpha_pct) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--iters", &v)) != 0) {
-            bad = m < 0 || parse_int("--iters", v, 1, 100000, &o->iters) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--repeats", &v)) != 0) {
-            bad = m < 0 || parse_int("--repeats", v, 1, 1000, &o->repeats) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--device", &v)) != 0) {
+        } else if ((m = bench_common_option(argc, argv, &i, &common)) != 0) {
             bad = m < 0;
-            o->device = v;
-        } else if ((m = opt_value(argc, argv, &i, "--format", &v)) != 0) {
-            bad = m < 0 || tool_parse_format("--format", v, &o->format) != 0;
         } else {
             fprintf(stderr, "clkv bench compress: unknown option '%s'\n", argv[i]);
             bad = 1;
@@ -113,11 +109,8 @@ static int parse_opts(int argc, char **argv, compress_opts *o) {
         if (bad)
             return -1;
     }
-    if (o->hq % o->hkv != 0) {
-        fprintf(stderr, "clkv: --q-heads %lld is not a multiple of --kv-heads %lld\n",
-                (long long)o->hq, (long long)o->hkv);
+    if (bench_check_heads(o->hq, o->hkv) != 0)
         return -1;
-    }
     return 0;
 }
 

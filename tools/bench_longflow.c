@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "bandwidth.h"
+#include "bench_common.h"
 #include "bench_util.h"
 #include "cli.h"
 #include "decode_setup.h"
@@ -60,6 +61,15 @@ typedef struct lf_opts {
 } lf_opts;
 
 static int parse_opts(int argc, char **argv, lf_opts *o) {
+    const bench_common_opts common = {.iters = &o->iters,
+                                      .iters_max = 1000000,
+                                      .repeats = &o->repeats,
+                                      .repeats_max = 1000,
+                                      .warmup = &o->warmup,
+                                      .bw_runs = &o->bw_runs,
+                                      .bw_runs_max = 1000,
+                                      .device = &o->device,
+                                      .format = &o->format};
     memset(o, 0, sizeof *o);
     o->batch[0] = 2;
     o->nbatch = 1;
@@ -107,19 +117,8 @@ static int parse_opts(int argc, char **argv, lf_opts *o) {
                 }
                 bad = 1;
             }
-        } else if ((m = opt_value(argc, argv, &i, "--iters", &v)) != 0) {
-            bad = m < 0 || parse_int("--iters", v, 1, 1000000, &o->iters) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--repeats", &v)) != 0) {
-            bad = m < 0 || parse_int("--repeats", v, 1, 1000, &o->repeats) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--warmup", &v)) != 0) {
-            bad = m < 0 || parse_int("--warmup", v, 0, 1000000, &o->warmup) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--bw-runs", &v)) != 0) {
-            bad = m < 0 || parse_int("--bw-runs", v, 1, 1000, &o->bw_runs) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--device", &v)) != 0) {
+        } else if ((m = bench_common_option(argc, argv, &i, &common)) != 0) {
             bad = m < 0;
-            o->device = v;
-        } else if ((m = opt_value(argc, argv, &i, "--format", &v)) != 0) {
-            bad = m < 0 || tool_parse_format("--format", v, &o->format) != 0;
         } else {
             fprintf(stderr, "clkv bench longflow: unknown option '%s'\n", argv[i]);
             bad = 1;

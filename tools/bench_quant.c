@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "bandwidth.h"
+#include "bench_common.h"
 #include "bench_util.h"
 #include "cli.h"
 #include "decode_setup.h"
@@ -59,6 +60,15 @@ typedef struct quant_opts {
 } quant_opts;
 
 static int parse_opts(int argc, char **argv, quant_opts *o) {
+    const bench_common_opts common = {.iters = &o->iters,
+                                      .iters_max = 1000000,
+                                      .repeats = &o->repeats,
+                                      .repeats_max = MAX_REPEATS,
+                                      .warmup = &o->warmup,
+                                      .bw_runs = &o->bw_runs,
+                                      .bw_runs_max = 64,
+                                      .device = &o->device,
+                                      .format = &o->format};
     memset(o, 0, sizeof *o);
     o->batch[0] = 1, o->nbatch = 1, o->len[0] = 32768, o->nlen = 1;
     o->k_bits = o->v_bits = -1;
@@ -99,19 +109,8 @@ static int parse_opts(int argc, char **argv, quant_opts *o) {
             bad = m < 0 || parse_int("--dim", v, 1, 4096, &o->dim) != 0;
         } else if ((m = opt_value(argc, argv, &i, "--splits", &v)) != 0) {
             bad = m < 0 || parse_int("--splits", v, 0, 1 << 20, &o->splits) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--iters", &v)) != 0) {
-            bad = m < 0 || parse_int("--iters", v, 1, 1000000, &o->iters) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--repeats", &v)) != 0) {
-            bad = m < 0 || parse_int("--repeats", v, 1, MAX_REPEATS, &o->repeats) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--warmup", &v)) != 0) {
-            bad = m < 0 || parse_int("--warmup", v, 0, 1000000, &o->warmup) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--bw-runs", &v)) != 0) {
-            bad = m < 0 || parse_int("--bw-runs", v, 1, 64, &o->bw_runs) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--device", &v)) != 0) {
+        } else if ((m = bench_common_option(argc, argv, &i, &common)) != 0) {
             bad = m < 0;
-            o->device = v;
-        } else if ((m = opt_value(argc, argv, &i, "--format", &v)) != 0) {
-            bad = m < 0 || tool_parse_format("--format", v, &o->format) != 0;
         } else if (strcmp(argv[i], "--no-baseline") == 0) {
             o->baseline = 0;
         } else {
@@ -135,11 +134,8 @@ static int parse_opts(int argc, char **argv, quant_opts *o) {
         fprintf(stderr, "clkv: --meta %s: must be f16 or f32\n", clkv_dtype_name(o->meta));
         return -1;
     }
-    if (o->hq % o->hkv != 0) {
-        fprintf(stderr, "clkv: --q-heads %lld is not a multiple of --kv-heads %lld\n",
-                (long long)o->hq, (long long)o->hkv);
+    if (bench_check_heads(o->hq, o->hkv) != 0)
         return -1;
-    }
     return 0;
 }
 

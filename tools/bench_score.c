@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "bandwidth.h"
+#include "bench_common.h"
 #include "bench_util.h"
 #include "cli.h"
 #include "runtime/internal.h"
@@ -66,6 +67,15 @@ typedef struct sopts {
 } sopts;
 
 static int parse_opts(int argc, char **argv, sopts *o) {
+    const bench_common_opts common = {.iters = &o->iters,
+                                      .iters_max = 1000000,
+                                      .repeats = &o->repeats,
+                                      .repeats_max = MAX_REPEATS,
+                                      .warmup = &o->warmup,
+                                      .bw_runs = &o->bw_runs,
+                                      .bw_runs_max = 64,
+                                      .device = &o->device,
+                                      .format = &o->format};
     memset(o, 0, sizeof *o);
     o->method = CLKV_SCORE_DROPKV;
     o->batch[0] = 1;
@@ -111,30 +121,15 @@ static int parse_opts(int argc, char **argv, sopts *o) {
         } else if ((m = opt_value(argc, argv, &i, "--dtype", &v)) != 0) {
             bad = m < 0 || parse_float_dtype("--dtype", v, &o->dtype) != 0;
         } else if ((m = opt_value(argc, argv, &i, "--layout", &v)) != 0) {
-            bad = m < 0 || (strcmp(v, "hnd") != 0 && strcmp(v, "nhd") != 0);
-            if (!bad)
-                o->nhd = strcmp(v, "nhd") == 0;
-            else if (m > 0)
-                fprintf(stderr, "clkv: --layout: '%s' is not one of hnd, nhd\n", v);
+            bad = bench_parse_layout(m, v, &o->nhd);
         } else if ((m = opt_value(argc, argv, &i, "--ratio", &v)) != 0) {
             char *end = NULL;
             o->ratio = m > 0 ? strtod(v, &end) : 0.0;
             bad = m < 0 || !end || *end || !(o->ratio >= 0.0 && o->ratio <= 1.0);
             if (m > 0 && bad)
                 fprintf(stderr, "clkv: --ratio: '%s' is not a number in [0, 1]\n", v);
-        } else if ((m = opt_value(argc, argv, &i, "--iters", &v)) != 0) {
-            bad = m < 0 || parse_int("--iters", v, 1, 1000000, &o->iters) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--repeats", &v)) != 0) {
-            bad = m < 0 || parse_int("--repeats", v, 1, MAX_REPEATS, &o->repeats) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--warmup", &v)) != 0) {
-            bad = m < 0 || parse_int("--warmup", v, 0, 1000000, &o->warmup) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--bw-runs", &v)) != 0) {
-            bad = m < 0 || parse_int("--bw-runs", v, 1, 64, &o->bw_runs) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--device", &v)) != 0) {
+        } else if ((m = bench_common_option(argc, argv, &i, &common)) != 0) {
             bad = m < 0;
-            o->device = v;
-        } else if ((m = opt_value(argc, argv, &i, "--format", &v)) != 0) {
-            bad = m < 0 || tool_parse_format("--format", v, &o->format) != 0;
         } else {
             fprintf(stderr, "clkv bench: unknown option '%s'\n", argv[i]);
             bad = 1;
@@ -142,11 +137,8 @@ static int parse_opts(int argc, char **argv, sopts *o) {
         if (bad)
             return -1;
     }
-    if (o->hq % o->hkv != 0) {
-        fprintf(stderr, "clkv: --q-heads %lld is not a multiple of --kv-heads %lld\n",
-                (long long)o->hq, (long long)o->hkv);
+    if (bench_check_heads(o->hq, o->hkv) != 0)
         return -1;
-    }
     return 0;
 }
 

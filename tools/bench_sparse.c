@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_common.h"
 #include "bench_util.h"
 #include "cli.h"
 #include "decode_setup.h"
@@ -56,6 +57,13 @@ typedef struct sparse_opts {
 } sparse_opts;
 
 static int parse_opts(int argc, char **argv, sparse_opts *o) {
+    const bench_common_opts common = {.iters = &o->iters,
+                                      .iters_max = 1000000,
+                                      .repeats = &o->repeats,
+                                      .repeats_max = 1000,
+                                      .warmup = &o->warmup,
+                                      .device = &o->device,
+                                      .format = &o->format};
     memset(o, 0, sizeof *o);
     o->batch[0] = 1;
     o->nbatch = 1;
@@ -100,21 +108,9 @@ static int parse_opts(int argc, char **argv, sparse_opts *o) {
         } else if ((m = opt_value(argc, argv, &i, "--dtype", &v)) != 0) {
             bad = m < 0 || parse_float_dtype("--dtype", v, &o->dtype) != 0;
         } else if ((m = opt_value(argc, argv, &i, "--layout", &v)) != 0) {
-            bad = m < 0 || (strcmp(v, "hnd") != 0 && strcmp(v, "nhd") != 0);
-            if (bad && m > 0)
-                fprintf(stderr, "clkv: --layout: '%s' is not one of hnd, nhd\n", v);
-            o->nhd = !bad && strcmp(v, "nhd") == 0;
-        } else if ((m = opt_value(argc, argv, &i, "--iters", &v)) != 0) {
-            bad = m < 0 || parse_int("--iters", v, 1, 1000000, &o->iters) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--repeats", &v)) != 0) {
-            bad = m < 0 || parse_int("--repeats", v, 1, 1000, &o->repeats) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--warmup", &v)) != 0) {
-            bad = m < 0 || parse_int("--warmup", v, 0, 1000000, &o->warmup) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--device", &v)) != 0) {
+            bad = bench_parse_layout(m, v, &o->nhd);
+        } else if ((m = bench_common_option(argc, argv, &i, &common)) != 0) {
             bad = m < 0;
-            o->device = v;
-        } else if ((m = opt_value(argc, argv, &i, "--format", &v)) != 0) {
-            bad = m < 0 || tool_parse_format("--format", v, &o->format) != 0;
         } else if (strcmp(argv[i], "--offload") == 0) {
             o->offload = 1;
         } else if (strcmp(argv[i], "--no-check") == 0) {
@@ -126,11 +122,8 @@ static int parse_opts(int argc, char **argv, sparse_opts *o) {
         if (bad)
             return -1;
     }
-    if (o->hq % o->hkv != 0) {
-        fprintf(stderr, "clkv: --q-heads %lld is not a multiple of --kv-heads %lld\n",
-                (long long)o->hq, (long long)o->hkv);
+    if (bench_check_heads(o->hq, o->hkv) != 0)
         return -1;
-    }
     return 0;
 }
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "bandwidth.h"
+#include "bench_common.h"
 #include "bench_util.h"
 #include "cli.h"
 #include "decode_setup.h"
@@ -92,6 +93,15 @@ typedef struct decode_opts {
 } decode_opts;
 
 static int parse_decode_opts(int argc, char **argv, decode_opts *o) {
+    const bench_common_opts common = {.iters = &o->iters,
+                                      .iters_max = 1000000,
+                                      .repeats = &o->repeats,
+                                      .repeats_max = 1000,
+                                      .warmup = &o->warmup,
+                                      .bw_runs = &o->bw_runs,
+                                      .bw_runs_max = 64,
+                                      .device = &o->device,
+                                      .format = &o->format};
     o->batch[0] = 1;
     o->nbatch = 1;
     o->len[0] = 32768;
@@ -131,29 +141,11 @@ static int parse_decode_opts(int argc, char **argv, decode_opts *o) {
         } else if ((m = opt_value(argc, argv, &i, "--dtype", &v)) != 0) {
             bad = m < 0 || parse_float_dtype("--dtype", v, &o->dtype) != 0;
         } else if ((m = opt_value(argc, argv, &i, "--layout", &v)) != 0) {
-            if (m > 0 && (strcmp(v, "hnd") == 0 || strcmp(v, "nhd") == 0)) {
-                o->nhd = strcmp(v, "nhd") == 0;
-            } else {
-                if (m > 0) {
-                    fprintf(stderr, "clkv: --layout: '%s' is not one of hnd, nhd\n", v);
-                }
-                bad = 1;
-            }
+            bad = bench_parse_layout(m, v, &o->nhd);
         } else if ((m = opt_value(argc, argv, &i, "--splits", &v)) != 0) {
             bad = m < 0 || parse_int("--splits", v, 0, 1 << 20, &o->splits) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--iters", &v)) != 0) {
-            bad = m < 0 || parse_int("--iters", v, 1, 1000000, &o->iters) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--repeats", &v)) != 0) {
-            bad = m < 0 || parse_int("--repeats", v, 1, 1000, &o->repeats) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--warmup", &v)) != 0) {
-            bad = m < 0 || parse_int("--warmup", v, 0, 1000000, &o->warmup) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--bw-runs", &v)) != 0) {
-            bad = m < 0 || parse_int("--bw-runs", v, 1, 64, &o->bw_runs) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--device", &v)) != 0) {
+        } else if ((m = bench_common_option(argc, argv, &i, &common)) != 0) {
             bad = m < 0;
-            o->device = v;
-        } else if ((m = opt_value(argc, argv, &i, "--format", &v)) != 0) {
-            bad = m < 0 || tool_parse_format("--format", v, &o->format) != 0;
         } else if (strcmp(argv[i], "--lse") == 0) {
             o->lse = 1;
         } else if (strcmp(argv[i], "--no-check") == 0) {
@@ -166,11 +158,8 @@ static int parse_decode_opts(int argc, char **argv, decode_opts *o) {
             return -1;
         }
     }
-    if (o->hq % o->hkv != 0) {
-        fprintf(stderr, "clkv: --q-heads %lld is not a multiple of --kv-heads %lld\n",
-                (long long)o->hq, (long long)o->hkv);
+    if (bench_check_heads(o->hq, o->hkv) != 0)
         return -1;
-    }
     return 0;
 }
 

@@ -1,0 +1,49 @@
+/* Argument checks shared by the dense attention operators (see attention_common.h). */
+#include "host/attention_common.h"
+
+#include <math.h>
+
+clkv_status clkv__attn_check_kv(clkv_context *ctx, const clkv_tensor *k, const clkv_tensor *v,
+                                int64_t B, int64_t D) {
+    clkv_status st;
+    if (v->dtype != k->dtype)
+        return clkv__fail(ctx, CLKV_ERR_ARG_DTYPE, "v: dtype %s differs from k's %s",
+                          clkv_dtype_name(v->dtype), clkv_dtype_name(k->dtype));
+    if (D != 64 && D != 128 && D != 256)
+        return clkv__fail(ctx, CLKV_ERR_ARG_UNSUPPORTED,
+                          "q: head dim D = %lld, supported: 64, 128, 256", (long long)D);
+    if ((st = clkv__check_dim(ctx, k, "k", 0, B, "batch of q")) ||
+        (st = clkv__check_dim(ctx, k, "k", 3, D, "head dim of q")))
+        return st;
+    for (int i = 0; i < 4; i++)
+        if ((st = clkv__check_dim(ctx, v, "v", i, k->dims[i], "must match k")))
+            return st;
+    return CLKV_OK;
+}
+
+clkv_status clkv__attn_check_sizes(clkv_context *ctx, int64_t B, int64_t Hq, int64_t Hkv, int64_t L,
+                                   int64_t max_length) {
+    if (Hkv == 0 && Hq > 0)
+        return clkv__fail(ctx, CLKV_ERR_ARG_SHAPE, "k: dims[1] = Hkv = 0 with Hq = %lld",
+                          (long long)Hq);
+    if (Hkv > 0 && Hq % Hkv != 0)
+        return clkv__fail(
+            ctx, CLKV_ERR_ARG_SHAPE,
+            "q: Hq = %lld is not a multiple of k's Hkv = %lld (GQA needs Hq %% Hkv == 0)",
+            (long long)Hq, (long long)Hkv);
+    if (max_length < -1 || max_length > L)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "max_length: %lld is outside [-1, L = %lld]",
+                          (long long)max_length, (long long)L);
+    if (L > INT32_MAX || B > 65535 || Hq > 65535)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE,
+                          "k: L = %lld, B = %lld, Hq = %lld exceed the supported 2^31-1 tokens, "
+                          "65535 sequences, 65535 heads",
+                          (long long)L, (long long)B, (long long)Hq);
+    return CLKV_OK;
+}
+
+clkv_status clkv__attn_check_scale(clkv_context *ctx, float scale) {
+    if (!isfinite(scale))
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "scale: %g is not finite", (double)scale);
+    return CLKV_OK;
+}

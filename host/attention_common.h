@@ -1,0 +1,28 @@
+/* Argument checks shared by the dense attention operators (decode, window, sparse): the
+ * parts of their validation that are identical, with one set of status codes and
+ * messages. Each operator keeps its own checks (tensor ranks, o / lse shapes, extra
+ * arguments) around these. Not public API. */
+#ifndef CLKV_HOST_ATTENTION_COMMON_H
+#define CLKV_HOST_ATTENTION_COMMON_H
+
+#include <stdint.h>
+
+#include "clkv/tensor.h"
+#include "runtime/internal.h"
+
+/* K/V against q: v's dtype equals k's (CLKV_ERR_ARG_DTYPE, names v), the head dim D of q
+ * is 64, 128 or 256 (CLKV_ERR_ARG_UNSUPPORTED, names q), k is [B, *, *, D] and v has
+ * k's dims (CLKV_ERR_ARG_SHAPE, names k / v). k and v must be checked tensors of rank 4. */
+clkv_status clkv__attn_check_kv(clkv_context *ctx, const clkv_tensor *k, const clkv_tensor *v,
+                                int64_t B, int64_t D);
+
+/* Sizes: Hkv > 0 where Hq > 0 and Hq a multiple of Hkv (GQA; CLKV_ERR_ARG_SHAPE, names
+ * k / q), max_length in [-1, L] and L, B, Hq within the kernels' int ranges
+ * (CLKV_ERR_ARG_RANGE, names max_length / k). */
+clkv_status clkv__attn_check_sizes(clkv_context *ctx, int64_t B, int64_t Hq, int64_t Hkv, int64_t L,
+                                   int64_t max_length);
+
+/* The softmax scale is finite (CLKV_ERR_ARG_RANGE, names scale). */
+clkv_status clkv__attn_check_scale(clkv_context *ctx, float scale);
+
+#endif /* CLKV_HOST_ATTENTION_COMMON_H */
