@@ -12,40 +12,27 @@
 #include "bench_util.h"
 #include "cli.h"
 #include "decode_setup.h"
+#include "demo.h"
 #include "reference.h"
 
 void usage_demo(FILE *f) {
-    fprintf(f, "usage: clkv demo [--device SEL]\n"
+    fprintf(f, "usage: clkv demo [--device SEL] [--step NAME[,NAME..]]\n"
                "\n"
                "Runs each demo step on the device (default: $CLKV_DEVICE, else the first GPU,\n"
                "else the first CPU): synthetic long-context KV caches (smaller on CPUs), the\n"
                "clkv operator, a check against a double-precision CPU reference with the SPEC\n"
                "tolerances, and time per call / GB/s / %% of the streaming-read bandwidth\n"
-               "measured in the same run. Exits non-zero when a step fails.\n"
+               "measured in the same run. Exits non-zero when a step fails. --step runs only\n"
+               "the named steps.\n"
                "\n"
                "steps:\n"
                "  decode-attention      bf16 HND cache, B=2, Hq=32, Hkv=8, D=128, ragged lengths\n"
-               "  decode-attention-nhd  f16 NHD cache, f32 output and LSE, B=3, ragged lengths\n");
+               "  decode-attention-nhd  f16 NHD cache, f32 output and LSE, B=3, ragged lengths\n"
+               "  quant-cache           2-bit and 4-bit KIVI caches (groups of 32, n_r 128) vs\n"
+               "                        the bf16 cache: memory, output error, time per call\n");
 }
 
-typedef struct demo_env {
-    clkv_context *ctx;
-    const clkv_device_info *info;
-    int gpu;
-    tool_bandwidth bw;
-} demo_env;
-
-typedef struct demo_row {
-    char shape[128];
-    char dtype[32];
-    double us_per_call, gbps, pct_bw, max_err, max_lse_err;
-    int pass;
-    char note[256];
-} demo_row;
-
 /* ---- decode attention steps ---- */
-
-#define DEMO_MAX_B 4
 
 typedef struct demo_decode_cfg {
     int64_t B, Hq, Hkv, D, L;
@@ -182,8 +169,6 @@ static const demo_decode_cfg decode_nhd_gpu = {.B = 3,
 
 /* ---- the step list ---- */
 
-typedef int (*demo_fn)(demo_env *env, const void *cfg, demo_row *row);
-
 typedef struct demo_step {
     const char *name;
     demo_fn run;
@@ -194,12 +179,27 @@ typedef struct demo_step {
 static const demo_step demo_steps[] = {
     {"decode-attention", demo_decode, &decode_cpu, &decode_gpu},
     {"decode-attention-nhd", demo_decode, &decode_nhd_cpu, &decode_nhd_gpu},
+    {"quant-cache", demo_quant, &demo_quant_cpu, &demo_quant_gpu},
 };
 
 #define DEMO_NSTEPS ((int)(sizeof demo_steps / sizeof demo_steps[0]))
 
+/* 1 when `name` is one of the comma-separated names in `list`. */
+static int step_selected(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *s = list; *s;) {
+        const char *e = strchr(s, ',');
+        const size_t len = e ? (size_t)(e - s) : strlen(s);
+        if (len == n && strncmp(s, name, n) == 0) {
+            return 1;
+        }
+        s += len + (e ? 1 : 0);
+    }
+    return 0;
+}
+
 int cmd_demo(int argc, char **argv) {
-    const char *device = NULL;
+    const char *device = NULL, *only = NULL;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int m;
@@ -212,6 +212,12 @@ int cmd_demo(int argc, char **argv) {
                 return TOOL_EXIT_USAGE;
             }
             device = v;
+        } else if ((m = opt_value(argc, argv, &i, "--step", &v)) != 0) {
+            if (m < 0) {
+                usage_demo(stderr);
+                return TOOL_EXIT_USAGE;
+            }
+            only = v;
         } else {
             fprintf(stderr, "clkv demo: unknown option '%s'\n", argv[i]);
             usage_demo(stderr);
@@ -241,9 +247,13 @@ int cmd_demo(int argc, char **argv) {
     printf("%-22s %-44s %-16s %11s %9s %7s %10s %10s %s\n", "step", "shape", "dtype", "us/call",
            "GB/s", "%BW", "max|err|", "max|dLSE|", "result");
     fflush(stdout);
-    int passed = 0, rc = TOOL_EXIT_OK;
+    int passed = 0, ran = 0, rc = TOOL_EXIT_OK;
     for (int i = 0; i < DEMO_NSTEPS; i++) {
         const demo_step *step = &demo_steps[i];
+        if (only && !step_selected(only, step->name)) {
+            continue;
+        }
+        ran++;
         demo_row row;
         memset(&row, 0, sizeof row);
         int src = step->run(&env, env.gpu ? step->cfg_gpu : step->cfg_cpu, &row);
@@ -256,6 +266,12 @@ int cmd_demo(int argc, char **argv) {
                row.dtype, row.us_per_call, row.gbps, row.pct_bw, row.max_err, row.max_lse_err,
                row.pass ? "PASS" : "FAIL");
         printf("%-22s   %s\n", "", row.note);
+        for (const char *line = row.table; *line;) {
+            const char *nl = strchr(line, '\n');
+            int len = nl ? (int)(nl - line) : (int)strlen(line);
+            printf("%-22s     %.*s\n", "", len, line);
+            line += len + (nl ? 1 : 0);
+        }
         fflush(stdout);
         if (row.pass) {
             passed++;
@@ -264,7 +280,11 @@ int cmd_demo(int argc, char **argv) {
         }
     }
     clkv_context_destroy(env.ctx);
+    if (ran == 0) {
+        fprintf(stderr, "clkv demo: --step '%s' names no step (see clkv demo --help)\n", only);
+        return TOOL_EXIT_USAGE;
+    }
     printf("\ndemo: %s (%d/%d steps passed, %.1f s)\n", rc == TOOL_EXIT_OK ? "PASS" : "FAIL",
-           passed, DEMO_NSTEPS, tool_now() - t_start);
+           passed, ran, tool_now() - t_start);
     return rc;
 }
