@@ -29,7 +29,9 @@ void usage_demo(FILE *f) {
                "  decode-attention      bf16 HND cache, B=2, Hq=32, Hkv=8, D=128, ragged lengths\n"
                "  decode-attention-nhd  f16 NHD cache, f32 output and LSE, B=3, ragged lengths\n"
                "  quant-cache           2-bit and 4-bit KIVI caches (groups of 32, n_r 128) vs\n"
-               "                        the bf16 cache: memory, output error, time per call\n");
+               "                        the bf16 cache: memory, output error, time per call\n"
+               "  longflow              static LongFlow cache: load a prompt, decode steps;\n"
+               "                        outputs, scores, victims vs a host model; us/step\n");
 }
 
 /* ---- decode attention steps ---- */
@@ -180,6 +182,7 @@ static const demo_step demo_steps[] = {
     {"decode-attention", demo_decode, &decode_cpu, &decode_gpu},
     {"decode-attention-nhd", demo_decode, &decode_nhd_cpu, &decode_nhd_gpu},
     {"quant-cache", demo_quant, &demo_quant_cpu, &demo_quant_gpu},
+    {"longflow", demo_longflow, &demo_longflow_cpu, &demo_longflow_gpu},
 };
 
 #define DEMO_NSTEPS ((int)(sizeof demo_steps / sizeof demo_steps[0]))
