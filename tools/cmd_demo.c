@@ -31,7 +31,9 @@ void usage_demo(FILE *f) {
                "  quant-cache           2-bit and 4-bit KIVI caches (groups of 32, n_r 128) vs\n"
                "                        the bf16 cache: memory, output error, time per call\n"
                "  longflow              static LongFlow cache: load a prompt, decode steps;\n"
-               "                        outputs, scores, victims vs a host model; us/step\n");
+               "                        outputs, scores, victims vs a host model; us/step\n"
+               "  pariskv               ParisKV index over a needle cache, drifting queries:\n"
+               "                        recall@100, output vs its set and vs full attention\n");
 }
 
 /* ---- decode attention steps ---- */
@@ -183,6 +185,7 @@ static const demo_step demo_steps[] = {
     {"decode-attention-nhd", demo_decode, &decode_nhd_cpu, &decode_nhd_gpu},
     {"quant-cache", demo_quant, &demo_quant_cpu, &demo_quant_gpu},
     {"longflow", demo_longflow, &demo_longflow_cpu, &demo_longflow_gpu},
+    {"pariskv", demo_pariskv, &demo_pariskv_cpu, &demo_pariskv_gpu},
 };
 
 #define DEMO_NSTEPS ((int)(sizeof demo_steps / sizeof demo_steps[0]))
