@@ -9,44 +9,57 @@
  *   HEAD_DIM                        D (64, 128, 256)
  *   KBITS, VBITS, GQ                code widths and the quantization group
  *   GROUP                           query heads per work-group (<= 8)
- *   WG_SIZE                         work-group size (a multiple of D / (32 / VBITS));
- *                                   a tile is 2 * WG_SIZE tokens
+ *   WG_SIZE                         work-group size (a multiple of D / (32 / VBITS))
+ *   KTOK                            tokens per lane in the K phase (4, 8 or 16); a tile is
+ *                                   WG_SIZE * KTOK tokens, split ranges start at
+ *                                   multiples of 16
+ *
+ * The arithmetic is factored so that each cached element costs one decode (two integer
+ * instructions) and one FMA per query head:
+ *   a code c of b bits placed in the top mantissa bits of 1.0f reads x = 1 + c / 2^b
+ *   (exact), so with S = 2^b * s the dequantised value c*s + m equals x*S + (m - S).
+ *   Keys (s, m per channel and key group): <q, k^> = sum_d x_d * (q_d S_d)
+ *   + sum_d q_d (m_d - S_d); the q_d S_d and the constant are formed once per channel for
+ *   the lane's KTOK tokens (one key group) and all GROUP heads.
+ *   Values (s, m per token and channel group): sum_t p_t v^_td = sum_t x_td * (p_t S_t)
+ *   + sum_t p_t (m_t - S_t); a lane's value word lies in one channel group, so the second
+ *   sum is one scalar per head and lane.
+ * The result is the attention over the dequantised cache up to f32 rounding (not the
+ * bit pattern of each dequantised element).
  *
  * A work-group handles one (sequence, KV head, head group, split) and walks its token
- * range in tiles of 2 * WG_SIZE tokens (the range starts at an even token). Per tile:
- *   K phase: lane t owns tokens 2t, 2t + 1 of the tile and computes their GROUP logits,
- *            dequantising their keys channel by channel (k^ = code*s + m, two roundings
- *            as the dequant rule) from the packed words (lanes of one word read the same
- *            address: one transaction) or from the residual rows; the logits go to local
- *            memory.
- *   V phase: lane (slice, w) owns value word w (Pv channels) and the tokens
- *            slice, slice + NS, ... of the tile; it keeps an online-softmax state per
- *            head and accumulates p * v^ for its Pv channels. Value words of a token are
- *            contiguous, so the NW lanes of a slice read one contiguous row.
- * Codes and metadata are read once per work-group for all GROUP heads. Finally the NS
- * slice states are merged through local memory and written as the split's partial. */
-
-/* x^ = q*s + m must be two roundings (the dequant rule); dot products use explicit fma. */
-#pragma OPENCL FP_CONTRACT OFF
+ * range in tiles of WG_SIZE * KTOK tokens. Per tile:
+ *   K phase: lane l owns tokens l*KTOK .. l*KTOK + KTOK - 1 of the tile (one key group,
+ *            one run of code words, all quantized or all residual) and computes their
+ *            GROUP logits over all channels;
+ *   softmax: the tile maximum per head (work-group reduction) updates the running
+ *            maximum; each lane writes exp2(z - m) of its tokens to local memory and
+ *            keeps its share of the denominator;
+ *   V phase: lane (slice, w) owns value word w (VP channels) and the tokens
+ *            slice, slice + NS, ... of the tile and accumulates for all GROUP heads. The
+ *            NW lanes of a slice read one contiguous row.
+ * Codes and metadata are read once per work-group for all GROUP heads. The running
+ * maximum is common to the work-group, so the final merge of the slices is a plain sum. */
 
 #define KP (32 / KBITS)
 #define VP (32 / VBITS)
-#define KMASK ((1u << KBITS) - 1u)
-#define VMASK ((1u << VBITS) - 1u)
-#define NW (HEAD_DIM / VP)  /* value words per token */
-#define NS (WG_SIZE / NW)   /* token slices of the V phase */
-#define KT 2                /* tokens per lane in the K phase */
-#define TILE (WG_SIZE * KT) /* tokens per tile */
-#define DG (HEAD_DIM / GQ)  /* value groups per token */
+#define NW (HEAD_DIM / VP)        /* value words per token */
+#define NS (WG_SIZE / NW)         /* token slices of the V phase */
+#define TILE (WG_SIZE * KTOK)     /* tokens per tile */
+#define DG (HEAD_DIM / GQ)        /* value groups per token */
+#define GP ((GROUP + 3) & ~3)     /* heads padded to float4 in the probability table */
+#define KW ((KTOK + KP - 1) / KP) /* code words per channel and lane in the K phase */
 
 #if WG_SIZE % NW != 0
 #error "WG_SIZE must be a multiple of D / (32 / VBITS)"
+#endif
+#if KTOK * GP < VP || KTOK < 4 || 16 % KTOK != 0
+#error "KTOK: 4, 8 or 16, and the probability table must hold the final slice merge"
 #endif
 
 typedef CLKV_STORAGE(Q_DTYPE) q_t;
 typedef CLKV_STORAGE(RES_DTYPE) res_t;
 typedef CLKV_STORAGE(META_DTYPE) meta_t;
-#define LOAD_RES CLKV_LOAD(RES_DTYPE)
 
 /* Four consecutive residual values (element i a multiple of 4 from a row start). */
 #if RES_DTYPE == CLKV_DT_F32
@@ -62,23 +75,135 @@ inline float4 load_bf16x4(__global const ushort *p) {
 #endif
 #define LOAD_META CLKV_LOAD(META_DTYPE)
 
-/* Four consecutive metadata values (element i must be a multiple of 4 elements). */
+/* Element e (a compile-time constant) of a vector. */
+#define EL4(v, e) ((e) == 0 ? (v).x : (e) == 1 ? (v).y : (e) == 2 ? (v).z : (v).w)
+
+/* Eight consecutive metadata values: raw 16-byte loads (MW of them; p 16-byte aligned),
+ * then the f32 values. */
 #if META_DTYPE == CLKV_DT_F16
-#define LOAD_META4(p, i) vload_half4(0, (p) + (i))
+#define MW 1
 #else
-#define LOAD_META4(p, i) vload4(0, (p) + (i))
+#define MW 2
 #endif
-
-/* (float)c for c < 2^23, exactly, without an int-to-float conversion (a quarter- or
- * eighth-rate instruction on GPUs): the bits of 2^23 + c, minus 2^23. */
-inline float code_to_f32(uint c) {
-    return as_float(c | 0x4B000000u) - 8388608.0f;
+inline void meta8_load(__global const meta_t *p, uint4 *raw) {
+    for (int i = 0; i < MW; i++)
+        raw[i] = ((__global const uint4 *)p)[i];
+}
+inline float meta8_elem(const uint4 *raw, int i) {
+#if META_DTYPE == CLKV_DT_F16
+    const uint u = EL4(raw[0], i / 2);
+    return clkv_f16_bits_to_f32((i & 1) ? u >> 16 : u & 0xffffu);
+#else
+    return as_float(EL4(raw[i / 4], i % 4));
+#endif
 }
 
-inline float dq(uint word, int shift, uint mask, float s, float m) {
-    const float qs = code_to_f32((word >> shift) & mask) * s;
-    return qs + m;
+/* Code i (bits [BITS*i, BITS*i + BITS)) of a word as x = 1 + code / 2^BITS: the code
+ * moved to the top mantissa bits of 1.0f (i is a compile-time constant after unrolling,
+ * so this is one shift and one 3-input logic op). */
+#define TOP(BITS) (23 - (BITS))
+#define CODE_X(word, i, BITS)                                                                      \
+    as_float(((TOP(BITS) >= (BITS) * (i) ? (word) << (TOP(BITS) - (BITS) * (i))                    \
+                                         : (word) >> ((BITS) * (i)-TOP(BITS))) &                   \
+              (((1u << (BITS)) - 1u) << TOP(BITS))) |                                              \
+             0x3F800000u)
+#define KSCALE ((float)(1 << KBITS))
+#define VSCALE ((float)(1 << VBITS))
+
+/* Work-group reduction (max or sum) of GROUP values per lane; every lane gets the result.
+ * red has WG_SIZE * GP floats; the call ends with a barrier after the last read. */
+#define RED_MAX 0
+#define RED_SUM 1
+inline void wg_reduce(float *v, __local float *red, int lid, int op) {
+#if defined(CLKV_NVIDIA_PTX) && WG_SIZE % 32 == 0
+    /* warp butterflies, then one value per warp through local memory */
+#pragma unroll
+    for (int g = 0; g < GROUP; g++)
+        for (int o = 16; o > 0; o >>= 1) {
+            const float y = clkv_shfl_xor(v[g], o);
+            v[g] = op == RED_MAX ? fmax(v[g], y) : v[g] + y;
+        }
+    if ((lid & 31) == 0)
+#pragma unroll
+        for (int g = 0; g < GROUP; g++)
+            red[g * (WG_SIZE / 32) + lid / 32] = v[g];
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int g = 0; g < GROUP; g++) {
+        float r = red[g * (WG_SIZE / 32)];
+        for (int i = 1; i < WG_SIZE / 32; i++) {
+            const float y = red[g * (WG_SIZE / 32) + i];
+            r = op == RED_MAX ? fmax(r, y) : r + y;
+        }
+        v[g] = r;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#else
+#pragma unroll
+    for (int g = 0; g < GROUP; g++)
+        red[g * WG_SIZE + lid] = v[g];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = WG_SIZE / 2; s > 0; s >>= 1) {
+        if (lid < s)
+#pragma unroll
+            for (int g = 0; g < GROUP; g++) {
+                const float a = red[g * WG_SIZE + lid], y = red[g * WG_SIZE + lid + s];
+                red[g * WG_SIZE + lid] = op == RED_MAX ? fmax(a, y) : a + y;
+            }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+#pragma unroll
+    for (int g = 0; g < GROUP; g++)
+        v[g] = red[g * WG_SIZE];
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
 }
+
+#ifndef KPREF
+#define KPREF 1
+#endif
+/* The K phase's loads for channels d .. d + 7 of the lane's rows. */
+#define K_LOAD(d, cw, sr, mr)                                                                      \
+    do {                                                                                           \
+        _Pragma("unroll") for (int r_ = 0; r_ < KW; r_++) {                                        \
+            (cw)[r_][0] = *(__global const uint4 *)(crow + (long)r_ * HEAD_DIM + (d));             \
+            (cw)[r_][1] = *(__global const uint4 *)(crow + (long)r_ * HEAD_DIM + (d) + 4);         \
+        }                                                                                          \
+        meta8_load(srow + (d), sr);                                                                \
+        meta8_load(mrow + (d), mr);                                                                \
+    } while (0)
+
+/* The V phase's tokens per batch (loads in flight per lane). */
+#define VB 4
+
+/* pg[0..GP) = the probabilities of tile token t (local table pl4). */
+#define LOAD_P(pg, t)                                                                              \
+    do {                                                                                           \
+        _Pragma("unroll") for (int g4_ = 0; g4_ < GP / 4; g4_++) {                                 \
+            const float4 v4_ = pl4[(t) * (GP / 4) + g4_];                                          \
+            (pg)[4 * g4_] = v4_.x, (pg)[4 * g4_ + 1] = v4_.y;                                      \
+            (pg)[4 * g4_ + 2] = v4_.z, (pg)[4 * g4_ + 3] = v4_.w;                                  \
+        }                                                                                          \
+    } while (0)
+
+/* Accumulate a quantized value word (scale s, min m of its channel group) with
+ * probabilities pg into acc / cm: acc += x * (p S), cm += p (m - S), S = 2^VBITS s. */
+#define V_QUANT(word, s, m, pg)                                                                    \
+    do {                                                                                           \
+        const uint w_ = (word);                                                                    \
+        const float S_ = (s)*VSCALE;                                                               \
+        const float mS_ = (m)-S_;                                                                  \
+        float ps_[GROUP];                                                                          \
+        _Pragma("unroll") for (int g_ = 0; g_ < GROUP; g_++) {                                     \
+            ps_[g_] = (pg)[g_] * S_;                                                               \
+            cm[g_] = fma((pg)[g_], mS_, cm[g_]);                                                   \
+        }                                                                                          \
+        _Pragma("unroll") for (int i_ = 0; i_ < VP; i_++) {                                        \
+            const float x_ = CODE_X(w_, i_, VBITS);                                                \
+            _Pragma("unroll") for (int g_ = 0; g_ < GROUP; g_++) acc[g_][i_] =                     \
+                fma(x_, ps_[g_], acc[g_][i_]);                                                     \
+        }                                                                                          \
+    } while (0)
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_quant_partial(
     __global const q_t *q, long q_off, long q_sb, long q_sh, __global const uint *kc,
@@ -102,10 +227,13 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     const int h0 = kvh * G + hg * GROUP;
     const int ng = min(GROUP, G - hg * GROUP);
 
-    /* q of the GROUP heads, pre-scaled, read as float4 (one local load per 4 channels) */
+    /* q of the GROUP heads in base-2 logit units, as float4 per 4 channels */
     __local float4 ql4[GROUP][HEAD_DIM / 4];
     __local float *ql = (__local float *)ql4;
-    __local float zl[GROUP][TILE];
+    /* probabilities of the tile [TILE][GP]; reused for the reductions and the final merge */
+    __local float4 pl4[TILE * GP / 4];
+    __local float *pl = (__local float *)pl4;
+    __local float red[WG_SIZE * GROUP];
     for (int i = lid; i < GROUP * HEAD_DIM; i += WG_SIZE) {
         const int g = i / HEAD_DIM, d = i % HEAD_DIM;
         ql[g * HEAD_DIM + d] =
@@ -125,126 +253,202 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     __global const res_t *krb = kr + bh * NR * HEAD_DIM;
     __global const res_t *vrb = vr + bh * NR * HEAD_DIM;
 
-    float m[GROUP], l[GROUP], acc[GROUP][VP];
+    /* running maximum (common to the work-group), the lane's share of the denominator,
+     * the lane's value accumulators and its per-head constant term */
+    float m[GROUP], l[GROUP], cm[GROUP], acc[GROUP][VP];
 #pragma unroll
     for (int g = 0; g < GROUP; g++) {
         m[g] = -INFINITY;
         l[g] = 0.0f;
+        cm[g] = 0.0f;
 #pragma unroll
         for (int i = 0; i < VP; i++)
             acc[g][i] = 0.0f;
     }
 
     for (int base = start; base < end; base += TILE) {
-        /* ---- K phase: lane lid, tokens p and p + 1 (p even relative to the split and
-         * n_quant even, so both share one code word and one key group: the code and
-         * metadata loads and the q reads serve two tokens) ---- */
-        const int p = base + lid * KT;
-        if (p < end) {
-            float z0[GROUP], z1[GROUP];
+        /* ---- K phase: lane lid, tokens p0 .. p0 + KTOK - 1 ---- */
+        const int p0 = base + lid * KTOK;
+        float z[KTOK][GROUP];
+#pragma unroll
+        for (int j = 0; j < KTOK; j++)
 #pragma unroll
             for (int g = 0; g < GROUP; g++)
-                z0[g] = z1[g] = 0.0f;
-            if (p < nq) {
-                __global const uint *crow = kcb + (long)(p / KP) * HEAD_DIM;
-                __global const meta_t *srow = ksb + (long)(p / GQ) * HEAD_DIM;
-                __global const meta_t *mrow = kmb + (long)(p / GQ) * HEAD_DIM;
-                const int sh0 = (p % KP) * KBITS, sh1 = sh0 + KBITS;
-#pragma unroll 4
-                for (int d = 0; d < HEAD_DIM; d += 4) {
-                    const uint4 c4 = vload4(0, crow + d);
-                    const float4 s4 = LOAD_META4(srow, d);
-                    const float4 m4 = LOAD_META4(mrow, d);
-                    const float a0 = dq(c4.x, sh0, KMASK, s4.x, m4.x);
-                    const float a1 = dq(c4.y, sh0, KMASK, s4.y, m4.y);
-                    const float a2 = dq(c4.z, sh0, KMASK, s4.z, m4.z);
-                    const float a3 = dq(c4.w, sh0, KMASK, s4.w, m4.w);
-                    const float b0 = dq(c4.x, sh1, KMASK, s4.x, m4.x);
-                    const float b1 = dq(c4.y, sh1, KMASK, s4.y, m4.y);
-                    const float b2 = dq(c4.z, sh1, KMASK, s4.z, m4.z);
-                    const float b3 = dq(c4.w, sh1, KMASK, s4.w, m4.w);
+                z[j][g] = 0.0f;
+        if (p0 < end && p0 < nq) {
+            /* one key group (GQ >= 16 >= KTOK, p0 % KTOK == 0); KW code words per channel,
+             * the first pre-shifted to the lane's first code when KTOK < KP */
+            __global const uint *crow = kcb + (long)(p0 / KP) * HEAD_DIM;
+            __global const meta_t *srow = ksb + (long)(p0 / GQ) * HEAD_DIM;
+            __global const meta_t *mrow = kmb + (long)(p0 / GQ) * HEAD_DIM;
+            const uint sh0 = KTOK < KP ? (uint)(p0 % KP) * KBITS : 0u;
+            float cz[GROUP];
 #pragma unroll
-                    for (int g = 0; g < GROUP; g++) {
-                        const float4 qv = ql4[g][d / 4];
-                        float za = z0[g], zb = z1[g];
-                        za = fma(qv.x, a0, za);
-                        zb = fma(qv.x, b0, zb);
-                        za = fma(qv.y, a1, za);
-                        zb = fma(qv.y, b1, zb);
-                        za = fma(qv.z, a2, za);
-                        zb = fma(qv.z, b2, zb);
-                        za = fma(qv.w, a3, za);
-                        zb = fma(qv.w, b3, zb);
-                        z0[g] = za;
-                        z1[g] = zb;
+            for (int g = 0; g < GROUP; g++)
+                cz[g] = 0.0f;
+            /* 8 channels per step, every load 16 bytes wide (the lanes of a warp read
+             * different rows, so load instructions, not bytes, bound L1); the next step's
+             * loads are issued before this step's arithmetic (KPREF) */
+            uint4 cw[KW][2], sr[MW], mr[MW];
+            K_LOAD(0, cw, sr, mr);
+            for (int d = 0; d < HEAD_DIM; d += 8) {
+#if KPREF
+                uint4 cwn[KW][2], srn[MW], mrn[MW];
+                K_LOAD(min(d + 8, HEAD_DIM - 8), cwn, srn, mrn);
+#endif
+                uint4 cws[KW][2]; /* the lane's first code at bit 0 */
+#pragma unroll
+                for (int r = 0; r < KW; r++)
+                    cws[r][0] = cw[r][0] >> sh0, cws[r][1] = cw[r][1] >> sh0;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float4 qv[GROUP];
+#pragma unroll
+                    for (int g = 0; g < GROUP; g++)
+                        qv[g] = ql4[g][d / 4 + h];
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float S = meta8_elem(sr, 4 * h + e) * KSCALE;
+                        const float mS = meta8_elem(mr, 4 * h + e) - S;
+                        float qs[GROUP];
+#pragma unroll
+                        for (int g = 0; g < GROUP; g++) {
+                            const float qg = EL4(qv[g], e);
+                            qs[g] = qg * S;
+                            cz[g] = fma(qg, mS, cz[g]);
+                        }
+#pragma unroll
+                        for (int j = 0; j < KTOK; j++) {
+                            const uint word = EL4(cws[j / KP][h], e);
+                            const float x = CODE_X(word, j % KP, KBITS);
+#pragma unroll
+                            for (int g = 0; g < GROUP; g++)
+                                z[j][g] = fma(x, qs[g], z[j][g]);
+                        }
                     }
                 }
-            } else {
-                /* the second row is clamped into the valid range (its logit is unused) */
-                __global const res_t *row0 = krb + (long)(p - nq) * HEAD_DIM;
-                __global const res_t *row1 = krb + (long)(min(p + 1, end - 1) - nq) * HEAD_DIM;
-                for (int d = 0; d < HEAD_DIM; d += 4) {
-                    const float4 x0 = LOAD_RES4(row0, d), x1 = LOAD_RES4(row1, d);
+#if KPREF
+#pragma unroll
+                for (int r = 0; r < KW; r++)
+                    cw[r][0] = cwn[r][0], cw[r][1] = cwn[r][1];
+#pragma unroll
+                for (int i = 0; i < MW; i++)
+                    sr[i] = srn[i], mr[i] = mrn[i];
+#else
+                if (d + 8 < HEAD_DIM)
+                    K_LOAD(d + 8, cw, sr, mr);
+#endif
+            }
+#pragma unroll
+            for (int j = 0; j < KTOK; j++)
+#pragma unroll
+                for (int g = 0; g < GROUP; g++)
+                    z[j][g] += cz[g];
+        } else if (p0 < end) {
+            /* residual rows (clamped into the valid range; logits past end are unused) */
+            for (int d = 0; d < HEAD_DIM; d += 4) {
+                float4 qv[GROUP];
+#pragma unroll
+                for (int g = 0; g < GROUP; g++)
+                    qv[g] = ql4[g][d / 4];
+#pragma unroll
+                for (int j = 0; j < KTOK; j++) {
+                    const float4 x =
+                        LOAD_RES4(krb + (long)(min(p0 + j, end - 1) - nq) * HEAD_DIM, d);
 #pragma unroll
                     for (int g = 0; g < GROUP; g++) {
-                        const float4 qv = ql4[g][d / 4];
-                        float za = z0[g], zb = z1[g];
-                        za = fma(qv.x, x0.x, za);
-                        zb = fma(qv.x, x1.x, zb);
-                        za = fma(qv.y, x0.y, za);
-                        zb = fma(qv.y, x1.y, zb);
-                        za = fma(qv.z, x0.z, za);
-                        zb = fma(qv.z, x1.z, zb);
-                        za = fma(qv.w, x0.w, za);
-                        zb = fma(qv.w, x1.w, zb);
-                        z0[g] = za;
-                        z1[g] = zb;
+                        float a = z[j][g];
+                        a = fma(qv[g].x, x.x, a);
+                        a = fma(qv[g].y, x.y, a);
+                        a = fma(qv[g].z, x.z, a);
+                        a = fma(qv[g].w, x.w, a);
+                        z[j][g] = a;
                     }
                 }
             }
+        }
+
+        /* ---- softmax: tile maximum, probabilities, denominator shares ---- */
+        float mt[GROUP];
+#pragma unroll
+        for (int g = 0; g < GROUP; g++)
+            mt[g] = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < KTOK; j++) {
+            const int ok = p0 + j < end;
 #pragma unroll
             for (int g = 0; g < GROUP; g++) {
-                zl[g][lid * KT] = z0[g];
-                zl[g][lid * KT + 1] = z1[g];
+                z[j][g] = ok ? z[j][g] : -INFINITY;
+                mt[g] = fmax(mt[g], z[j][g]);
+            }
+        }
+        wg_reduce(mt, red, lid, RED_MAX);
+        float f[GROUP];
+#pragma unroll
+        for (int g = 0; g < GROUP; g++) {
+            const float mn = fmax(m[g], mt[g]);
+            f[g] = m[g] == -INFINITY ? 0.0f : exp2(m[g] - mn);
+            m[g] = mn;
+            l[g] *= f[g];
+        }
+        if (p0 < end) {
+#pragma unroll
+            for (int j = 0; j < KTOK; j++) {
+                float pj[GP];
+#pragma unroll
+                for (int g = 0; g < GP; g++)
+                    pj[g] = 0.0f;
+#pragma unroll
+                for (int g = 0; g < GROUP; g++) {
+                    pj[g] = exp2(z[j][g] - m[g]);
+                    l[g] += pj[g];
+                }
+#pragma unroll
+                for (int g4 = 0; g4 < GP / 4; g4++)
+                    pl4[(lid * KTOK + j) * (GP / 4) + g4] =
+                        (float4)(pj[4 * g4], pj[4 * g4 + 1], pj[4 * g4 + 2], pj[4 * g4 + 3]);
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* ---- V phase: lane (slice, w), tokens base + slice + i*NS ---- */
-        const int nt = min(TILE, end - base);
 #pragma unroll
         for (int g = 0; g < GROUP; g++) {
-            float mb = -INFINITY;
-            for (int t = slice; t < nt; t += NS)
-                mb = fmax(mb, zl[g][t]);
-            if (mb > m[g]) {
-                const float f = m[g] == -INFINITY ? 0.0f : exp2(m[g] - mb);
-                l[g] *= f;
+            cm[g] *= f[g];
 #pragma unroll
-                for (int i = 0; i < VP; i++)
-                    acc[g][i] *= f;
-                m[g] = mb;
+            for (int i = 0; i < VP; i++)
+                acc[g][i] *= f[g];
+        }
+        const int nt = min(TILE, end - base);
+        int t = slice;
+        /* quantized tokens in batches of VB per lane, the batch's loads issued together
+         * (one token at a time leaves the V phase waiting on memory latency) */
+        for (; t + (VB - 1) * NS < nt && base + t + (VB - 1) * NS < nq; t += VB * NS) {
+            uint word[VB];
+            float sv[VB], mv[VB];
+#pragma unroll
+            for (int u = 0; u < VB; u++) {
+                const long pt = base + t + u * NS;
+                const long mi = pt * DG + (w * VP) / GQ;
+                word[u] = vcb[pt * NW + w];
+                sv[u] = LOAD_META(vsb, mi);
+                mv[u] = LOAD_META(vmb, mi);
+            }
+#pragma unroll
+            for (int u = 0; u < VB; u++) {
+                float pg[GP];
+                LOAD_P(pg, t + u * NS);
+                V_QUANT(word[u], sv[u], mv[u], pg);
             }
         }
-        for (int t = slice; t < nt; t += NS) {
+        /* the rest one token at a time (the tile's end, the residual) */
+        for (; t < nt; t += NS) {
             const int pt = base + t;
-            float pg[GROUP];
-#pragma unroll
-            for (int g = 0; g < GROUP; g++) {
-                pg[g] = exp2(zl[g][t] - m[g]);
-                l[g] += pg[g];
-            }
+            float pg[GP];
+            LOAD_P(pg, t);
             if (pt < nq) {
-                const uint word = vcb[(long)pt * NW + w];
                 const long mi = (long)pt * DG + (w * VP) / GQ;
-                const float s = LOAD_META(vsb, mi), mm = LOAD_META(vmb, mi);
-#pragma unroll
-                for (int i = 0; i < VP; i++) {
-                    const float x = dq(word, i * VBITS, VMASK, s, mm);
-#pragma unroll
-                    for (int g = 0; g < GROUP; g++)
-                        acc[g][i] = fma(pg[g], x, acc[g][i]);
-                }
+                V_QUANT(vcb[(long)pt * NW + w], LOAD_META(vsb, mi), LOAD_META(vmb, mi), pg);
             } else {
                 __global const res_t *row = vrb + (long)(pt - nq) * HEAD_DIM + w * VP;
 #pragma unroll
@@ -260,45 +464,27 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 }
             }
         }
-        barrier(CLK_LOCAL_MEM_FENCE); /* zl is refilled by the next tile */
+        barrier(CLK_LOCAL_MEM_FENCE); /* pl is refilled by the next tile */
     }
 
-    /* ---- merge the NS slice states, one head at a time ---- */
-    __local float red_ml[NS][GROUP][2];
-    __local float red_acc[NS][HEAD_DIM];
-    if (w == 0) {
-#pragma unroll
-        for (int g = 0; g < GROUP; g++) {
-            red_ml[slice][g][0] = m[g];
-            red_ml[slice][g][1] = l[g];
-        }
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
+    /* ---- the split's partial: denominator and slice sums (pl reused), head by head ---- */
+    wg_reduce(l, red, lid, RED_SUM);
     for (int g = 0; g < GROUP; g++) {
-        float mx = -INFINITY;
-        for (int r = 0; r < NS; r++)
-            mx = fmax(mx, red_ml[r][g][0]);
-        float sum = 0.0f;
-        for (int r = 0; r < NS; r++) {
-            const float mr = red_ml[r][g][0];
-            sum += mr == -INFINITY ? 0.0f : red_ml[r][g][1] * exp2(mr - mx);
-        }
-        const float f = m[g] == -INFINITY ? 0.0f : exp2(m[g] - mx);
 #pragma unroll
         for (int i = 0; i < VP; i++)
-            red_acc[slice][w * VP + i] = acc[g][i] * f;
+            pl[slice * HEAD_DIM + w * VP + i] = acc[g][i] + cm[g];
         barrier(CLK_LOCAL_MEM_FENCE);
         if (g < ng) {
             const long idx = ((long)b * Hq + h0 + g) * num_splits + split;
             for (int d = lid; d < HEAD_DIM; d += WG_SIZE) {
                 float a = 0.0f;
                 for (int r = 0; r < NS; r++)
-                    a += red_acc[r][d];
+                    a += pl[r * HEAD_DIM + d];
                 part_acc[idx * HEAD_DIM + d] = a;
             }
             if (lid == 0) {
-                part_ml[idx * 2] = mx;
-                part_ml[idx * 2 + 1] = sum;
+                part_ml[idx * 2] = m[g];
+                part_ml[idx * 2 + 1] = l[g];
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);

@@ -44,7 +44,12 @@
 #define LDS_WORDS (HASH_SLOTS > RED_WORDS ? HASH_SLOTS : RED_WORDS)
 
 #if TPR > 1 && !defined(CLKV_NVIDIA_PTX)
-#error "TPR > 1 (several lanes per K/V row) needs the NVIDIA warp-shuffle path"
+/* Several lanes per row without warp shuffles: row sums go through local memory with
+ * work-group barriers (every lane reaches them: the row loop is uniform). Slow; it runs
+ * the multi-lane code path on devices without PTX (tests force it on PoCL). */
+#define SP_LDS_SUM 1
+#else
+#define SP_LDS_SUM 0
 #endif
 #if TILE > WG_SIZE
 #error "TILE must not exceed WG_SIZE (one list position per work-item when resolving)"
@@ -56,7 +61,11 @@
 #define VW CLKV_VEC16(KV_DTYPE)
 #define NCH (EPL / VW)
 #define ELEM(c, j, ln) (((c)*TPR + (ln)) * VW + (j))
+#if SP_LDS_SUM
+#define UNROLL_LOOP /* barriers inside unrolled loops multiply PoCL's barrier regions */
+#else
 #define UNROLL_LOOP _Pragma("unroll")
+#endif
 #else
 #define VW 1
 #define NCH EPL
@@ -64,11 +73,26 @@
 #define UNROLL_LOOP
 #endif
 
-inline float sp_row_sum(float x) {
-#if TPR > 1
+/* Sum of x over the TPR lanes of a row-group (every lane gets it). `buf` (WG_SIZE floats
+ * of local memory) is used only by the portable multi-lane path. */
+inline float sp_row_sum(float x, __local float *buf, int lid) {
+#if SP_LDS_SUM
+    barrier(CLK_LOCAL_MEM_FENCE);
+    buf[lid] = x;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int base = lid - lid % TPR;
+    x = 0.0f;
+    for (int i = 0; i < TPR; i++)
+        x += buf[base + i];
+#elif TPR > 1
+    (void)buf;
+    (void)lid;
     UNROLL_LOOP
     for (int o = TPR / 2; o > 0; o >>= 1)
         x += clkv_shfl_xor(x, o);
+#else
+    (void)buf;
+    (void)lid;
 #endif
     return x;
 }
@@ -145,6 +169,7 @@ attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
     __local int tile_raw[TILE];  /* candidate values of the tile's idx entries (else -1) */
     __local int tile_tok[TILE];  /* token of each tile position, -1: skip */
     __local int tile_first[1];   /* first tile position with a kept token, TILE: none */
+    __local float sum_buf[SP_LDS_SUM ? WG_SIZE : 1]; /* portable multi-lane row sums */
 
     int n = max_len;
     if (has_lengths)
@@ -284,7 +309,7 @@ attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
                     UNROLL_LOOP
                     for (int e = 0; e < EPL; e++)
                         d = fma(qr[g][e], kx[e], d);
-                    d = sp_row_sum(d);
+                    d = sp_row_sum(d, sum_buf, lid);
                     s[u][g] = valid[u] ? d : -INFINITY;
                 }
             }

@@ -576,28 +576,42 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
 
 /* Combine the splits of each row: m* = max m_s, l* = sum e^(m_s - m*) l_s,
  * o = sum e^(m_s - m*) acc_s / l*, lse = m* + log l* (base 2 inside, natural log out).
- * One lane per (row, float4 column); rows are (b, h, t) in row-major order. */
+ * One work-group per row (rows are (b, h, t) in row-major order): its lanes are MSG split
+ * groups x D4 float4 columns, so the splits are read in parallel (a lane per column that
+ * walked every split serially made the merge latency-bound for many splits). */
+#define MSG (WG_SIZE / D4) /* split groups of the merge */
+#if WG_SIZE % D4 != 0
+#error "attention_window_merge: D / 4 must divide the work-group size"
+#endif
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 attention_window_merge(__global const float *part_acc, long ml_off, int num_splits, int Hq, int T,
                        long n_rows, __global O_T *o, long o_off, long o_sb, long o_sh, long o_st,
                        __global float *lse, long lse_off, long lse_sb, long lse_sh, long lse_st,
                        int has_lse) {
-    const long gid = (long)get_global_id(0);
-    const long row = gid / D4;
-    const int c = (int)(gid % D4);
-    if (row >= n_rows)
-        return;
-    const int t = (int)(row % T);
-    const int h = (int)((row / T) % Hq);
-    const int b = (int)(row / ((long)T * Hq));
+    __local float red[WG_SIZE];
+    __local float4 racc[MSG][D4];
+    __local float rsum[MSG][D4];
+    const long row = (long)get_group_id(0);
+    const int lid = (int)get_local_id(0);
+    const int c = lid % D4, sg = lid / D4;
+    (void)n_rows; /* the grid has exactly n_rows work-groups */
     __global const float *ml = part_acc + ml_off + row * num_splits * 2;
+    /* m* over all splits: strided lane maxima, then a tree in local memory */
     float mx = -INFINITY;
-    for (int s = 0; s < num_splits; s++)
+    for (int s = lid; s < num_splits; s += WG_SIZE)
         mx = fmax(mx, ml[s * 2]);
+    red[lid] = mx;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int n = WG_SIZE / 2; n > 0; n /= 2) {
+        if (lid < n)
+            red[lid] = fmax(red[lid], red[lid + n]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    mx = red[0];
     float sum = 0.0f;
     float4 a = (float4)(0.0f);
     if (mx != -INFINITY) {
-        for (int s = 0; s < num_splits; s++) {
+        for (int s = sg; s < num_splits; s += MSG) {
             const float ms = ml[s * 2];
             if (ms == -INFINITY)
                 continue;
@@ -606,9 +620,21 @@ attention_window_merge(__global const float *part_acc, long ml_off, int num_spli
             a = fma((float4)(w), vload4(c, part_acc + (row * num_splits + s) * HEAD_DIM), a);
         }
     }
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    store4(o, o_off + (long)b * o_sb + (long)h * o_sh + (long)t * o_st + c * 4, a * inv);
-    if (has_lse && c == 0)
-        lse[lse_off + (long)b * lse_sb + (long)h * lse_sh + (long)t * lse_st] =
-            sum > 0.0f ? (mx + log2(sum)) * CLKV_LN2 : -INFINITY;
+    racc[sg][c] = a;
+    rsum[sg][c] = sum;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (sg == 0) {
+        for (int i = 1; i < MSG; i++) {
+            a += racc[i][c];
+            sum += rsum[i][c];
+        }
+        const int t = (int)(row % T);
+        const int h = (int)((row / T) % Hq);
+        const int b = (int)(row / ((long)T * Hq));
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        store4(o, o_off + (long)b * o_sb + (long)h * o_sh + (long)t * o_st + c * 4, a * inv);
+        if (has_lse && c == 0)
+            lse[lse_off + (long)b * lse_sb + (long)h * lse_sh + (long)t * lse_st] =
+                sum > 0.0f ? (mx + log2(sum)) * CLKV_LN2 : -INFINITY;
+    }
 }

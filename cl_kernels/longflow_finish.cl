@@ -2,7 +2,7 @@
  *
  * Work-groups [0, n_merge): merge the splits of one (sequence, query head) of
  * cl_kernels/longflow_partial.cl into o and LSE (as attention_decode_merge). The others:
- * one (sequence, slot map, chunk of SCORE_CHUNK slots) each: recompute the LSE of the
+ * one (sequence, slot map, chunk of chunk_slots slots) each: recompute the LSE of the
  * heads the map averages from the split partials, score the chunk's slots as
  * mean_h exp2(y - LSE2_h) (never above ||v||_1, so no overflow for any logit), keep the
  * chunk's best victim candidate; the last work-group of a map to finish (atomic counter
@@ -10,8 +10,9 @@
  * resets the counter and (in a step) advances next_pos.
  *
  * Build options (o's dtype is a kernel argument): HEAD_DIM, PER_HEAD, FIN_WG (work-group size),
- * MAX_SPLITS, UNIT_HEADS_MAX (most heads a map averages), SCORE_CHUNK (slots per work-group, a
- * divisor of FIN_WG: FIN_WG / SCORE_CHUNK lanes share the heads of a slot). */
+ * MAX_SPLITS, UNIT_HEADS_MAX (most heads a map averages). The score geometry is run-time
+ * (host/longflow_step.c): chunk_slots slots per work-group, hl (a power of two dividing
+ * FIN_WG) lanes sharing the heads of a slot, so FIN_WG / hl slots per round. */
 
 /* Store x as element i of a buffer whose dtype code `dt` is a run-time value. */
 inline void store_any(__global void *p, int dt, long i, float x) {
@@ -22,10 +23,8 @@ inline void store_any(__global void *p, int dt, long i, float x) {
     else
         ((__global float *)p)[i] = x;
 }
-#define HEAD_LANES (FIN_WG / SCORE_CHUNK)
-
-#if FIN_WG % SCORE_CHUNK != 0
-#error "SCORE_CHUNK must divide FIN_WG"
+#if FIN_WG % 32 != 0
+#error "FIN_WG must be a multiple of 32 (warps)"
 #endif
 #if MAX_SPLITS < FIN_WG
 #error "the merge weights double as the LSE tree scratch: MAX_SPLITS >= FIN_WG"
@@ -53,9 +52,38 @@ inline void fence_device(void) {
 #endif
 }
 
-/* Reduce (key, idx) candidates of the work-group to lane 0's. */
+/* Reduce (key, idx) candidates of the work-group into rk[0], ri[0] (visible to every
+ * work-item on return). On NVIDIA a warp butterfly (cand_better is a total order on
+ * candidates, so every lane ends with its warp's best), then one lane over the warps;
+ * elsewhere a tree in local memory. */
 inline void cand_reduce(__local float *rk, __local int *ri, float key, int idx) {
     const int lid = (int)get_local_id(0);
+#ifdef CLKV_NVIDIA_PTX
+    for (int o = 16; o > 0; o >>= 1) {
+        const float k2 = clkv_shfl_xor(key, o);
+        const int i2 = as_int(clkv_shfl_xor(as_float(idx), o));
+        if (cand_better(k2, i2, key, idx)) {
+            key = k2;
+            idx = i2;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE); /* earlier readers of rk / ri are done */
+    if (lid % 32 == 0) {
+        rk[lid / 32] = key;
+        ri[lid / 32] = idx;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0) {
+        for (int w = 1; w < FIN_WG / 32; w++)
+            if (cand_better(rk[w], ri[w], key, idx)) {
+                key = rk[w];
+                idx = ri[w];
+            }
+        rk[0] = key;
+        ri[0] = idx;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#else
     rk[lid] = key;
     ri[lid] = idx;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -66,17 +94,47 @@ inline void cand_reduce(__local float *rk, __local int *ri, float key, int idx) 
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+#endif
+}
+
+/* Max (is_max) or sum of x over the work-group, returned to every work-item; `red` holds
+ * FIN_WG floats. On NVIDIA a warp butterfly, then the warps' values. */
+inline float wg_reduce(float x, __local float *red, int is_max) {
+    const int lid = (int)get_local_id(0);
+    barrier(CLK_LOCAL_MEM_FENCE); /* earlier readers of red are done */
+#ifdef CLKV_NVIDIA_PTX
+    for (int o = 16; o > 0; o >>= 1) {
+        const float y = clkv_shfl_xor(x, o);
+        x = is_max ? fmax(x, y) : x + y;
+    }
+    if (lid % 32 == 0)
+        red[lid / 32] = x;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    x = red[0];
+    for (int w = 1; w < FIN_WG / 32; w++)
+        x = is_max ? fmax(x, red[w]) : x + red[w];
+#else
+    red[lid] = x;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int span = FIN_WG / 2; span > 0; span >>= 1) {
+        if (lid < span)
+            red[lid] = is_max ? fmax(red[lid], red[lid + span]) : red[lid] + red[lid + span];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    x = red[0];
+#endif
+    return x;
 }
 
 /* The scores and victim candidate of one chunk of one slot map; the last work-group of
  * the map reduces the candidates of all its chunks (see the top of the file). */
 void score_map(__global float *ws, long ml_off, long y_off, long cand_off, int num_splits, int Hq,
-               int Hkv, int G, int S, int n_merge, int n_chunks, __global const int *pos,
-               __global int *victim, __global int *next_pos, __global int *counters, int mode,
-               int protect, __global float *scores, long sc_off, long sc_sb, long sc_sh,
-               int has_scores, __global int *vout, long vo_off, long vo_sb, long vo_sh,
-               int has_vout, __local float *red, __local float *red_l, __local int *red_i,
-               __local float *lse2, __local int *last) {
+               int Hkv, int G, int S, int n_merge, int n_chunks, int chunk_slots, int hl,
+               __global const int *pos, __global int *victim, __global int *next_pos,
+               __global int *counters, int mode, int protect, __global float *scores, long sc_off,
+               long sc_sb, long sc_sh, int has_scores, __global int *vout, long vo_off, long vo_sb,
+               long vo_sh, int has_vout, __local float *red, __local float *red_l,
+               __local int *red_i, __local float *lse2, __local int *last) {
     __global const float *part_ml = ws + ml_off;
     __global const float *ys = ws + y_off;
     __global int *cand = (__global int *)(ws + cand_off);
@@ -130,35 +188,49 @@ void score_map(__global float *ws, long ml_off, long y_off, long cand_off, int n
             barrier(CLK_LOCAL_MEM_FENCE);
         }
     }
-    /* SCORE_CHUNK slots x HEAD_LANES lanes: lane r sums the heads r, r + HEAD_LANES, ...
-     * of slot i (consecutive work-items read consecutive slots of one head), then lane 0
-     * adds the lanes up and classifies the slot. */
+    /* The chunk's slots in rounds of FIN_WG / hl slots: lane r of a slot sums the heads
+     * r, r + hl, ... (consecutive work-items read consecutive slots of one head), then
+     * lane 0 adds the lanes up, classifies the slot and keeps its best candidate. The
+     * round count is uniform over the work-group (barriers inside). */
     const float inv_nh = 1.0f / (float)nh;
-    const int i = chunk * SCORE_CHUNK + lid % SCORE_CHUNK, lane = lid / SCORE_CHUNK;
-    const int p = i < S ? prow[i] : -1;
-    float part = 0.0f;
-    if (mode != 2 && p >= 0)
-        for (int t = lane; t < nh; t += HEAD_LANES)
-            part += exp2(ys[((long)b * Hq + hf + t) * S + i] - lse2[t]);
-    red[lid] = part;
-    barrier(CLK_LOCAL_MEM_FENCE);
+    const int spr = FIN_WG / hl; /* slots per round */
+    const int lane = lid / spr, so = lid % spr;
+    const int first = chunk * chunk_slots;
+    const int last_slot = min(first + chunk_slots, S);
     float best_key = 0.0f;
     int best_idx = -1;
-    if (lane == 0 && i < S) {
-        float score = -INFINITY, key = -1.0f; /* empty: key -1, below every score */
-        best_idx = i;
-        if (p >= 0) {
-            float sum = 0.0f;
-            for (int r = 0; r < HEAD_LANES; r++)
-                sum += red[lid + r * SCORE_CHUNK];
-            score = sum * inv_nh;
-            key = score;
-            if ((long)p >= prot_from)
-                best_idx = -1;
+    for (int base = first; base < last_slot; base += spr) {
+        const int i = base + so;
+        const int p = i < last_slot ? prow[i] : -1;
+        float part = 0.0f;
+        if (mode != 2 && p >= 0) {
+            __global const float *yrow = ys + ((long)b * Hq + hf) * S + i;
+#pragma unroll 4
+            for (int t = lane; t < nh; t += hl)
+                part += exp2(yrow[(long)t * S] - lse2[t]);
         }
-        best_key = key;
-        if (has_scores)
-            scores[sc_off + (long)b * sc_sb + (long)u * sc_sh + i] = score;
+        red[lid] = part;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lane == 0 && i < last_slot) {
+            float score = -INFINITY, key = -1.0f; /* empty: key -1, below every score */
+            int idx = i;
+            if (p >= 0) {
+                float sum = part;
+                for (int r = 1; r < hl; r++)
+                    sum += red[lid + r * spr];
+                score = sum * inv_nh;
+                key = score;
+                if ((long)p >= prot_from)
+                    idx = -1;
+            }
+            if (has_scores)
+                scores[sc_off + (long)b * sc_sb + (long)u * sc_sh + i] = score;
+            if (cand_better(key, idx, best_key, best_idx)) {
+                best_key = key;
+                best_idx = idx;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* red is rewritten next round */
     }
     barrier(CLK_LOCAL_MEM_FENCE); /* red is reused below */
     cand_reduce(red, red_i, best_key, best_idx);
@@ -205,12 +277,13 @@ void score_map(__global float *ws, long ml_off, long y_off, long cand_off, int n
  * slot scores 0). */
 __kernel __attribute__((reqd_work_group_size(FIN_WG, 1, 1))) void
 longflow_finish(__global float *ws, long ml_off, long y_off, long cand_off, int num_splits, int Hq,
-                int Hkv, int G, int S, int n_merge, int n_chunks, __global void *o, int o_dt,
-                long o_off, long o_sb, long o_sh, __global float *lse, long lse_off, long lse_sb,
-                long lse_sh, int has_lse, __global const int *pos, __global int *victim,
-                __global int *next_pos, __global int *counters, int mode, int protect,
-                __global float *scores, long sc_off, long sc_sb, long sc_sh, int has_scores,
-                __global int *vout, long vo_off, long vo_sb, long vo_sh, int has_vout) {
+                int Hkv, int G, int S, int n_merge, int n_chunks, int chunk_slots, int hl,
+                __global void *o, int o_dt, long o_off, long o_sb, long o_sh, __global float *lse,
+                long lse_off, long lse_sb, long lse_sh, int has_lse, __global const int *pos,
+                __global int *victim, __global int *next_pos, __global int *counters, int mode,
+                int protect, __global float *scores, long sc_off, long sc_sb, long sc_sh,
+                int has_scores, __global int *vout, long vo_off, long vo_sb, long vo_sh,
+                int has_vout) {
     __global const float *part_acc = ws;
     __global const float *part_ml = ws + ml_off;
     __global const float *ys = ws + y_off;
@@ -230,15 +303,7 @@ longflow_finish(__global float *ws, long ml_off, long y_off, long cand_off, int 
         float mx = -INFINITY;
         for (int s = lid; s < num_splits; s += FIN_WG)
             mx = fmax(mx, part_ml[(base + s) * 2]);
-        red[lid] = mx;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int span = FIN_WG / 2; span > 0; span >>= 1) {
-            if (lid < span)
-                red[lid] = fmax(red[lid], red[lid + span]);
-            barrier(CLK_LOCAL_MEM_FENCE);
-        }
-        mx = red[0];
-        barrier(CLK_LOCAL_MEM_FENCE);
+        mx = wg_reduce(mx, red, 1);
         float sum = 0.0f;
         for (int s = lid; s < num_splits; s += FIN_WG) {
             const float ms = part_ml[(base + s) * 2];
@@ -246,14 +311,7 @@ longflow_finish(__global float *ws, long ml_off, long y_off, long cand_off, int 
             weight[s] = w;
             sum += part_ml[(base + s) * 2 + 1] * w;
         }
-        red[lid] = sum;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int span = FIN_WG / 2; span > 0; span >>= 1) {
-            if (lid < span)
-                red[lid] += red[lid + span];
-            barrier(CLK_LOCAL_MEM_FENCE);
-        }
-        sum = red[0];
+        sum = wg_reduce(sum, red, 0);
         const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
         const int lane = lid / MERGE_Q, col = lid % MERGE_Q;
         float4 a = (float4)(0.0f);
@@ -278,9 +336,9 @@ longflow_finish(__global float *ws, long ml_off, long y_off, long cand_off, int 
             lse[lse_off + (long)b * lse_sb + (long)h * lse_sh] =
                 sum > 0.0f ? (mx + log2(sum)) * CLKV_LN2 : -INFINITY;
     } else {
-        score_map(ws, ml_off, y_off, cand_off, num_splits, Hq, Hkv, G, S, n_merge, n_chunks, pos,
-                  victim, next_pos, counters, mode, protect, scores, sc_off, sc_sb, sc_sh,
-                  has_scores, vout, vo_off, vo_sb, vo_sh, has_vout, red, weight, red_i, lse2,
-                  &last);
+        score_map(ws, ml_off, y_off, cand_off, num_splits, Hq, Hkv, G, S, n_merge, n_chunks,
+                  chunk_slots, hl, pos, victim, next_pos, counters, mode, protect, scores, sc_off,
+                  sc_sb, sc_sh, has_scores, vout, vo_off, vo_sb, vo_sh, has_vout, red, weight,
+                  red_i, lse2, &last);
     }
 }

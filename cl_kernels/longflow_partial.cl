@@ -73,23 +73,6 @@ inline float round_kv(float x) {
 #endif
 }
 
-/* The EPL elements of a cache row this lane owns, as f32. */
-inline void load_row(__global const KV_T *p, long row, int ln, float *x) {
-#if TPR > 1
-    UNROLL_LOOP
-    for (int c = 0; c < NCH; c++) {
-        const uint4 r = clkv_load_raw_aligned(p, (row + ELEM(c, 0, ln)) * (long)sizeof(KV_T));
-        UNROLL_LOOP
-        for (int j = 0; j < VW; j++)
-            x[c * VW + j] = CLKV_RAW_ELEM(KV_DTYPE)(r, j);
-    }
-#else
-    for (int e = 0; e < EPL; e++)
-        x[e] = CLKV_LOAD(KV_DTYPE)(p, row + e);
-#endif
-}
-
-/* The same elements of the new token's row, rounded to the cache dtype. */
 /* Element i of a buffer whose dtype code `dt` is a run-time value (f32, f16, bf16). */
 inline float load_any(__global const void *p, int dt, long i) {
     if (dt == CLKV_DT_F16)
@@ -99,14 +82,62 @@ inline float load_any(__global const void *p, int dt, long i) {
     return ((__global const float *)p)[i];
 }
 
-inline void load_new_row(__global const void *p, int dt, long row, int ln, float *x) {
+/* A lane's part of a cache row is kept as loaded (RAW_T x NCH: 16-byte raw vectors with
+ * several lanes per row, as attention_decode.cl; f32 elements with one lane per row) and
+ * widened element by element at use, which halves the registers of 16-bit rows. */
+#if TPR > 1
+#define RAW_T uint4
+#define RAW_GET(r, e) CLKV_RAW_ELEM(KV_DTYPE)((r)[(e) / VW], (e) % VW)
+#else
+#define RAW_T float
+#define RAW_GET(r, e) ((r)[e])
+#endif
+
+/* The lane's part of cache row `row` (element offset). */
+inline void load_raw_row(__global const KV_T *p, long row, int ln, RAW_T *r) {
+#if TPR > 1
+    UNROLL_LOOP
+    for (int c = 0; c < NCH; c++)
+        r[c] = clkv_load_raw_aligned(p, (row + ELEM(c, 0, ln)) * (long)sizeof(KV_T));
+#else
+    for (int e = 0; e < EPL; e++)
+        r[e] = CLKV_LOAD(KV_DTYPE)(p, row + e);
+#endif
+}
+
+#if TPR > 1 && KV_DTYPE != CLKV_DT_F32
+/* The cache dtype's bits of x (RNE). */
+inline uint kv_bits(float x) {
+#if KV_DTYPE == CLKV_DT_BF16
+    return (uint)clkv_f32_to_bf16(x);
+#else
+    ushort h;
+    vstore_half_rte(x, 0, (__private half *)&h);
+    return (uint)h;
+#endif
+}
+#endif
+
+#if TPR > 1
+/* The lane's part of the new token's row (dtype `dt`), rounded to the cache dtype and
+ * packed as the cache stores it. */
+inline void new_raw_row(__global const void *p, int dt, long row, int ln, RAW_T *r) {
     UNROLL_LOOP
     for (int c = 0; c < NCH; c++) {
+        uint w[4];
         UNROLL_LOOP
-        for (int j = 0; j < VW; j++)
-            x[c * VW + j] = round_kv(load_any(p, dt, row + ELEM(c, j, ln)));
+        for (int i = 0; i < 4; i++) {
+#if KV_DTYPE == CLKV_DT_F32
+            w[i] = as_uint(load_any(p, dt, row + ELEM(c, i, ln)));
+#else
+            w[i] = kv_bits(load_any(p, dt, row + ELEM(c, 2 * i, ln))) |
+                   (kv_bits(load_any(p, dt, row + ELEM(c, 2 * i + 1, ln))) << 16);
+#endif
+        }
+        r[c] = (uint4)(w[0], w[1], w[2], w[3]);
     }
 }
+#endif
 
 #if CP_ASYNC
 /* K/V tiles of TILE rows streamed into local memory, STAGES tiles in flight (the scheme
@@ -116,7 +147,8 @@ inline void load_new_row(__global const void *p, int dt, long row, int ln, float
 #error "CP_ASYNC needs several lanes per row (TPR > 1)"
 #endif
 #define TILE (NRG * UNROLL)
-#define ROW_U4 (HEAD_DIM * (int)sizeof(KV_T) / 16) /* 16-byte chunks per row */
+#define KV_BYTES (KV_DTYPE == CLKV_DT_F32 ? 4 : 2)
+#define ROW_U4 (HEAD_DIM * KV_BYTES / 16) /* 16-byte chunks per row */
 
 inline void lf_cp16(__local uint4 *dst, __global const uchar *src) {
 #ifdef CLKV_NVIDIA_PTX
@@ -139,28 +171,32 @@ inline void lf_cp_wait(void) {
 #endif
 }
 
-/* Copy tile rows [first, first + TILE) of K and V into one stage; rows at or past `end`
- * copy row `start` (valid memory, masked later). */
-inline void lf_issue_tile(__local uint4 *sk, __local uint4 *sv, __global const KV_T *k,
-                          __global const KV_T *v, long kb, int first, int start, int end, int lid) {
+/* One 4-byte element (the tile's slot positions, whose alignment is only 4 bytes). */
+inline void lf_cp4(__local int *dst, __global const int *src) {
+#ifdef CLKV_NVIDIA_PTX
+    const uint d = (uint)(size_t)dst;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
+#else
+    *dst = *src;
+#endif
+}
+
+/* Copy tile rows [first, first + TILE) of K and V, and their slot positions, into one
+ * stage; rows at or past `end` copy row `start` (valid memory, masked later). Staging
+ * the positions keeps the loop free of dependent global loads. */
+inline void lf_issue_tile(__local uint4 *sk, __local uint4 *sv, __local int *sp,
+                          __global const KV_T *k, __global const KV_T *v, __global const int *prow,
+                          long kb, int first, int start, int end, int lid) {
     for (int i = lid; i < TILE * ROW_U4; i += WG_SIZE) {
         const int r = i / ROW_U4, c = i % ROW_U4;
         const int j = first + r < end ? first + r : start;
         lf_cp16(sk + i, (__global const uchar *)(k + kb + (long)j * HEAD_DIM) + c * 16);
         lf_cp16(sv + i, (__global const uchar *)(v + kb + (long)j * HEAD_DIM) + c * 16);
     }
+    for (int r = lid; r < TILE; r += WG_SIZE)
+        lf_cp4(sp + r, prow + (first + r < end ? first + r : start));
 }
 
-/* The lane's elements of tile row r as f32. */
-inline void tile_row(__local const uint4 *t, int r, int ln, float *x) {
-    UNROLL_LOOP
-    for (int c = 0; c < NCH; c++) {
-        const uint4 raw = t[r * ROW_U4 + c * TPR + ln];
-        UNROLL_LOOP
-        for (int j = 0; j < VW; j++)
-            x[c * VW + j] = CLKV_RAW_ELEM(KV_DTYPE)(raw, j);
-    }
-}
 #endif
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_partial(
@@ -187,6 +223,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
     const int end = min(start + chunk, S);
     const int h0 = kvh * G + hg * GROUP;
     const int ng = min(GROUP, G - hg * GROUP);
+    /* score logits of head h0 + ln (+ TPR, ...): [b, h, slot] rows */
+    __global float *ylane = ys + ((long)b * Hq + h0 + ln) * S;
     const long kb = ((long)b * Hkv + kvh) * S * HEAD_DIM; /* same for v */
     __global int *prow = pos + ((long)b * Hm + u) * S;
     const long knrow = kn_off + (long)b * kn_sb + (long)kvh * kn_sh;
@@ -210,6 +248,31 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
         if (map_writer)
             prow[vslot] = next_pos[b];
     }
+    /* The victim row as the cache stores it, in local memory in the lanes' raw layout,
+     * for the work-groups whose range holds it: the loop then replaces that row from
+     * here, with no k_new/v_new addressing live in it. */
+    __local RAW_T new_k[NCH * TPR], new_v[NCH * TPR];
+    if (vslot >= start && vslot < end) {
+#if TPR > 1
+        if (rg == 0) {
+            RAW_T r[NCH];
+            new_raw_row(kn, n_dt, knrow, ln, r);
+            UNROLL_LOOP
+            for (int c = 0; c < NCH; c++)
+                new_k[c * TPR + ln] = r[c];
+            new_raw_row(vn, n_dt, vnrow, ln, r);
+            UNROLL_LOOP
+            for (int c = 0; c < NCH; c++)
+                new_v[c * TPR + ln] = r[c];
+        }
+#else
+        for (int e = lid; e < HEAD_DIM; e += WG_SIZE) {
+            new_k[e] = round_kv(load_any(kn, n_dt, knrow + e));
+            new_v[e] = round_kv(load_any(vn, n_dt, vnrow + e));
+        }
+#endif
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
 
     float qr[GROUP][EPL];
     UNROLL_LOOP
@@ -237,28 +300,31 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
 #if CP_ASYNC
     __local uint4 stage_k[STAGES][TILE * ROW_U4];
     __local uint4 stage_v[STAGES][TILE * ROW_U4];
+    __local int stage_p[STAGES][TILE];
     const int ntiles = end > start ? (end - start + TILE - 1) / TILE : 0;
     for (int t = 0; t < STAGES - 1; t++) {
         if (t < ntiles)
-            lf_issue_tile(stage_k[t], stage_v[t], k, v, kb, start + t * TILE, start, end, lid);
+            lf_issue_tile(stage_k[t], stage_v[t], stage_p[t], k, v, prow, kb, start + t * TILE,
+                          start, end, lid);
         lf_cp_commit(); /* empty groups keep the group count uniform */
     }
     for (int t = 0; t < ntiles; t++) {
         const int ahead = t + STAGES - 1;
         if (ahead < ntiles)
-            lf_issue_tile(stage_k[ahead % STAGES], stage_v[ahead % STAGES], k, v, kb,
-                          start + ahead * TILE, start, end, lid);
+            lf_issue_tile(stage_k[ahead % STAGES], stage_v[ahead % STAGES], stage_p[ahead % STAGES],
+                          k, v, prow, kb, start + ahead * TILE, start, end, lid);
         lf_cp_commit();
         lf_cp_wait(); /* tile t has landed (for this work-item's copies) */
         barrier(CLK_LOCAL_MEM_FENCE);
         const int base = start + t * TILE;
         __local const uint4 *tk = stage_k[t % STAGES];
         __local const uint4 *tv = stage_v[t % STAGES];
+        __local const int *tp = stage_p[t % STAGES];
 #else
     for (int base = start; base < end; base += NRG * UNROLL) {
 #endif
         float s[UNROLL][GROUP];
-        float kx[UNROLL][EPL], vx[UNROLL][EPL];
+        RAW_T kr[UNROLL][NCH], vr[UNROLL][NCH];
         int valid[UNROLL], in[UNROLL];
         /* All rows' loads first, branch-free (the victim row too: its cache copy may be
          * being overwritten and is replaced below), so they are all in flight at once. */
@@ -266,42 +332,43 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
         for (int uu = 0; uu < UNROLL; uu++) {
             const int j = base + uu * NRG + rg;
             in[uu] = j < end;
-            const int jj = in[uu] ? j : start; /* keep loads in bounds and uniform */
 #if CP_ASYNC
-            tile_row(tk, uu * NRG + rg, ln, kx[uu]);
-            tile_row(tv, uu * NRG + rg, ln, vx[uu]);
+            UNROLL_LOOP
+            for (int c = 0; c < NCH; c++) {
+                kr[uu][c] = tk[(uu * NRG + rg) * ROW_U4 + c * TPR + ln];
+                vr[uu][c] = tv[(uu * NRG + rg) * ROW_U4 + c * TPR + ln];
+            }
+            const int pj = tp[uu * NRG + rg];
 #else
-            load_row(k, kb + (long)jj * HEAD_DIM, ln, kx[uu]);
-            load_row(v, kb + (long)jj * HEAD_DIM, ln, vx[uu]);
+            const int jj = in[uu] ? j : start; /* keep loads in bounds and uniform */
+            load_raw_row(k, kb + (long)jj * HEAD_DIM, ln, kr[uu]);
+            load_raw_row(v, kb + (long)jj * HEAD_DIM, ln, vr[uu]);
+            const int pj = prow[jj];
 #endif
-            valid[uu] = in[uu] && (j == vslot || prow[jj] >= 0);
+            valid[uu] = in[uu] && (j == vslot || pj >= 0);
         }
         UNROLL_LOOP
         for (int uu = 0; uu < UNROLL; uu++) {
             const int j = base + uu * NRG + rg;
             if (j == vslot) { /* the new token, as the cache stores it */
-                load_new_row(kn, n_dt, knrow, ln, kx[uu]);
-                load_new_row(vn, n_dt, vnrow, ln, vx[uu]);
+                UNROLL_LOOP
+                for (int c = 0; c < NCH; c++) {
+                    kr[uu][c] = new_k[c * TPR + ln];
+                    vr[uu][c] = new_v[c * TPR + ln];
+                }
             }
-            float nv = 0.0f;
+            /* an empty slot's V (whatever it holds, even NaN) must not reach acc */
             UNROLL_LOOP
-            for (int e = 0; e < EPL; e++) {
-                /* an empty slot's V (whatever it holds, even NaN) must not reach acc */
-                vx[uu][e] = valid[uu] ? vx[uu][e] : 0.0f;
-                nv += fabs(vx[uu][e]);
-            }
-            nv = row_sum(nv, scratch);
-            const float lv = log2(nv);
+            for (int c = 0; c < NCH; c++)
+                vr[uu][c] = valid[uu] ? vr[uu][c] : (RAW_T)(0);
             UNROLL_LOOP
             for (int g = 0; g < GROUP; g++) {
                 float d = 0.0f;
                 UNROLL_LOOP
                 for (int e = 0; e < EPL; e++)
-                    d = fma(qr[g][e], kx[uu][e], d);
+                    d = fma(qr[g][e], RAW_GET(kr[uu], e), d);
                 d = row_sum(d, scratch);
                 s[uu][g] = valid[uu] ? d : -INFINITY;
-                if (ln == 0 && in[uu] && g < ng)
-                    ys[((long)b * Hq + h0 + g) * S + j] = valid[uu] ? d + lv : -INFINITY;
             }
         }
         /* Rescale only when the running max grows. */
@@ -322,13 +389,37 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
         }
         UNROLL_LOOP
         for (int uu = 0; uu < UNROLL; uu++) {
+            float p[GROUP];
             UNROLL_LOOP
             for (int g = 0; g < GROUP; g++) {
-                const float p = valid[uu] ? exp2(s[uu][g] - m[g]) : 0.0f;
-                l[g] += p;
+                p[g] = valid[uu] ? exp2(s[uu][g] - m[g]) : 0.0f;
+                l[g] += p[g];
+            }
+            /* ||v||_1 from the V elements widened for the accumulation anyway */
+            float nv = 0.0f;
+            UNROLL_LOOP
+            for (int e = 0; e < EPL; e++) {
+                const float vx = RAW_GET(vr[uu], e);
+                nv += fabs(vx);
                 UNROLL_LOOP
-                for (int e = 0; e < EPL; e++)
-                    acc[g][e] = fma(p, vx[uu][e], acc[g][e]);
+                for (int g = 0; g < GROUP; g++)
+                    acc[g][e] = fma(p[g], vx, acc[g][e]);
+            }
+            nv = row_sum(nv, scratch);
+            const float lv = log2(nv);
+            /* Score logits y = z + log2 ||v||_1: lane ln of the row stores heads ln,
+             * ln + TPR, ... (every lane holds every head's dot product after row_sum), so a
+             * row-group issues one store per TPR heads instead of one per head. */
+            const int j = base + uu * NRG + rg;
+            UNROLL_LOOP
+            for (int g0 = 0; g0 < GROUP; g0 += TPR) {
+                float yv = -INFINITY;
+                UNROLL_LOOP
+                for (int g = g0; g < GROUP && g < g0 + TPR; g++)
+                    yv = g - g0 == ln ? s[uu][g] + lv : yv;
+                const int g = g0 + ln;
+                if (in[uu] && g < ng)
+                    ylane[(long)g0 * S + j] = valid[uu] ? yv : -INFINITY;
             }
         }
 #if CP_ASYNC
@@ -338,7 +429,14 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
 
     /* Merge the NRG row-group states: common max per head, then a tree sum of acc. */
     __local float red_ml[NRG][GROUP][2];
+#if CP_ASYNC && RED_ROWS * GROUP * HEAD_DIM * 4 <= STAGES * TILE * ROW_U4 * 16
+    /* The K tiles are done with (every copy issued has landed, the last iteration ended
+     * with a barrier): their memory holds the reduction, so a work-group needs less local
+     * memory and more of them fit on a multiprocessor. */
+    __local float(*red_acc)[GROUP][HEAD_DIM] = (__local float(*)[GROUP][HEAD_DIM])stage_k;
+#else
     __local float red_acc[RED_ROWS][GROUP][HEAD_DIM];
+#endif
     if (ln == 0) {
         for (int g = 0; g < GROUP; g++) {
             red_ml[rg][g][0] = m[g];

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "host/attention_internal.h"
 #include "runtime/internal.h"
 
 #define KERNEL_FILE "attention_decode.cl"
@@ -222,6 +223,46 @@ static clkv_status check_common(clkv_context *ctx, const clkv_attention_decode_a
     return validate(ctx, args);
 }
 
+/* Decode is window attention with T = 1: the one query row sits at position len - 1 and sees
+ * every key. Where the window operator runs its tensor-core kernel (NVIDIA, q and K/V both
+ * f16 or both bf16, D 64 or 128), that kernel reads K/V at 71-93 % of the streaming-read
+ * bandwidth against 57-77 % for the CUDA-core kernel of this file (H200, bf16, Hq 32 / Hkv 8,
+ * D 128, B 1-8, L 32K-128K, 2026-11-22), so decode is routed there. Not for per-head lengths
+ * [B, Hkv] or a forced split count (both stay on this file's kernel), nor with
+ * CLKV_DECODE_MMA=0. Fills `w` and returns 1 when routed. */
+static int route_to_window(clkv_context *ctx, const clkv_attention_decode_args *a,
+                           clkv_attention_window_args *w) {
+    if (!ctx->info.nvidia_ptx || ctx->decode_tuning.tensor_cores == 0 || a->num_splits != 0 ||
+        (a->lengths.buf && a->lengths.ndim != 1))
+        return 0;
+    *w = (clkv_attention_window_args)CLKV_ATTENTION_WINDOW_ARGS_INIT;
+    const int64_t D = a->q.dims[2];
+    w->q = a->q;
+    w->q.ndim = 4;
+    w->q.dims[2] = 1;
+    w->q.dims[3] = D;
+    w->q.strides[2] = D;
+    w->q.strides[3] = 1;
+    w->o = a->o;
+    w->o.ndim = 4;
+    w->o.dims[2] = 1;
+    w->o.dims[3] = D;
+    w->o.strides[2] = D;
+    w->o.strides[3] = 1;
+    if (a->lse.buf) {
+        w->lse = a->lse;
+        w->lse.ndim = 3;
+        w->lse.dims[2] = 1;
+        w->lse.strides[2] = 1;
+    }
+    w->k = a->k;
+    w->v = a->v;
+    w->lengths = a->lengths;
+    w->max_length = a->max_length;
+    w->scale = a->scale;
+    return clkv__window_uses_tensor_cores(ctx, w);
+}
+
 clkv_status clkv_attention_decode_workspace_size(clkv_context *ctx,
                                                  const clkv_attention_decode_args *args,
                                                  size_t *bytes) {
@@ -230,6 +271,9 @@ clkv_status clkv_attention_decode_workspace_size(clkv_context *ctx,
         return st;
     if (!bytes)
         return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "bytes: output pointer is NULL");
+    clkv_attention_window_args w;
+    if (route_to_window(ctx, args, &w))
+        return clkv_attention_window_workspace_size(ctx, &w, bytes);
     decode_plan p;
     if ((st = plan_launch(ctx, args, &p)) != CLKV_OK)
         return st;
@@ -242,6 +286,9 @@ clkv_status clkv_attention_decode(clkv_context *ctx, const clkv_attention_decode
     clkv_status st = check_common(ctx, args);
     if (st != CLKV_OK)
         return st;
+    clkv_attention_window_args w;
+    if (route_to_window(ctx, args, &w))
+        return clkv_attention_window(ctx, &w, done);
     decode_plan p;
     if ((st = plan_launch(ctx, args, &p)) != CLKV_OK)
         return st;

@@ -16,7 +16,7 @@ typedef struct quant_plan {
     int64_t B, Hq, Hkv, G, D;
     int max_len;
     float scale;
-    int group, nhg, wg;
+    int group, nhg, wg, ktok;
     int splits, chunk;
     size_t part_acc_bytes, part_ml_bytes;
 } quant_plan;
@@ -72,15 +72,27 @@ static void plan_launch(const clkv_quant_cache *c, const clkv_attention_quant_de
     while ((size_t)p->wg > dev->max_work_group_size && p->wg > 64)
         p->wg /= 2;
 
-    /* Split-K: enough work-groups to fill the device a few times over, chunks of whole
-     * tiles and at least min_rows tokens (the per-work-group merge amortised). */
+    /* Tokens per lane in the K phase: 16 (a channel's code words, scale/min loads and
+     * q*s products serve that many tokens; on the H200, 16 beat 8 and 4 at B = 1 and
+     * matched 8 at B = 8) while the lane's logits (KTOK x heads) fit in 64 registers and
+     * the tile's probability table (WG * KTOK x heads padded to 4) in 32 KiB of local
+     * memory. */
+    const int gp = (p->group + 3) & ~3;
+    p->ktok = 16;
+    while (p->ktok > 4 && (p->ktok * gp > 64 || (size_t)p->wg * p->ktok * gp * 4 > 32768))
+        p->ktok /= 2;
+    const int64_t tile = (int64_t)p->wg * p->ktok;
+
+    /* Split-K: enough work-groups to fill the device a few times over, but no split
+     * shorter than a tile (the K phase would leave lanes idle); chunks of whole tiles.
+     * Forced counts: chunks of a multiple of 16 tokens (a lane's tokens share one key
+     * group and code word run). */
     const int64_t units = p->B * p->Hkv * p->nhg;
     const int64_t target = (int64_t)dev->compute_units * (gpu ? 8 : 2);
-    const int64_t min_rows = gpu ? 1024 : 256;
     const int64_t len = p->max_len > 0 ? p->max_len : 1;
     int64_t splits = a->num_splits > 0 ? a->num_splits : (target + units - 1) / units;
     if (a->num_splits <= 0) {
-        const int64_t cap = (len + min_rows - 1) / min_rows;
+        const int64_t cap = (len + tile - 1) / tile;
         if (splits > cap)
             splits = cap;
     }
@@ -91,9 +103,7 @@ static void plan_launch(const clkv_quant_cache *c, const clkv_attention_quant_de
     if (splits < 1)
         splits = 1;
     int64_t chunk = (len + splits - 1) / splits;
-    /* whole tiles (2 * wg tokens) per split; forced counts: an even chunk (the kernel's
-     * lanes take token pairs starting at even positions) */
-    const int64_t round = a->num_splits <= 0 ? 2 * (int64_t)p->wg : 2;
+    const int64_t round = a->num_splits <= 0 ? tile : 16;
     chunk = (chunk + round - 1) / round * round;
     p->chunk = (int)chunk;
     p->splits = (int)((len + chunk - 1) / chunk);
@@ -168,6 +178,7 @@ clkv_status clkv_attention_quant_decode(clkv_quant_cache *cache,
     clkv__defs_int(&defs, "GQ", cfg->group);
     clkv__defs_int(&defs, "GROUP", p.group);
     clkv__defs_int(&defs, "WG_SIZE", p.wg);
+    clkv__defs_int(&defs, "KTOK", p.ktok);
     cl_kernel kp, km;
     if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_quant_partial", &kp)) ||
         (st = get_merge(ctx, args->o.dtype, p.D, &km)))
@@ -209,9 +220,9 @@ clkv_status clkv_attention_quant_decode(clkv_quant_cache *cache,
         return st;
     clkv__log(ctx,
               "attention_quant_decode: B=%lld Hq=%lld Hkv=%lld D=%lld bound=%d k_bits=%d "
-              "v_bits=%d group=%d wg=%d splits=%d chunk=%d",
+              "v_bits=%d group=%d wg=%d ktok=%d splits=%d chunk=%d",
               (long long)p.B, (long long)p.Hq, (long long)p.Hkv, (long long)p.D, p.max_len,
-              cfg->k_bits, cfg->v_bits, p.group, p.wg, p.splits, p.chunk);
+              cfg->k_bits, cfg->v_bits, p.group, p.wg, p.ktok, p.splits, p.chunk);
     const size_t gp[3] = {(size_t)p.splits * p.wg, (size_t)(p.Hkv * p.nhg), (size_t)p.B};
     const size_t lp[3] = {(size_t)p.wg, 1, 1};
     if ((st = clkv__enqueue(ctx, kp, "attention_quant_partial", 3, gp, lp, NULL)))

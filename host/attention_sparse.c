@@ -98,6 +98,11 @@ static clkv_status validate(clkv_context *ctx, const clkv_attention_sparse_args 
     return CLKV_OK;
 }
 
+/* A tuning override from the context (see clkv_decode_tuning), else the default. */
+static int tuned(int override, int fallback) {
+    return override >= 0 ? override : fallback;
+}
+
 static size_t reduction_local_bytes(const sparse_plan *p) {
     int nrg = p->wg / p->tpr;
     int red_rows = nrg > 1 ? nrg / 2 : 1;
@@ -124,32 +129,39 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_sparse_ar
     p->nhg = (int)((p->G + p->group - 1) / p->group);
 
     const clkv_device_info *dev = &ctx->info;
+    const clkv_decode_tuning *tune = &ctx->decode_tuning; /* CLKV_DECODE_EPL/WG/UNROLL */
     const uint32_t esize = clkv_dtype_size(a->k.dtype);
     if (dev->nvidia_ptx) {
         /* As decode attention: fewer, fatter lanes when few heads share a row (fewer
          * shuffles per row); more lanes for large groups so q and acc stay in registers.
          * 128 lanes hold 128 / TPR gathered rows in flight, two per row-group. */
-        p->epl = p->group <= 4 ? 16 : 8;
-        p->wg = 128;
-        p->unroll = 2;
+        p->epl = tuned(tune->epl, p->group <= 4 ? 16 : 8);
+        p->wg = tuned(tune->wg, 128);
+        p->unroll = tuned(tune->unroll, 2);
     } else {
-        p->epl = (int)p->D;
-        p->wg = dev->kind == CLKV_DEVICE_KIND_CPU ? 16 : 64;
-        p->unroll = 1;
+        /* One lane per row (the CPU compiler vectorizes the element loops); a forced EPL
+         * < D runs the multi-lane path with local-memory row sums (tests). */
+        p->epl = tuned(tune->epl, (int)p->D);
+        p->wg = tuned(tune->wg, dev->kind == CLKV_DEVICE_KIND_CPU ? 16 : 64);
+        p->unroll = tuned(tune->unroll, 1);
     }
+    const int vw = (int)(16 / esize);
+    if (p->epl <= 0 || p->D % p->epl != 0 || p->unroll < 1 || p->wg < 1)
+        return clkv__fail(ctx, CLKV_ERR_INTERNAL,
+                          "sparse attention: bad geometry EPL=%d WG=%d UNROLL=%d for D=%lld",
+                          p->epl, p->wg, p->unroll, (long long)p->D);
     p->tpr = (int)(p->D / p->epl);
     while (reduction_local_bytes(p) > dev->local_mem_bytes / 2 && p->wg > p->tpr * 2)
         p->wg /= 2;
     if ((size_t)p->wg > dev->max_work_group_size)
         p->wg = (int)dev->max_work_group_size / p->tpr * p->tpr;
     if (p->unroll > p->tpr)
-        p->unroll = p->tpr > 0 ? p->tpr : 1;
-    if (p->epl <= 0 || p->D % p->epl != 0 || p->tpr > 32 || p->wg < p->tpr || p->wg % p->tpr != 0 ||
-        p->unroll < 1)
+        p->unroll = p->tpr;
+    if (p->tpr > 32 || (p->tpr & (p->tpr - 1)) != 0 || (p->tpr > 1 && p->epl % vw != 0) ||
+        p->wg < p->tpr || p->wg % p->tpr != 0)
         return clkv__fail(ctx, CLKV_ERR_INTERNAL,
                           "sparse attention: bad geometry EPL=%d WG=%d UNROLL=%d for D=%lld",
                           p->epl, p->wg, p->unroll, (long long)p->D);
-    const int64_t vw = 16 / esize;
     p->vec_aligned = clkv__rows_aligned(&a->k, vw) && clkv__rows_aligned(&a->v, vw);
 
     /* Duplicate detection: a local hash set of at least 2 NI slots (load <= 1/2) while
@@ -158,11 +170,10 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_sparse_ar
      * O(NI)-per-entry scan. */
     p->hash_slots = 0;
     if (p->NI > 1) {
-        int64_t slots = 64;
-        while (slots < 2 * p->NI)
-            slots *= 2;
+        /* three sizes only (fewer program variants): load factor <= 1/2 */
+        const int64_t slots = 2 * p->NI <= 256 ? 256 : 2 * p->NI <= 1024 ? 1024 : MAX_HASH_SLOTS;
         const size_t tile_bytes = (size_t)(p->wg / p->tpr) * p->unroll * 2 * 4 + 64;
-        if (slots <= MAX_HASH_SLOTS && (size_t)slots * 4 + tile_bytes <= dev->local_mem_bytes)
+        if (2 * p->NI <= MAX_HASH_SLOTS && (size_t)slots * 4 + tile_bytes <= dev->local_mem_bytes)
             p->hash_slots = (int)slots;
     }
 
@@ -174,7 +185,7 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_sparse_ar
     const int64_t tile = (int64_t)(p->wg / p->tpr) * p->unroll;
     const int64_t units = p->B * p->Hkv * p->nhg;
     const int gpu = dev->kind == CLKV_DEVICE_KIND_GPU;
-    const int64_t target = (int64_t)dev->compute_units * (gpu ? 4 : 2);
+    const int64_t target = (int64_t)dev->compute_units * tuned(tune->waves, gpu ? 4 : 2);
     const int64_t len = p->total > 0 ? p->total : 1;
     int64_t splits = units > 0 ? (target + units - 1) / units : 1;
     const int64_t max_splits = (len + tile - 1) / tile;
@@ -221,8 +232,10 @@ static clkv_status get_merge_kernel(clkv_context *ctx, const clkv_attention_spar
                                     const sparse_plan *p, cl_kernel *km) {
     clkv_defs defs;
     clkv__defs_init(&defs);
-    clkv__defs_int(&defs, "Q_DTYPE", a->q.dtype);
-    clkv__defs_int(&defs, "KV_DTYPE", a->k.dtype);
+    /* The merge kernel depends on O_DTYPE and HEAD_DIM only; the partial kernel's
+     * options are fixed so every (o dtype, D) shares one program. */
+    clkv__defs_int(&defs, "Q_DTYPE", CLKV_F32);
+    clkv__defs_int(&defs, "KV_DTYPE", CLKV_F32);
     clkv__defs_int(&defs, "O_DTYPE", a->o.dtype);
     clkv__defs_int(&defs, "HEAD_DIM", p->D);
     clkv__defs_int(&defs, "GROUP", 1);

@@ -7,6 +7,7 @@
 #include "runtime/internal.h"
 
 #define KERNEL_FILE "attention_window.cl"
+#define MMA_KERNEL_FILE "attention_window_mma.cl" /* tensor-core variant (NVIDIA) */
 #define WG 128
 
 /* Everything the launch needs, derived from validated arguments. */
@@ -16,6 +17,8 @@ typedef struct window_plan {
     float scale;
     int qt, kt, s_ct, o_ct; /* tile parameters (see attention_window.cl) */
     int mma;                /* tensor-core (mma.sync) variant, or its portable emulation */
+    int fa;                 /* attention_window_mma.cl (NVIDIA tensor cores, FA2 style) */
+    int fa_qt, fa_nwk, fa_kw, fa_nstg, fa_aligned; /* its tile parameters */
     int n_qtiles;
     int splits, chunk;
     size_t part_acc_bytes, part_ml_bytes;
@@ -105,16 +108,66 @@ static size_t partial_local_bytes(int64_t D, int qt, int kt, int mma, int emulat
            common;
 }
 
-/* The tensor-core variant (NVIDIA mma.sync through inline PTX; elsewhere a slow portable
- * emulation of it, to verify its fragment logic) is opt-in while it has not been measured:
- * CLKV_WINDOW_MMA=1, read once per process. */
-static int mma_requested(void) {
+/* CLKV_WINDOW_MMA (read once per process): unset = the tensor-core kernel
+ * (attention_window_mma.cl) where it applies (NVIDIA inline PTX, q and K/V both f16 or both
+ * bf16, D 64 or 128), the portable f32 kernel elsewhere; "0" = always the portable kernel;
+ * "1" = also the older in-file mma variant where the tensor-core kernel does not apply
+ * (on other devices a slow portable emulation of the warp product, to test its logic). */
+static int mma_env(void) {
+    static int cached = -2;
+    if (cached == -2) {
+        const char *e = getenv("CLKV_WINDOW_MMA");
+        cached = e && e[0] == '1' ? 1 : e && e[0] == '0' ? 0 : -1;
+    }
+    return cached;
+}
+
+/* Tile parameters of the tensor-core kernel: 4 warps, QT = 16 * (4 / NWK) rows (the
+ * smallest holding all G*T rows, up to 64), NWK warps along the keys of a tile (small
+ * windows: several warps share a row block, so a work-group still streams a wide tile of
+ * 64 keys). Measured on an H200 (bf16, D 128): prefill is fastest with 64 keys per warp
+ * and 2 stages, the window (memory-bound) with 3 stages. Returns 0 where it does not fit
+ * the device. */
+/* CLKV_WINDOW_P16=1 (read once): with a 16-bit o, the tensor-core kernel rounds the
+ * attention weights once to the K/V dtype instead of keeping a residual (FlashAttention
+ * precision: ~25 % faster prefill, but outside the library's tested tolerance). */
+static int p16_requested(void) {
     static int cached = -1;
     if (cached < 0) {
-        const char *e = getenv("CLKV_WINDOW_MMA");
+        const char *e = getenv("CLKV_WINDOW_P16");
         cached = e && e[0] == '1';
     }
     return cached;
+}
+
+static int env_int(const char *name) {
+    const char *e = getenv(name);
+    return e ? atoi(e) : 0;
+}
+
+static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, window_plan *p) {
+    const int64_t rows = p->G * p->T;
+    p->fa_qt = rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
+    p->fa_nwk = 4 / (p->fa_qt / 16);
+    p->fa_kw = 64 / p->fa_nwk;
+    /* tuning overrides (keys per warp 16 | 32 | 64, stages 2..8); ignored when invalid */
+    const int kw_env = env_int("CLKV_WINDOW_FA_KW"), st_env = env_int("CLKV_WINDOW_FA_STAGES");
+    if (kw_env == 16 || kw_env == 32 || kw_env == 64)
+        p->fa_kw = kw_env;
+    const size_t kt = (size_t)(p->fa_nwk * p->fa_kw);
+    const size_t stage = 2 * kt * (size_t)(p->D + 8) * 2;
+    size_t nstg = p->fa_nwk == 1 ? 2 : 3;
+    if (st_env >= 2 && st_env <= 8)
+        nstg = (size_t)st_env;
+    const size_t ml_bytes = (size_t)p->fa_nwk * (size_t)p->fa_qt * 2 * 4;
+    while (nstg > 2 && nstg * stage + ml_bytes > ctx->info.static_local_mem_bytes)
+        nstg--; /* devices with less static local memory: fewer stages */
+    p->fa_nstg = (int)nstg;
+    p->fa_aligned = clkv__rows_aligned(&a->k, 8) && clkv__rows_aligned(&a->v, 8);
+    /* the stages also hold the final combine of the warps' accumulators (64 rows x D f32) */
+    if (nstg * stage < (size_t)64 * (size_t)p->D * 4)
+        return 0;
+    return nstg * stage + ml_bytes <= ctx->info.static_local_mem_bytes;
 }
 
 static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_args *a,
@@ -133,7 +186,9 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
     /* Tiles: QT * D = 4096 output values per work-group of 128 lanes (32 f32 accumulators
      * per lane), K/V tiles sized so everything stays within 48 KiB of local memory. */
     const int int16 = a->q.dtype == a->k.dtype && a->k.dtype != CLKV_F32;
-    p->mma = int16 && mma_requested();
+    p->fa = int16 && ctx->info.nvidia_ptx && (p->D == 64 || p->D == 128) && mma_env() != 0 &&
+            plan_fa(ctx, a, p);
+    p->mma = int16 && mma_env() == 1 && !p->fa;
     int qt_max;
     if (p->mma) {
         /* 16-row mma blocks, QT * D = 4096 (more rows cost registers: a ptxas build of
@@ -175,6 +230,12 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
                           "attention_window: needs work-groups of %d, the device allows %llu", WG,
                           (unsigned long long)ctx->info.max_work_group_size);
     p->n_qtiles = (int)(rows > 0 ? ceil_div(rows, p->qt) : 0);
+    int kt = p->kt; /* key tile of the partial kernel (the portable parameters above still
+                       build the merge kernel) */
+    if (p->fa) {
+        p->n_qtiles = (int)(rows > 0 ? ceil_div(rows, p->fa_qt) : 0);
+        kt = p->fa_nwk * p->fa_kw;
+    }
 
     /* Split-K: enough work-groups to fill the device (a few per compute unit), with
      * chunks of at least min_chunk keys so the partial states stay small next to the K/V
@@ -186,9 +247,17 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
     if (a->num_splits > 0) {
         splits = a->num_splits;
     } else {
-        const int64_t target = (int64_t)ctx->info.compute_units * (gpu ? 4 : 2);
-        const int64_t min_chunk = gpu ? 256 : 512;
+        /* the tensor-core kernel streams faster per work-group: fewer, longer splits
+         * (its partial states would otherwise rival the K/V bytes) */
+        const int64_t cu = (int64_t)ctx->info.compute_units;
+        const int64_t target = cu * (gpu ? (p->fa ? 2 : 4) : 2);
+        const int64_t min_chunk = gpu ? (p->fa ? 512 : 256) : 512;
         splits = units > 0 ? ceil_div(target, units) : 1;
+        /* Tensor-core kernel with few row tiles (a small window): at most one work-group
+         * per compute unit, in one wave (H200, T = 8, 8 KV heads: 16 splits 30 us at 16K
+         * keys and 146 us at 128K; 24 splits 36 / 171 us, 32 splits 34 / 150 us). */
+        if (p->fa && units > 0 && units * 2 <= cu)
+            splits = cu / units;
         if (splits > ceil_div(len, min_chunk))
             splits = ceil_div(len, min_chunk);
         /* keep the partial states within a quarter of the largest buffer */
@@ -196,15 +265,15 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
         while (splits > 1 && per_split * (uint64_t)splits > ctx->info.max_alloc_bytes / 4)
             splits /= 2;
     }
-    if (splits > ceil_div(len, p->kt) && a->num_splits <= 0)
-        splits = ceil_div(len, p->kt);
+    if (splits > ceil_div(len, kt) && a->num_splits <= 0)
+        splits = ceil_div(len, kt);
     if (splits > len)
         splits = len;
     if (splits < 1)
         splits = 1;
     int64_t chunk = ceil_div(len, splits);
     if (a->num_splits <= 0) /* whole key tiles per split */
-        chunk = ceil_div(chunk, p->kt) * p->kt;
+        chunk = ceil_div(chunk, kt) * kt;
     p->chunk = (int)chunk;
     p->splits = (int)ceil_div(len, chunk);
     if (p->splits > 1) {
@@ -217,6 +286,11 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
         p->part_ml_bytes = clkv__ws_align((size_t)(nrow * 2 * 4));
     }
     return CLKV_OK;
+}
+
+int clkv__window_uses_tensor_cores(clkv_context *ctx, const clkv_attention_window_args *a) {
+    window_plan p;
+    return plan_launch(ctx, a, &p) == CLKV_OK && p.fa;
 }
 
 static clkv_status check_common(clkv_context *ctx, const clkv_attention_window_args *args) {
@@ -267,7 +341,24 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
     clkv__defs_int(&defs, "MMA", p.mma);
     const int direct = p.splits == 1;
     cl_kernel kp, km = NULL;
-    if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_window_partial", &kp)))
+    if (p.fa) {
+        clkv_defs fdefs;
+        clkv__defs_init(&fdefs);
+        clkv__defs_int(&fdefs, "Q_DTYPE", args->q.dtype);
+        clkv__defs_int(&fdefs, "KV_DTYPE", args->k.dtype);
+        clkv__defs_int(&fdefs, "O_DTYPE", args->o.dtype);
+        clkv__defs_int(&fdefs, "HEAD_DIM", p.D);
+        clkv__defs_int(&fdefs, "QT", p.fa_qt);
+        clkv__defs_int(&fdefs, "NWK", p.fa_nwk);
+        clkv__defs_int(&fdefs, "KW", p.fa_kw);
+        clkv__defs_int(&fdefs, "NSTG", p.fa_nstg);
+        clkv__defs_int(&fdefs, "KV_ALIGNED", p.fa_aligned);
+        clkv__defs_int(&fdefs, "P_LO", !(p16_requested() && args->o.dtype != CLKV_F32));
+        st = clkv__get_kernel(ctx, MMA_KERNEL_FILE, &fdefs, "attention_window_partial", &kp);
+    } else {
+        st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_window_partial", &kp);
+    }
+    if (st)
         return st;
     if (!direct && (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_window_merge", &km)))
         return st;
@@ -323,15 +414,15 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
         const size_t lp[3] = {WG, 1, 1};
         clkv__log(ctx,
                   "attention_window: B=%lld Hq=%lld Hkv=%lld T=%lld D=%lld max_len=%d mma=%d "
-                  "qt=%d kt=%d qtiles=%d splits=%d chunk=%d",
+                  "fa=%d (qt=%d nwk=%d kw=%d stages=%d aligned=%d) qt=%d kt=%d qtiles=%d "
+                  "splits=%d chunk=%d",
                   (long long)p.B, (long long)p.Hq, (long long)p.Hkv, (long long)p.T, (long long)p.D,
-                  p.max_len, p.mma, p.qt, p.kt, p.n_qtiles, p.splits, p.chunk);
+                  p.max_len, p.mma, p.fa, p.fa_qt, p.fa_nwk, p.fa_kw, p.fa_nstg, p.fa_aligned, p.qt,
+                  p.kt, p.n_qtiles, p.splits, p.chunk);
         st = clkv__enqueue(ctx, kp, "attention_window_partial", 3, gp, lp, direct ? done : NULL);
     }
     if (st == CLKV_OK && !direct) {
-        const size_t d4 = (size_t)p.D / 4;
-        const size_t n = ((size_t)n_rows * d4 + WG - 1) / WG * WG;
-        const size_t gm[1] = {n};
+        const size_t gm[1] = {(size_t)n_rows * WG}; /* one work-group per row */
         const size_t lm[1] = {WG};
         st = clkv__enqueue(ctx, km, "attention_window_merge", 1, gm, lm, done);
     }

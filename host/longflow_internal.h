@@ -9,7 +9,6 @@
 #define LF_FIN_WG 256
 #define LF_MAX_SPLITS 1024
 #define LF_UNIT_HEADS_MAX 1024 /* Hq limit: per-head LSEs of a map in local memory */
-#define LF_SCORE_CHUNK 64      /* slots scored per finish work-group (divides LF_FIN_WG) */
 
 /* Launch geometry of a step, fixed at cache creation (the work per step is constant). */
 typedef struct lf_plan {
@@ -19,6 +18,7 @@ typedef struct lf_plan {
     int cp_async, stages; /* K/V tiles staged in local memory (cp.async on NVIDIA) */
     int splits, chunk;    /* split-K over the S slots */
     int n_chunks;         /* finish work-groups per slot map */
+    int chunk_slots, hl;  /* slots per finish work-group, lanes sharing a slot's heads */
     size_t acc_bytes;     /* workspace: split acc [B, Hq, splits, D] f32 */
     size_t ml_bytes;      /* split (m, l) [B, Hq, splits, 2] f32 */
     size_t y_bytes;       /* score logits [B, Hq, S] f32 */

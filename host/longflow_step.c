@@ -12,7 +12,7 @@
 #define FINISH_FILE "longflow_finish.cl"
 
 /* Launch-parameter overrides CLKV_LONGFLOW_EPL / _WG / _UNROLL / _SPLITS / _CPASYNC /
- * _STAGES (benchmarks,
+ * _STAGES / _SCORE_LANES / _SCORE_ROUNDS (benchmarks,
  * tuning, tests of the multi-lane layout and of split-K on CPUs; not API), read once per
  * cache creation. */
 static int env_int(const char *name, int fallback) {
@@ -31,9 +31,11 @@ static size_t reduction_local_bytes(const lf_plan *p, int64_t D) {
            (size_t)p->wg * 4;
 }
 
-/* Local memory of the staged K/V tiles: STAGES x (K, V) x NRG * UNROLL rows. */
+/* Local memory of the staged tiles: STAGES x NRG * UNROLL rows of K and V, and their slot
+ * positions. */
 static size_t stage_bytes(const lf_plan *p, int64_t D, size_t esize) {
-    return (size_t)p->stages * 2 * (size_t)(p->wg / p->tpr) * p->unroll * (size_t)D * esize;
+    const size_t rows = (size_t)p->stages * (size_t)(p->wg / p->tpr) * p->unroll;
+    return rows * (2 * (size_t)D * esize + 4);
 }
 
 #define LF_STAGE_BUDGET (96 * 1024) /* two or more work-groups per multiprocessor */
@@ -120,7 +122,38 @@ clkv_status lf__plan(clkv_longflow_cache *c) {
         chunk = (chunk + rows_per_iter - 1) / rows_per_iter * rows_per_iter;
     p->chunk = (int)chunk;
     p->splits = (int)((len + chunk - 1) / chunk);
-    p->n_chunks = (int)((c->S + LF_SCORE_CHUNK - 1) / LF_SCORE_CHUNK);
+    /* Score geometry of the finish kernel: hl lanes share the heads of a slot, FIN_WG / hl
+     * slots per round, `rounds` rounds per work-group. On a GPU: enough (slot, lane)
+     * work-items to fill the device (but no more lanes than heads, and at most 8: on an
+     * H200, 8 beat 32 and 1 at B=2, Hq=32, S=1024, per-layer), about four
+     * work-groups per compute unit. On CPUs (tests): small chunks, so that maps of a few
+     * dozen slots already span several work-groups and rounds. */
+    const int64_t nh = c->mode == CLKV_LONGFLOW_PER_KV_HEAD ? c->G : c->Hq;
+    const int64_t map_slots = c->B * c->Hm * c->S;
+    int64_t rounds;
+    if (gpu) {
+        const int64_t fill = (int64_t)dev->compute_units * 2048;
+        p->hl = 1;
+        while (p->hl * 2 <= nh && p->hl * 2 <= 8 && map_slots * p->hl * 2 <= fill)
+            p->hl *= 2;
+        const int64_t per_wg = (int64_t)LF_FIN_WG * dev->compute_units * 4;
+        rounds = (map_slots * p->hl + per_wg - 1) / per_wg;
+    } else {
+        p->hl = 16;
+        rounds = 2;
+    }
+    p->hl = env_int("CLKV_LONGFLOW_SCORE_LANES", p->hl);
+    rounds = env_int("CLKV_LONGFLOW_SCORE_ROUNDS", (int)(rounds < 64 ? rounds : 64));
+    if (p->hl < 1 || p->hl > LF_FIN_WG || (p->hl & (p->hl - 1)) != 0 || rounds < 1)
+        return clkv__fail(c->ctx, CLKV_ERR_ARG_RANGE,
+                          "CLKV_LONGFLOW_SCORE_LANES/ROUNDS: %d lanes (a power of two <= %d), %lld "
+                          "rounds (>= 1)",
+                          p->hl, LF_FIN_WG, (long long)rounds);
+    int64_t cs = (int64_t)(LF_FIN_WG / p->hl) * rounds;
+    if (cs > c->S)
+        cs = c->S;
+    p->chunk_slots = (int)cs;
+    p->n_chunks = (int)((c->S + cs - 1) / cs);
     p->acc_bytes = clkv__ws_align((size_t)(c->B * c->Hq * p->splits * c->D) * 4);
     p->ml_bytes = clkv__ws_align((size_t)(c->B * c->Hq * p->splits) * 2 * 4);
     p->y_bytes = clkv__ws_align((size_t)(c->B * c->Hq * c->S) * 4);
@@ -167,7 +200,6 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
     clkv__defs_int(&df, "FIN_WG", LF_FIN_WG);
     clkv__defs_int(&df, "MAX_SPLITS", LF_MAX_SPLITS);
     clkv__defs_int(&df, "UNIT_HEADS_MAX", LF_UNIT_HEADS_MAX);
-    clkv__defs_int(&df, "SCORE_CHUNK", LF_SCORE_CHUNK);
     cl_kernel kp = NULL, kf;
     if (ps->mode != 2 &&
         (st = clkv__get_kernel(ctx, PARTIAL_FILE, &dp, "longflow_partial", &kp)) != CLKV_OK)
@@ -208,7 +240,8 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
             return st;
     }
     {
-        const cl_int n_merge = ps->mode == 0 ? (cl_int)(c->B * c->Hq) : 0, n_chunks = p->n_chunks;
+        const cl_int n_merge = ps->mode == 0 ? (cl_int)(c->B * c->Hq) : 0, n_chunks = p->n_chunks,
+                     chunk_slots = p->chunk_slots, hl = p->hl;
         const cl_int o_dt = ps->o && ps->o->buf ? (cl_int)ps->o->dtype : 0;
         const cl_mem o_buf = buf_of(ps->o), lse_buf = buf_of(ps->lse), sc_buf = buf_of(ps->scores),
                      vo_buf = buf_of(ps->victims);
@@ -221,16 +254,16 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
                       vo_sh = stride_of(ps->victims, 1);
         const cl_int has_lse = lse_buf != NULL, has_sc = sc_buf != NULL, has_vo = vo_buf != NULL;
         const cl_int mode = ps->mode, protect = c->protect;
-        st = clkv__set_args(ctx, kf, "longflow_finish", 37, CLKV_ARG(ws), CLKV_ARG(ml_off),
-                            CLKV_ARG(y_off), CLKV_ARG(cand_off), CLKV_ARG(splits), CLKV_ARG(Hq),
-                            CLKV_ARG(Hkv), CLKV_ARG(G), CLKV_ARG(S), CLKV_ARG(n_merge),
-                            CLKV_ARG(n_chunks), CLKV_ARG(o_buf), CLKV_ARG(o_dt), CLKV_ARG(o_off),
-                            CLKV_ARG(o_sb), CLKV_ARG(o_sh), CLKV_ARG(lse_buf), CLKV_ARG(lse_off),
-                            CLKV_ARG(lse_sb), CLKV_ARG(lse_sh), CLKV_ARG(has_lse), CLKV_ARG(c->pos),
-                            CLKV_ARG(c->victim), CLKV_ARG(c->next_pos), CLKV_ARG(c->counters),
-                            CLKV_ARG(mode), CLKV_ARG(protect), CLKV_ARG(sc_buf), CLKV_ARG(sc_off),
-                            CLKV_ARG(sc_sb), CLKV_ARG(sc_sh), CLKV_ARG(has_sc), CLKV_ARG(vo_buf),
-                            CLKV_ARG(vo_off), CLKV_ARG(vo_sb), CLKV_ARG(vo_sh), CLKV_ARG(has_vo));
+        st = clkv__set_args(
+            ctx, kf, "longflow_finish", 39, CLKV_ARG(ws), CLKV_ARG(ml_off), CLKV_ARG(y_off),
+            CLKV_ARG(cand_off), CLKV_ARG(splits), CLKV_ARG(Hq), CLKV_ARG(Hkv), CLKV_ARG(G),
+            CLKV_ARG(S), CLKV_ARG(n_merge), CLKV_ARG(n_chunks), CLKV_ARG(chunk_slots), CLKV_ARG(hl),
+            CLKV_ARG(o_buf), CLKV_ARG(o_dt), CLKV_ARG(o_off), CLKV_ARG(o_sb), CLKV_ARG(o_sh),
+            CLKV_ARG(lse_buf), CLKV_ARG(lse_off), CLKV_ARG(lse_sb), CLKV_ARG(lse_sh),
+            CLKV_ARG(has_lse), CLKV_ARG(c->pos), CLKV_ARG(c->victim), CLKV_ARG(c->next_pos),
+            CLKV_ARG(c->counters), CLKV_ARG(mode), CLKV_ARG(protect), CLKV_ARG(sc_buf),
+            CLKV_ARG(sc_off), CLKV_ARG(sc_sb), CLKV_ARG(sc_sh), CLKV_ARG(has_sc), CLKV_ARG(vo_buf),
+            CLKV_ARG(vo_off), CLKV_ARG(vo_sb), CLKV_ARG(vo_sh), CLKV_ARG(has_vo));
         if (st == CLKV_OK)
             st = clkv__check_local_mem(ctx, kf, "longflow_finish", 0);
         if (st != CLKV_OK)
@@ -245,10 +278,11 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
             clkv__log(ctx,
                       "longflow: B=%lld Hq=%lld Hkv=%lld D=%lld S=%lld mode=%d pass=%d group=%d "
                       "epl=%d wg=%d unroll=%d cp_async=%d stages=%d splits=%d chunk=%d "
-                      "score_chunks=%d",
+                      "score_chunks=%d x %d slots, %d lanes",
                       (long long)c->B, (long long)c->Hq, (long long)c->Hkv, (long long)c->D,
                       (long long)c->S, (int)c->mode, ps->mode, p->group, p->epl, p->wg, p->unroll,
-                      p->cp_async, p->stages, p->splits, p->chunk, p->n_chunks);
+                      p->cp_async, p->stages, p->splits, p->chunk, p->n_chunks, p->chunk_slots,
+                      p->hl);
             if ((st = clkv__enqueue(ctx, kp, "longflow_partial", 3, gp, lp, NULL)) != CLKV_OK)
                 return st;
         }

@@ -87,7 +87,7 @@ static clkv_status validate_desc(clkv_context *ctx, const clkv_offload_store_des
     if (d->head_dim < 1 || d->head_dim > 4096)
         return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "head_dim: %lld is outside [1, 4096]",
                           (long long)d->head_dim);
-    if (!(CLKV_FLOAT_DTYPES & CLKV_DTYPE_BIT(d->dtype)) || (unsigned)d->dtype > 31u)
+    if ((unsigned)d->dtype > 31u || !(CLKV_FLOAT_DTYPES & CLKV_DTYPE_BIT(d->dtype)))
         return clkv__fail(ctx, CLKV_ERR_ARG_DTYPE, "dtype: %s (%d) is not f32, f16 or bf16",
                           clkv_dtype_name(d->dtype), (int)d->dtype);
     if (d->mode != CLKV_OFFLOAD_AUTO && d->mode != CLKV_OFFLOAD_KERNEL_READ &&

@@ -170,7 +170,7 @@ clkv_status clkv_pariskv_encode(clkv_context *ctx, const clkv_pariskv_encode_arg
     const int64_t B = args->k.dims[0], Hkv = args->k.dims[1], L = args->k.dims[2],
                   D = args->k.dims[3];
     const int dense = clkv__pariskv_is_dense(D);
-    cl_uint8 signs;
+    cl_uint8 signs = {{0}};
     if (!dense && (st = pack_signs(ctx, args->signs, args->seed, D, &signs)))
         return st;
     clkv_pariskv_levels lv;
@@ -186,7 +186,7 @@ clkv_status clkv_pariskv_encode(clkv_context *ctx, const clkv_pariskv_encode_arg
     if (dense)
         return clkv__pariskv_encode_dense(ctx, args, &lv, done);
 
-    int kpw, wg;
+    int kpw = 0, wg = 0;
     if ((st = vectors_per_group(ctx, "k", D, &kpw, &wg)))
         return st;
 
@@ -292,14 +292,14 @@ clkv_status clkv_pariskv_query_transform(clkv_context *ctx, const clkv_pariskv_q
     const int64_t B = args->q.dims[0], Hq = args->q.dims[1], D = args->q.dims[2],
                   Hkv = args->q_rot.dims[1];
     const int dense = clkv__pariskv_is_dense(D);
-    cl_uint8 signs;
+    cl_uint8 signs = {{0}};
     if (!dense && (st = pack_signs(ctx, args->signs, args->seed, D, &signs)))
         return st;
     if (B == 0 || Hkv == 0)
         return clkv__marker(ctx, done);
     if (dense)
         return clkv__pariskv_query_dense(ctx, args, done);
-    int kpw, wg;
+    int kpw = 0, wg = 0;
     if ((st = vectors_per_group(ctx, "q", D, &kpw, &wg)))
         return st;
     clkv_defs defs;

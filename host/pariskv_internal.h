@@ -7,7 +7,7 @@
 #include "clkv/pariskv.h"
 #include "runtime/internal.h"
 
-/* Largest head dim of the dense path (R is D x D, generated per call in O(D^3)). */
+/* Largest head dim of the dense path (R is D x D, generated in O(D^3), then cached). */
 #define CLKV_PARISKV_DENSE_MAX_D 512
 
 /* 1 when D takes the dense path (not a power of two). */

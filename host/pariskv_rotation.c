@@ -1,6 +1,8 @@
 /* The dense random rotation of the ParisKV encoder for non-power-of-two D (SPEC §4): a
- * Haar-random orthogonal matrix generated on the host, in double, from the seed. */
+ * Haar-random orthogonal matrix generated on the host, in double, from the seed; its f32
+ * copy is cached per process and uploaded into the workspace per call. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,10 +29,12 @@ clkv_status clkv_pariskv_rotation_matrix(uint64_t seed, int64_t D, double *R) {
     const size_t n = (size_t)D;
     double *A = (double *)malloc(n * n * sizeof(double)); /* Gaussian, then Householder */
     double *v = (double *)malloc(n * sizeof(double));
+    double *w = (double *)malloc(n * sizeof(double));
     double *diag = (double *)malloc(n * sizeof(double));
-    if (!A || !v || !diag) {
+    if (!A || !v || !w || !diag) {
         free(A);
         free(v);
+        free(w);
         free(diag);
         return clkv__fail(NULL, CLKV_ERR_OUT_OF_HOST_MEMORY, "R: out of host memory");
     }
@@ -53,6 +57,7 @@ clkv_status clkv_pariskv_rotation_matrix(uint64_t seed, int64_t D, double *R) {
     if (!V) {
         free(A);
         free(v);
+        free(w);
         free(diag);
         return clkv__fail(NULL, CLKV_ERR_OUT_OF_HOST_MEMORY, "R: out of host memory");
     }
@@ -75,13 +80,15 @@ clkv_status clkv_pariskv_rotation_matrix(uint64_t seed, int64_t D, double *R) {
             v[i] *= vinv;
             V[k * n + i] = v[i];
         }
-        for (size_t j = k; j < n; j++) { /* A[k:, j] -= 2 v (v . A[k:, j]) */
-            double dot = 0.0;
-            for (size_t i = k; i < n; i++)
-                dot += v[i] * A[i * n + j];
-            for (size_t i = k; i < n; i++)
-                A[i * n + j] -= 2.0 * v[i] * dot;
-        }
+        /* A[k:, k:] -= 2 v (v^T A[k:, k:]), row by row (row-major: contiguous) */
+        for (size_t j = k; j < n; j++)
+            w[j] = 0.0;
+        for (size_t i = k; i < n; i++)
+            for (size_t j = k; j < n; j++)
+                w[j] += v[i] * A[i * n + j];
+        for (size_t i = k; i < n; i++)
+            for (size_t j = k; j < n; j++)
+                A[i * n + j] -= 2.0 * v[i] * w[j];
     }
     /* Q = H_0 H_1 ... H_{n-1} I, applied right to left; then the sign fix Q diag(sign T_kk)
      * makes T's diagonal positive, so (Q, T) is the unique QR factorization of G and Q is
@@ -90,16 +97,16 @@ clkv_status clkv_pariskv_rotation_matrix(uint64_t seed, int64_t D, double *R) {
     for (size_t i = 0; i < n; i++)
         R[i * n + i] = 1.0;
     for (size_t kk = n; kk-- > 0;) {
+        /* R[kk:, kk:] -= 2 v (v^T R[kk:, kk:]); R[kk:, :kk] is still zero here */
         const double *vk = V + kk * n;
-        for (size_t j = 0; j < n; j++) { /* R[kk:, j] -= 2 v (v . R[kk:, j]) */
-            double dot = 0.0;
-            for (size_t i = kk; i < n; i++)
-                dot += vk[i] * R[i * n + j];
-            if (dot == 0.0)
-                continue;
-            for (size_t i = kk; i < n; i++)
-                R[i * n + j] -= 2.0 * vk[i] * dot;
-        }
+        for (size_t j = kk; j < n; j++)
+            w[j] = 0.0;
+        for (size_t i = kk; i < n; i++)
+            for (size_t j = kk; j < n; j++)
+                w[j] += vk[i] * R[i * n + j];
+        for (size_t i = kk; i < n; i++)
+            for (size_t j = kk; j < n; j++)
+                R[i * n + j] -= 2.0 * vk[i] * w[j];
     }
     for (size_t k = 0; k < n; k++)
         if (diag[k] < 0.0)
@@ -107,8 +114,62 @@ clkv_status clkv_pariskv_rotation_matrix(uint64_t seed, int64_t D, double *R) {
                 R[i * n + k] = -R[i * n + k];
     free(A);
     free(v);
+    free(w);
     free(diag);
     free(V);
+    return CLKV_OK;
+}
+
+/* The f32 matrices of the last few (seed, D) pairs, shared by all contexts of the process
+ * (the query transform runs every decode step; regenerating R costs O(D^3)). */
+#define ROT_CACHE_SLOTS 4
+static struct {
+    uint64_t seed, used;
+    int64_t D;
+    float *R;
+} g_rot[ROT_CACHE_SLOTS];
+static uint64_t g_rot_clock;
+static pthread_mutex_t g_rot_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Copy R(seed, D) in f32 into `out` (D*D floats) from the cache, else compute and cache. */
+static clkv_status rotation_f32(clkv_context *ctx, uint64_t seed, int64_t D, float *out) {
+    const size_t n2 = (size_t)D * (size_t)D;
+    pthread_mutex_lock(&g_rot_lock);
+    for (int i = 0; i < ROT_CACHE_SLOTS; i++) {
+        if (g_rot[i].R && g_rot[i].seed == seed && g_rot[i].D == D) {
+            memcpy(out, g_rot[i].R, n2 * sizeof(float));
+            g_rot[i].used = ++g_rot_clock;
+            pthread_mutex_unlock(&g_rot_lock);
+            return CLKV_OK;
+        }
+    }
+    pthread_mutex_unlock(&g_rot_lock);
+    double *Rd = (double *)malloc(n2 * sizeof(double));
+    if (!Rd)
+        return clkv__fail(ctx, CLKV_ERR_OUT_OF_HOST_MEMORY, "rotation: out of host memory");
+    clkv_status st = clkv_pariskv_rotation_matrix(seed, D, Rd);
+    if (st != CLKV_OK) {
+        free(Rd);
+        return clkv__fail(ctx, st, "rotation: %s", clkv_last_error(NULL));
+    }
+    for (size_t i = 0; i < n2; i++)
+        out[i] = (float)Rd[i];
+    free(Rd);
+    float *keep = (float *)malloc(n2 * sizeof(float));
+    if (!keep) /* not cached: fine */
+        return CLKV_OK;
+    memcpy(keep, out, n2 * sizeof(float));
+    pthread_mutex_lock(&g_rot_lock);
+    int victim = 0;
+    for (int i = 1; i < ROT_CACHE_SLOTS; i++)
+        if (g_rot[i].used < g_rot[victim].used)
+            victim = i;
+    free(g_rot[victim].R);
+    g_rot[victim].R = keep;
+    g_rot[victim].seed = seed;
+    g_rot[victim].D = D;
+    g_rot[victim].used = ++g_rot_clock;
+    pthread_mutex_unlock(&g_rot_lock);
     return CLKV_OK;
 }
 
@@ -121,22 +182,14 @@ static void CL_CALLBACK free_host_copy(cl_event ev, cl_int status, void *p) {
 clkv_status clkv__pariskv_upload_rotation(clkv_context *ctx, uint64_t seed, int64_t D, cl_mem buf,
                                           size_t offset) {
     const size_t n = (size_t)D;
-    double *Rd = (double *)malloc(n * n * sizeof(double));
     float *Rf = (float *)malloc(n * n * sizeof(float));
-    if (!Rd || !Rf) {
-        free(Rd);
-        free(Rf);
+    if (!Rf)
         return clkv__fail(ctx, CLKV_ERR_OUT_OF_HOST_MEMORY, "rotation: out of host memory");
-    }
-    clkv_status st = clkv_pariskv_rotation_matrix(seed, D, Rd);
+    clkv_status st = rotation_f32(ctx, seed, D, Rf);
     if (st != CLKV_OK) {
-        free(Rd);
         free(Rf);
-        return clkv__fail(ctx, st, "rotation: %s", clkv_last_error(NULL));
+        return st;
     }
-    for (size_t i = 0; i < n * n; i++)
-        Rf[i] = (float)Rd[i];
-    free(Rd);
     cl_event ev = NULL;
     cl_int err = clEnqueueWriteBuffer(ctx->queue, buf, CL_FALSE, offset, n * n * sizeof(float), Rf,
                                       0, NULL, &ev);

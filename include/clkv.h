@@ -12,6 +12,7 @@
 #include "clkv/context.h"
 #include "clkv/attention.h"
 #include "clkv/select.h"
+#include "clkv/score.h"
 #include "clkv/budget.h"
 #include "clkv/quant.h"
 #include "clkv/quant_cache.h"

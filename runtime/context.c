@@ -37,6 +37,7 @@ static void read_decode_tuning(clkv_decode_tuning *t) {
     t->cp_async = env_int_or("CLKV_DECODE_CPASYNC", -1);
     t->waves = env_int_or("CLKV_DECODE_WAVES", -1);
     t->min_chunk = env_int_or("CLKV_DECODE_MIN_CHUNK", -1);
+    t->tensor_cores = env_int_or("CLKV_DECODE_MMA", -1);
 }
 
 static clkv_context *context_alloc(void) {

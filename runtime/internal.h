@@ -27,6 +27,7 @@ struct clkv_program_entry; /* runtime/program_cache.c */
  * context (benchmarks and tuning; not API). -1: the library's choice. */
 typedef struct clkv_decode_tuning {
     int epl, wg, unroll, stages, cp_async, waves, min_chunk;
+    int tensor_cores; /* CLKV_DECODE_MMA: 0 keeps decode off the tensor-core window kernel */
 } clkv_decode_tuning;
 
 struct clkv_context {

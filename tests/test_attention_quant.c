@@ -65,7 +65,7 @@ static const acase k_cases[] = {
      CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_F32, {1000, 517}, 1, 1, 0, 0.0f, 128, 0},
     {"wg256_gqa8_4_d256_k4v8_g16", 1, 8, 4, 256, 4, 8, 16, 64,
      CLKV_F16, CLKV_F32, CLKV_F16, CLKV_F32, {1500}, 2, 1, 0, 0.0f, 256, 0},
-    {"wg256_gqa4_1_d64_k8v2_g64_splits7", 3, 4, 1, 64, 8, 2, 64, 64,
+    {"wg256_gqa8_1_d64_k8v2_g64_splits7_ktok4", 3, 8, 1, 64, 8, 2, 64, 64,
      CLKV_F32, CLKV_F16, CLKV_F32, CLKV_F32, {640, 0, 77}, 1, 1, 7, 0.0f, 256, 0},
     {"decode_loop_gqa8_2_d128_k2v2_g16_nr32", 3, 8, 2, 128, 2, 2, 16, 32,
      CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_F32, {30, 1, 63}, 5, 1, 0, 0.0f, 0, 1},
@@ -203,12 +203,20 @@ static void run_case(const acase *c, uint64_t stream) {
     cfg.k_bits = c->k_bits, cfg.v_bits = c->v_bits, cfg.group = c->group, cfg.residual = c->nr;
     cfg.res_dtype = c->res_dt, cfg.meta_dtype = c->meta_dt;
     clkv_quant_cache *cache;
-    char wg[16];
+    /* a case's own work-group size replaces an externally set CLKV_QUANT_WG for its
+     * cache only (so the whole suite can also run at another default size) */
+    char wg[16], prev[16] = "";
+    const char *env = getenv("CLKV_QUANT_WG");
+    if (env)
+        snprintf(prev, sizeof prev, "%s", env);
     snprintf(wg, sizeof wg, "%d", c->wg);
     if (c->wg)
         setenv("CLKV_QUANT_WG", wg, 1);
     const clkv_status cst = clkv_quant_cache_create(g_ctx, &cfg, &cache);
-    unsetenv("CLKV_QUANT_WG");
+    if (env)
+        setenv("CLKV_QUANT_WG", prev, 1);
+    else
+        unsetenv("CLKV_QUANT_WG");
     TU_CHECK_OK(g_ctx, cst);
     int32_t len[4], step[4];
     for (int64_t b = 0; b < B; b++) {

@@ -432,6 +432,44 @@ static void test_dedupe_order_invariant(void **state) {
     tu_set_case("%s", "");
 }
 
+/* The multi-lane (NVIDIA-shaped) code path on any device: a second context with the
+ * CLKV_DECODE_EPL / WG / UNROLL launch overrides (read at context creation) makes several
+ * lanes share each K/V row, with row sums through local memory where there is no warp
+ * shuffle. Runs a few cases covering aligned/unaligned rows, TPR 4..16 and G = 16;
+ * CLKV_DECODE_WAVES=64 also splits every list over many work-groups (GPU-like), so
+ * duplicates are found across splits. */
+static void test_multilane(void **state) {
+    static const char *const names[] = {"d64_f32_h8x8_len300_mixed", "d128_f32_h32x2_G16_mixed",
+                                        "d256_f32_h14x2_b3_nolengths_maxlen600_odd",
+                                        "d128_bf16_h8x8_len1_only_idx"};
+    static const char *const epl[] = {"16", "8"};
+    clkv_context *saved = g_ctx;
+    (void)state;
+    for (int e = 0; e < 2; e++) {
+        setenv("CLKV_DECODE_EPL", epl[e], 1);
+        setenv("CLKV_DECODE_WG", "64", 1);
+        setenv("CLKV_DECODE_UNROLL", "2", 1);
+        setenv("CLKV_DECODE_WAVES", "64", 1);
+        clkv_context *ctx = tu_context_create();
+        unsetenv("CLKV_DECODE_WAVES");
+        unsetenv("CLKV_DECODE_EPL");
+        unsetenv("CLKV_DECODE_WG");
+        unsetenv("CLKV_DECODE_UNROLL");
+        g_ctx = ctx;
+        for (size_t n = 0; n < sizeof names / sizeof names[0]; n++) {
+            for (size_t i = 0; i < N_CASES; i++) {
+                if (strcmp(g_cases[i].name, names[n]) == 0) {
+                    void *st = (void *)&g_cases[i];
+                    printf("[ multilane] EPL=%s ", epl[e]);
+                    run_case(&st);
+                }
+            }
+        }
+        g_ctx = saved;
+        clkv_context_destroy(ctx);
+    }
+}
+
 /* ---- bad inputs: every error path of clkv_attention_sparse / _workspace_size ---- */
 
 typedef struct bad_fixture {
@@ -620,7 +658,7 @@ static void test_bad_inputs(void **state) {
 }
 
 int main(void) {
-    struct CMUnitTest *tests = (struct CMUnitTest *)calloc(N_CASES + 3, sizeof *tests);
+    struct CMUnitTest *tests = (struct CMUnitTest *)calloc(N_CASES + 4, sizeof *tests);
     size_t n = 0;
     if (tests == NULL) {
         return 1;
@@ -637,6 +675,9 @@ int main(void) {
     }
     tests[n].name = "dedupe_order_invariant";
     tests[n].test_func = test_dedupe_order_invariant;
+    n++;
+    tests[n].name = "multilane_portable";
+    tests[n].test_func = test_multilane;
     n++;
     tests[n].name = "bad_inputs";
     tests[n].test_func = test_bad_inputs;

@@ -105,6 +105,12 @@ static const wcase g_cases[] = {
      BF16, NHD, HND, 1, 1, {400, 299}, 300, 0.0f, 0, 0, DATA_RANDOM, TAIL_GARBAGE},
     {"x9_d64_f16_h8x8_b3_prefill100_len100_7_99_split100000", 3, 8, 8, 64, 100, 100, F16, F16,
      F32, HND, HND, 1, 1, {100, 7, 99}, -1, 0.0f, 100000, 0, DATA_RANDOM, TAIL_GARBAGE},
+    /* 16-bit q/K/V at odd offsets: on NVIDIA the tensor-core kernel without cp.async, with
+     * 16 rows (4 warps on the keys) + splits + f32 output, and 32 rows + automatic splits */
+    {"x10_d128_bf16_h32x8_b2_T4_len300_77_odd_split3_outf32", 2, 32, 8, 128, 300, 4, BF16, BF16,
+     F32, HND, HND, 1, 1, {300, 77}, -1, 0.0f, 3, 1, DATA_RANDOM, TAIL_GARBAGE},
+    {"x11_d64_f16_h16x4_T8_len1000_odd_kvnhd", 1, 16, 4, 64, 1000, 8, F16, F16, F16, NHD, HND, 1,
+     1, {1000}, -1, 0.0f, 0, 1, DATA_RANDOM, TAIL_GARBAGE},
     /* ---- edge numerics ---- */
     {"e1_huge_pos_d128_f32_h14x2_T8_len600_split7", 1, 14, 2, 128, 600, 8, F32, F32, F32, HND,
      HND, 1, 1, {600}, -1, 1.0f, 7, 0, DATA_HUGE_POS, TAIL_GARBAGE},

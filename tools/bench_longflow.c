@@ -38,10 +38,15 @@ void usage_bench_longflow(FILE *f) {
             "  --format F          text | json | csv                      (default text)\n"
             "\n"
             "Time per call: the host clock around each batch of --iters calls and a finish,\n"
-            "divided by --iters; median over --repeats batches. Bytes: B*Hkv*S*D*2*element\n"
+            "divided by --iters; median over --repeats batches. partial_us / finish_us: the\n"
+            "step's two kernels from profiling events over --iters more back-to-back steps\n"
+            "(finish: its own duration; partial: the gap between two finish kernels, i.e. the\n"
+            "partial kernel and its launch gaps). Bytes: B*Hkv*S*D*2*element\n"
             "size (K and V read once). Launch geometry overrides for tuning (read at cache\n"
             "creation): CLKV_LONGFLOW_EPL, CLKV_LONGFLOW_WG, CLKV_LONGFLOW_UNROLL,\n"
-            "CLKV_LONGFLOW_SPLITS. Progress goes to stderr, results to stdout.\n");
+            "CLKV_LONGFLOW_SPLITS, CLKV_LONGFLOW_CPASYNC, CLKV_LONGFLOW_STAGES,\n"
+            "CLKV_LONGFLOW_SCORE_LANES, CLKV_LONGFLOW_SCORE_ROUNDS. Progress goes to stderr,\n"
+            "results to stdout.\n");
 }
 
 typedef struct lf_opts {
@@ -159,11 +164,55 @@ static clkv_status time_step_runs(clkv_context *ctx, clkv_longflow_cache *c,
     return st;
 }
 
+/* Per-kernel split of a step: `n` back-to-back steps, each with the finish kernel's event
+ * (the queue has profiling on). finish = median END - START of the finish kernel; partial =
+ * median of (this finish's START - the previous finish's END), i.e. the partial kernel plus
+ * the launch gaps around it. */
+static clkv_status time_kernels(clkv_context *ctx, clkv_longflow_cache *c,
+                                const clkv_longflow_step_args *a, int n, double *partial_s,
+                                double *finish_s) {
+    enum { MAXN = 256 };
+    cl_event ev[MAXN];
+    double fin[MAXN], gap[MAXN];
+    if (n > MAXN)
+        n = MAXN;
+    if (n < 2)
+        n = 2;
+    int made = 0;
+    clkv_status st = CLKV_OK;
+    for (; made < n && st == CLKV_OK; made++) {
+        st = clkv_longflow_step(c, a, &ev[made]);
+        if (st != CLKV_OK)
+            break;
+    }
+    if (st == CLKV_OK)
+        st = clkv_context_finish(ctx);
+    cl_ulong prev_end = 0;
+    for (int i = 0; i < made; i++) {
+        cl_ulong t0 = 0, t1 = 0;
+        if (st == CLKV_OK)
+            st = clGetEventProfilingInfo(ev[i], CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
+        if (st == CLKV_OK)
+            st = clGetEventProfilingInfo(ev[i], CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
+        fin[i] = (double)(t1 - t0) * 1e-9;
+        if (i > 0)
+            gap[i - 1] = (double)(t0 - prev_end) * 1e-9;
+        prev_end = t1;
+        clReleaseEvent(ev[i]);
+    }
+    if (st == CLKV_OK) {
+        *finish_s = tool_median(fin, made);
+        *partial_s = tool_median(gap, made - 1);
+    }
+    return st;
+}
+
 typedef struct lf_result {
     int64_t B, S;
     clkv_status status;
     char error[256];
     tool_timing step, decode;
+    double partial_s, finish_s; /* per-kernel split of a step (time_kernels) */
     uint64_t kv_bytes;
     double gbps, pct, ratio;
 } lf_result;
@@ -237,6 +286,8 @@ static void run_shape(clkv_context *ctx, const lf_opts *o, const tool_bandwidth 
         fprintf(stderr, "[bench] longflow B=%lld S=%lld...\n", (long long)B, (long long)S);
         what = "clkv_longflow_step";
         st = time_step_runs(ctx, c, &sa, o, &r->step);
+        if (st == CLKV_OK)
+            st = time_kernels(ctx, c, &sa, (int)o->iters, &r->partial_s, &r->finish_s);
         if (st == CLKV_OK) {
             clkv_attention_decode_args da = CLKV_ATTENTION_DECODE_ARGS_INIT;
             da.q = sa.q;
@@ -284,6 +335,8 @@ static void fill_record(tool_record *rec, const clkv_device_info *info, const lf
     tool_record_num(rec, "median_us", r->step.median_s * 1e6);
     tool_record_num(rec, "min_us", r->step.min_s * 1e6);
     tool_record_num(rec, "first_call_ms", r->step.first_call_s * 1e3);
+    tool_record_num(rec, "partial_us", r->partial_s * 1e6);
+    tool_record_num(rec, "finish_us", r->finish_s * 1e6);
     tool_record_num(rec, "decode_median_us", r->decode.median_s * 1e6);
     tool_record_num(rec, "ratio_vs_decode", r->ratio);
     tool_record_int(rec, "kv_bytes", (long long)r->kv_bytes);
@@ -326,8 +379,8 @@ int bench_longflow(int argc, char **argv) {
                clkv_dtype_name(o.dtype),
                o.mode == CLKV_LONGFLOW_PER_LAYER ? "per-layer" : "per-kv-head", (long long)o.hq,
                (long long)o.hkv, (long long)o.dim, (long long)o.iters, (long long)o.repeats);
-        printf("%5s %8s %11s %11s %9s %9s %9s %11s %7s\n", "B", "S", "step_us", "min_us", "KV_MB",
-               "GB/s", "%readBW", "decode_us", "ratio");
+        printf("%5s %8s %11s %11s %10s %9s %9s %9s %9s %11s %7s\n", "B", "S", "step_us", "min_us",
+               "partial_us", "finish_us", "KV_MB", "GB/s", "%readBW", "decode_us", "ratio");
         fflush(stdout);
     }
     int failed = 0, index = 0;
@@ -358,9 +411,10 @@ int bench_longflow(int argc, char **argv) {
                 }
                 tool_csv_row(stdout, &rec);
             } else if (r.status == CLKV_OK) {
-                printf("%5lld %8lld %11.2f %11.2f %9.2f %9.1f %9.1f %11.2f %7.3f\n", (long long)r.B,
-                       (long long)r.S, r.step.median_s * 1e6, r.step.min_s * 1e6,
-                       (double)r.kv_bytes * 1e-6, r.gbps, r.pct, r.decode.median_s * 1e6, r.ratio);
+                printf("%5lld %8lld %11.2f %11.2f %10.2f %9.2f %9.2f %9.1f %9.1f %11.2f %7.3f\n",
+                       (long long)r.B, (long long)r.S, r.step.median_s * 1e6, r.step.min_s * 1e6,
+                       r.partial_s * 1e6, r.finish_s * 1e6, (double)r.kv_bytes * 1e-6, r.gbps,
+                       r.pct, r.decode.median_s * 1e6, r.ratio);
             } else {
                 printf("%5lld %8lld  error: %s\n", (long long)r.B, (long long)r.S, r.error);
             }

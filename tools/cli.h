@@ -28,6 +28,11 @@ void usage_bench_longflow(FILE *f);
 void usage_bench_window(FILE *f);
 /* `clkv bench attention-window` (tools/bench_window.c). */
 int bench_window(int argc, char **argv);
+/* `clkv bench score | dropkv | evict` (tools/bench_score.c). */
+void usage_bench_score(FILE *f);
+int bench_score(int argc, char **argv);
+int bench_dropkv(int argc, char **argv);
+int bench_evict(int argc, char **argv);
 void usage_bench_retrieval(FILE *f);
 int bench_retrieval(int argc, char **argv); /* tools/bench_retrieval.c */
 void usage_bench_sparse(FILE *f);

@@ -31,6 +31,9 @@ static const bench_entry benches[] = {
     {"retrieval", bench_retrieval, "ParisKV retrieval stages and decode step (SPEC 4)"},
     {"compress", bench_compress, "AdaKV budgets, top-k, compaction, per-head-length decode"},
     {"longflow", bench_longflow, "LongFlow step (SPEC 2.3) vs. decode attention, same cache"},
+    {"score", bench_score, "one eviction scorer (SPEC 2.1/2.2), --method NAME"},
+    {"dropkv", bench_dropkv, "full DropKV step: window attention + score + pool + keep-set"},
+    {"evict", bench_evict, "full eviction step of --method NAME (see bench score --help)"},
 };
 
 void usage_bench(FILE *f) {

@@ -50,6 +50,12 @@ extern "C" {
  * Scratch memory comes from the context's workspace (see
  * clkv_attention_decode_workspace_size); the call enqueues two kernels on the
  * context's queue and returns without waiting.
+ *
+ * On NVIDIA with q and K/V both f16 or both bf16, D 64 or 128, lengths [B] (or absent) and
+ * num_splits = 0, decode runs as clkv_attention_window with T = 1 on its tensor-core
+ * kernel (same results within the tolerances of SPEC §0.2; measurably faster, see the
+ * README's performance section). CLKV_DECODE_MMA=0 in the environment (read when the
+ * context is created) keeps decode on its own kernel.
  */
 typedef struct clkv_attention_decode_args {
     clkv_tensor q;
@@ -123,6 +129,9 @@ clkv_status clkv_attention_decode_workspace_size(clkv_context *ctx,
  * device (small T: the memory-bound window case); their partial (max, sum, acc) states go
  * to the context's workspace and a second kernel merges them. With one split (typical for
  * prefill) a single kernel writes o and lse and no workspace is used.
+ * On NVIDIA, with q and K/V both f16 or both bf16 and D 64 or 128, the products run on the
+ * tensor cores (exact 16-bit products, f32 accumulation; the attention weights as a 16-bit
+ * high part plus a 16-bit residual, ~16 significant bits), within the same tolerances.
  */
 typedef struct clkv_attention_window_args {
     clkv_tensor q;
@@ -196,9 +205,9 @@ clkv_status clkv_attention_window_workspace_size(clkv_context *ctx,
  * a time). Only rows of the set are read: rows outside it may hold anything (even NaN).
  * Duplicates: an idx entry counts only if no earlier entry of the same list has the same
  * value (first occurrence wins, so results do not depend on the work split); found with
- * a local-memory hash set, O(n_idx) expected time per work-group, for n_idx up to 4096
- * (more with a larger local memory); beyond that an O(n_idx) scan per entry
- * (O(n_idx^2) per (b, KV head): correct but slow — keep n_idx <= 4096 for speed).
+ * a local-memory hash set (at most 32 KiB), O(n_idx) expected time per work-group, for
+ * n_idx up to 4096; beyond that an O(n_idx) scan per entry (O(n_idx^2) per (b, KV head):
+ * correct but slow — keep n_idx <= 4096 for speed).
  * The summation order depends on list positions, so the same set given in another order
  * agrees within f32 rounding, and the same call repeated is bit-identical.
  * Scratch memory comes from the context's workspace (clkv_attention_sparse_workspace_size).

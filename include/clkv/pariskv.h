@@ -14,9 +14,10 @@
  *    (clkv_pariskv_signs_from_seed, or given by the caller).
  *  - D not a power of two, 2 <= D <= 512 (dense rotation): R =
  *    clkv_pariskv_rotation_matrix(seed, D), a Haar-random orthogonal matrix, applied to a
- *    batch of keys as one SGEMM (CLBlast) Y = X R^T. R is regenerated on the host for
- *    every call (O(D^3) double arithmetic: about 1 ms at D = 160) and uploaded through
- *    the context workspace; keys are processed in chunks of at most 32 MiB of f32 rows.
+ *    batch of keys as one SGEMM (CLBlast) Y = X R^T. R is generated on the host (O(D^3)
+ *    double arithmetic: about 2 ms at D = 160) once per (seed, D) and cached in f32 for
+ *    the process (the 4 most recent pairs, thread-safe); each call uploads it into the
+ *    context workspace. Keys are processed in chunks of at most 32 MiB of f32 rows.
  *    Explicit signs do not apply (signs must be NULL); the seed selects R.
  *  - other powers of two (32, 512, ...): CLKV_ERR_ARG_UNSUPPORTED.
  *

@@ -174,18 +174,22 @@ clkv_status clkv_quant_cache_append(clkv_quant_cache *cache,
  *
  * For sequence b (T = n_quant[b] + n_res[b] tokens, read on the device) and query head h
  * (KV head h / G, G = Hq / Hkv), with the dequantised keys and values
- *   k^_t = f32(f32(code * s) + m) for t < n_quant (exactly clkv_dequant_keys/values
- *   before output rounding), and the stored residual values for the other t:
+ *   k^_t = code * s + m for t < n_quant (the values clkv_dequant_keys/values produce),
+ *   and the stored residual values for the other t:
  *   z_t = scale * <q[b,h], k^_t>,  LSE = log(sum_t exp(z_t)),
  *   o[b,h] = sum_t exp(z_t - LSE) * v^_t.
- * T = 0 gives o = 0 and lse = -inf.
+ * T = 0 gives o = 0 and lse = -inf. Accuracy: the attention of a double-precision
+ * reference over the dequantised cache within the SPEC §0.2 attention tolerances of o's
+ * dtype (LSE 1e-4 absolute). The kernel factors the dequantisation out of the dot
+ * products (sum_d code_d * (q_d s_d) + sum_d q_d m_d for keys, per-token p * s and p * m
+ * for values), so it never forms the rounded k^ / v^ elements themselves.
  * Tensors:
  *   q    [B, Hq, D]   f32 | f16 | bf16, any strides (last dim contiguous)
  *   o    [B, Hq, D]   f32 | f16 | bf16
  *   lse  [B, Hq]      f32, optional
  * One split-K launch covers the quantized part and the residual: each work-group streams
  * the codes and metadata of a token range of one KV head once for up to 8 query heads
- * (G > 8 reads them ceil(G/8) times), dequantising on the fly; a second kernel (the
+ * (G > 8 reads them ceil(G/8) times), decoding the codes on the fly; a second kernel (the
  * decode-attention merge) combines the splits. The split count comes from the device's
  * compute units and the cache's host-side length bound. Scratch comes from the context
  * workspace. (Tuning knob, read when a cache is created, not API: CLKV_QUANT_WG = 64,
@@ -201,7 +205,7 @@ typedef struct clkv_attention_quant_decode_args {
     clkv_tensor lse;
     float scale; /* softmax scale; 0 means 1/sqrt(D). Must be finite. */
     /* Split count; 0: automatic. Forced values are clamped to [1, length bound] and the
-     * splits rounded to an even number of tokens, so the count used may be smaller. */
+     * splits rounded up to a multiple of 16 tokens, so the count used may be smaller. */
     int32_t num_splits;
 } clkv_attention_quant_decode_args;
 

@@ -1,0 +1,428 @@
+/* Window / prefill attention (SPEC §1.2) on the tensor cores: the NVIDIA variant of
+ * attention_window_partial (same arguments, same row / split / partial-state conventions
+ * as attention_window.cl, whose merge kernel combines its splits), FlashAttention-2 style.
+ *
+ * Build options (set by host/attention_window.c, only where CLKV_NVIDIA_PTX is defined):
+ *   Q_DTYPE, KV_DTYPE, O_DTYPE  dtype codes; q and K/V both f16 or both bf16
+ *   HEAD_DIM                    D (64, 128)
+ *   QT                          query rows per work-group: 16 * NWQ
+ *   NWK                         warps along the keys (NWQ * NWK = 4 warps, 128 lanes)
+ *   KW                          keys per warp per tile (16, 32, 64); a tile has KT = NWK * KW
+ *   NSTG                        K/V tiles in flight (cp.async stages)
+ *   KV_ALIGNED                  1: every K/V row starts 16-byte aligned (cp.async);
+ *                               0: plain loads into the same local tiles
+ *   P_LO                        1 (default): hi + lo split of P; 0: P rounded once (below)
+ *
+ * Warp w owns the 16 rows wq = w % NWQ of the tile and the keys [wk * KW, wk * KW + KW) of
+ * every K/V tile (wk = w / NWQ). Its q rows stay in registers as mma A fragments; per tile
+ * S = Q K^T (m16n8k16, f32 accumulation, K fragments by ldmatrix) stays in registers as C
+ * fragments, the online softmax works on them (row max / sum over the 4 lanes of a row by
+ * shuffles), and the weights P -- the C fragment of S is the A fragment of P V -- are
+ * multiplied by V fragments (ldmatrix.trans), split into a 16-bit high part and a 16-bit
+ * residual (two products, ~16 significant bits, so o keeps f32 tolerance). The NWK warps of a
+ * row block combine their (m, l, acc) through local memory at the end; the work-group then
+ * writes o and lse (one split) or its partial state, row by row (coalesced). */
+
+#define Q_T CLKV_STORAGE(Q_DTYPE)
+#define KV_T CLKV_STORAGE(KV_DTYPE)
+#define O_T CLKV_STORAGE(O_DTYPE)
+
+#define WG_SIZE 128
+#define NWQ (QT / 16)
+#define KT (NWK * KW)
+#define LDH (HEAD_DIM + 8)  /* padded 16-bit row of a local K/V tile (conflict-free) */
+#define ROW16 (LDH / 8)     /* padded row in 16-byte units */
+#define CH (HEAD_DIM / 8)   /* 16-byte chunks of a row */
+#define TILE16 (KT * ROW16) /* one K or V tile in 16-byte units */
+#define NKS (HEAD_DIM / 16) /* k-steps of Q K^T */
+#define NNT (HEAD_DIM / 8)  /* n-tiles of P V (output columns / 8) */
+#define NST (KW / 8)        /* n-tiles of a warp's scores */
+#define UNROLL _Pragma("unroll")
+
+#if NWQ * NWK != 4 || (KW != 16 && KW != 32 && KW != 64) || (HEAD_DIM != 64 && HEAD_DIM != 128)
+#error "attention_window_mma: inconsistent tile parameters"
+#endif
+#if Q_DTYPE != KV_DTYPE || KV_DTYPE == CLKV_DT_F32 || !defined(CLKV_NVIDIA_PTX)
+#error "attention_window_mma needs NVIDIA PTX and f16 / bf16 q and K/V of one dtype"
+#endif
+#if NSTG * 2 * KT * LDH * 2 < NWK * QT * HEAD_DIM * 4
+#error "attention_window_mma: the combine area does not fit into the stages"
+#endif
+
+#if KV_DTYPE == CLKV_DT_BF16
+#define MMA_TYPE "bf16"
+#else
+#define MMA_TYPE "f16"
+#endif
+
+/* c (16 x 8, f32) += A (16 x 16) B (16 x 8); fragments as in PLATFORM.md. */
+inline void mma16816(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPE "." MMA_TYPE ".f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* Four 8 x 8 16-bit matrices; lane l gives the row address of matrix l / 8, row l % 8. */
+inline void ldmatrix4(uint *r, __local const void *row) {
+    const uint a = (uint)(size_t)row;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+inline void ldmatrix4_trans(uint *r, __local const void *row) {
+    const uint a = (uint)(size_t)row;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+
+inline void cp_async16(__local uint4 *dst, __global const uchar *src) {
+    const uint d = (uint)(size_t)dst;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+inline void cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+inline void cp_async_wait_stages(void) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(NSTG - 1) : "memory");
+}
+inline void cp_async_wait_all(void) {
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
+
+inline ushort f32_to_f16_bits(float x) {
+    ushort h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+    return h;
+}
+
+/* P_LO (default 1): P as a 16-bit high part plus a 16-bit residual (two products), so o
+ * keeps f32 tolerance. P_LO = 0 (host opt-in, 16-bit o only): P rounded once to the K/V
+ * dtype as FlashAttention does -- a third fewer tensor-core products, but errors up to
+ * ~2.5x the test tolerance of 16-bit outputs on cancelling rows (measured on an H200). */
+#ifndef P_LO
+#define P_LO 1
+#endif
+
+/* Two weights rounded to the nearest 16-bit values, packed (lower index low). */
+inline uint round16x2(float p0, float p1) {
+    uint r;
+#if KV_DTYPE == CLKV_DT_BF16
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(p1), "f"(p0));
+#else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(p1), "f"(p0));
+#endif
+    return r;
+}
+
+/* Two weights p in [0, 1] as packed 16-bit high parts and packed 16-bit residuals. */
+inline void split16x2(float p0, float p1, uint *hi, uint *lo) {
+#if KV_DTYPE == CLKV_DT_BF16
+    const uint h0 = as_uint(p0) & 0xffff0000u, h1 = as_uint(p1) & 0xffff0000u; /* exact rest */
+    *hi = (h0 >> 16) | h1;
+    *lo = (uint)clkv_f32_to_bf16(p0 - as_float(h0)) | (uint)clkv_f32_to_bf16(p1 - as_float(h1))
+                                                          << 16;
+#else
+    const ushort h0 = f32_to_f16_bits(p0), h1 = f32_to_f16_bits(p1);
+    *hi = (uint)h0 | (uint)h1 << 16;
+    *lo = (uint)f32_to_f16_bits(p0 - clkv_f16_bits_to_f32(h0)) |
+          (uint)f32_to_f16_bits(p1 - clkv_f16_bits_to_f32(h1)) << 16;
+#endif
+}
+
+inline float quad_max(float x) {
+    x = fmax(x, clkv_shfl_xor(x, 1));
+    return fmax(x, clkv_shfl_xor(x, 2));
+}
+inline float quad_sum(float x) {
+    x += clkv_shfl_xor(x, 1);
+    return x + clkv_shfl_xor(x, 2);
+}
+
+/* Copy key rows [first, first + KT) of K and V into one stage; rows at or past `end` copy
+ * row `first` instead (valid memory; their scores are masked). */
+inline void issue_tile(__local uint4 *sk, __local uint4 *sv, __global const KV_T *k,
+                       __global const KV_T *v, long kb, long vb, long k_sl, long v_sl, int first,
+                       int end, int lid) {
+    for (int i = lid; i < KT * CH; i += WG_SIZE) {
+        const int r = i / CH, c = i % CH;
+        const int j = first + r < end ? first + r : first;
+        __global const ushort *kp = (__global const ushort *)k + kb + (long)j * k_sl + c * 8;
+        __global const ushort *vp = (__global const ushort *)v + vb + (long)j * v_sl + c * 8;
+#if KV_ALIGNED
+        cp_async16(sk + r * ROW16 + c, (__global const uchar *)kp);
+        cp_async16(sv + r * ROW16 + c, (__global const uchar *)vp);
+#else
+        sk[r * ROW16 + c] = clkv_load_raw_u16(kp, 0);
+        sv[r * ROW16 + c] = clkv_load_raw_u16(vp, 0);
+#endif
+    }
+}
+
+/* Packed pair q[row][col], q[row][col + 1] (raw 16-bit values), 0 outside the rows. */
+inline uint q_pair(__global const Q_T *q, long rowbase, int valid, int col) {
+    if (!valid)
+        return 0u;
+    __global const ushort *p = (__global const ushort *)q + rowbase + col;
+    return (uint)p[0] | (uint)p[1] << 16;
+}
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_window_partial(
+    __global const Q_T *q, long q_off, long q_sb, long q_sh, long q_st, __global const KV_T *k,
+    long k_off, long k_sb, long k_sh, long k_sl, __global const KV_T *v, long v_off, long v_sb,
+    long v_sh, long v_sl, __global const int *lengths, long len_off, int has_lengths, int max_len,
+    int T, int Hq, int G, int n_qtiles, int chunk, int num_splits, float scale_log2, int direct,
+    __global O_T *o, long o_off, long o_sb, long o_sh, long o_st, __global float *lse, long lse_off,
+    long lse_sb, long lse_sh, long lse_st, int has_lse, __global float *part_acc, long ml_off) {
+    __local uint4 smem[NSTG * 2 * TILE16];
+    __local float wm[NWK][QT], wl[NWK][QT];
+
+    const int lid = (int)get_local_id(0);
+    const int lane = lid % 32, w = lid / 32;
+    const int wq = w % NWQ, wk = w / NWQ;
+    const int fg = lane >> 2, ft = lane & 3;
+    const int qtile = n_qtiles - 1 - (int)get_group_id(0); /* heaviest row tiles first */
+    const int split = (int)get_group_id(1);
+    const int bh = (int)get_group_id(2);
+    const int Hkv = Hq / G;
+    const int b = bh / Hkv, kvh = bh % Hkv;
+    const int rows = G * T;
+    const int r0 = qtile * QT;
+
+    int len = max_len;
+    if (has_lengths)
+        len = clamp(lengths[len_off + b], 0, max_len);
+    const int last_row = min(r0 + QT, rows) - 1;
+    const int last_pos = len - T + last_row / G;
+    const int kbeg = split * chunk;
+    const int kend = min(kbeg + chunk, last_pos + 1);
+    const int ntiles = kend > kbeg ? (kend - kbeg + KT - 1) / KT : 0;
+
+    /* This lane's two rows (g and g + 8 of the warp's block): positions and q fragments. */
+    const int ra = r0 + wq * 16 + fg, rb = ra + 8;
+    const int pos_a = ra < rows ? len - T + ra / G : -1;
+    const int pos_b = rb < rows ? len - T + rb / G : -1;
+    uint qf[NKS][4];
+    {
+        const int ha = kvh * G + ra % G, hb = kvh * G + rb % G;
+        const long qa = q_off + (long)b * q_sb + (long)ha * q_sh + (long)(ra / G) * q_st;
+        const long qb = q_off + (long)b * q_sb + (long)hb * q_sh + (long)(rb / G) * q_st;
+        UNROLL
+        for (int s = 0; s < NKS; s++) {
+            qf[s][0] = q_pair(q, qa, ra < rows, s * 16 + 2 * ft);
+            qf[s][1] = q_pair(q, qb, rb < rows, s * 16 + 2 * ft);
+            qf[s][2] = q_pair(q, qa, ra < rows, s * 16 + 2 * ft + 8);
+            qf[s][3] = q_pair(q, qb, rb < rows, s * 16 + 2 * ft + 8);
+        }
+    }
+
+    float acc[NNT][4];
+    UNROLL
+    for (int n = 0; n < NNT; n++) {
+        UNROLL
+        for (int i = 0; i < 4; i++)
+            acc[n][i] = 0.0f;
+    }
+    float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f; /* l: this lane's part */
+
+    const long kb = k_off + (long)b * k_sb + (long)kvh * k_sh;
+    const long vb = v_off + (long)b * v_sb + (long)kvh * v_sh;
+    /* ldmatrix row addresses of this lane inside a stage (16-bit units) */
+    const int mi = lane >> 3, mr = lane & 7;
+    const int k_row = wk * KW + (mi >> 1) * 8 + mr, k_col = (mi & 1) * 8;
+    const int v_row = wk * KW + (mi & 1) * 8 + mr, v_col = (mi >> 1) * 8;
+
+#if KV_ALIGNED
+    UNROLL
+    for (int t = 0; t < NSTG - 1; t++) {
+        if (t < ntiles)
+            issue_tile(smem + (2 * t) * TILE16, smem + (2 * t + 1) * TILE16, k, v, kb, vb, k_sl,
+                       v_sl, kbeg + t * KT, kend, lid);
+        cp_async_commit(); /* empty groups keep the group count uniform */
+    }
+#endif
+    for (int t = 0; t < ntiles; t++) {
+        const int st = t % NSTG;
+#if KV_ALIGNED
+        const int ahead = t + NSTG - 1;
+        if (ahead < ntiles)
+            issue_tile(smem + (2 * (ahead % NSTG)) * TILE16,
+                       smem + (2 * (ahead % NSTG) + 1) * TILE16, k, v, kb, vb, k_sl, v_sl,
+                       kbeg + ahead * KT, kend, lid);
+        cp_async_commit();
+        cp_async_wait_stages(); /* tile t has landed (this lane's copies) */
+#else
+        issue_tile(smem + (2 * st) * TILE16, smem + (2 * st + 1) * TILE16, k, v, kb, vb, k_sl, v_sl,
+                   kbeg + t * KT, kend, lid);
+#endif
+        barrier(CLK_LOCAL_MEM_FENCE);
+        __local const ushort *ks = (__local const ushort *)(smem + (2 * st) * TILE16);
+        __local const ushort *vs = (__local const ushort *)(smem + (2 * st + 1) * TILE16);
+        const int j0 = kbeg + t * KT + wk * KW; /* first key of this warp */
+
+        /* S = Q K^T for the warp's 16 rows x KW keys */
+        float s[NST][4];
+        UNROLL
+        for (int n = 0; n < NST; n++) {
+            UNROLL
+            for (int i = 0; i < 4; i++)
+                s[n][i] = 0.0f;
+        }
+        UNROLL
+        for (int n = 0; n < NST; n += 2) {
+            UNROLL
+            for (int kk = 0; kk < NKS; kk++) {
+                uint bf[4];
+                ldmatrix4(bf, ks + (k_row + n * 8) * LDH + kk * 16 + k_col);
+                mma16816(s[n], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], bf[0], bf[1]);
+                mma16816(s[n + 1], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], bf[2], bf[3]);
+            }
+        }
+
+        /* scale, causal mask, online softmax on the fragments */
+        float mx_a = -INFINITY, mx_b = -INFINITY;
+        UNROLL
+        for (int n = 0; n < NST; n++) {
+            UNROLL
+            for (int i = 0; i < 4; i++) {
+                const int j = j0 + n * 8 + 2 * ft + (i & 1);
+                const int pos = i < 2 ? pos_a : pos_b;
+                const float x = (j < kend && j <= pos) ? s[n][i] * scale_log2 : -INFINITY;
+                s[n][i] = x;
+                if (i < 2)
+                    mx_a = fmax(mx_a, x);
+                else
+                    mx_b = fmax(mx_b, x);
+            }
+        }
+        mx_a = fmax(quad_max(mx_a), m_a);
+        mx_b = fmax(quad_max(mx_b), m_b);
+        const float base_a = mx_a == -INFINITY ? 0.0f : mx_a;
+        const float base_b = mx_b == -INFINITY ? 0.0f : mx_b;
+        /* ex2.approx (native_exp2): ~2 ulp, exp2(-inf) = 0 */
+        const float al_a = native_exp2(m_a - base_a), al_b = native_exp2(m_b - base_b);
+        m_a = mx_a;
+        m_b = mx_b;
+        l_a *= al_a;
+        l_b *= al_b;
+        UNROLL
+        for (int n = 0; n < NNT; n++) {
+            acc[n][0] *= al_a;
+            acc[n][1] *= al_a;
+            acc[n][2] *= al_b;
+            acc[n][3] *= al_b;
+        }
+        UNROLL
+        for (int n = 0; n < NST; n++) {
+            s[n][0] = native_exp2(s[n][0] - base_a);
+            s[n][1] = native_exp2(s[n][1] - base_a);
+            s[n][2] = native_exp2(s[n][2] - base_b);
+            s[n][3] = native_exp2(s[n][3] - base_b);
+            l_a += s[n][0] + s[n][1];
+            l_b += s[n][2] + s[n][3];
+        }
+
+        /* acc += P V: k-step kk covers the warp's keys 16 kk .. 16 kk + 15 */
+        UNROLL
+        for (int kk = 0; kk < KW / 16; kk++) {
+            uint ph[4];
+#if P_LO
+            uint pl[4];
+            split16x2(s[2 * kk][0], s[2 * kk][1], &ph[0], &pl[0]);
+            split16x2(s[2 * kk][2], s[2 * kk][3], &ph[1], &pl[1]);
+            split16x2(s[2 * kk + 1][0], s[2 * kk + 1][1], &ph[2], &pl[2]);
+            split16x2(s[2 * kk + 1][2], s[2 * kk + 1][3], &ph[3], &pl[3]);
+#else
+            ph[0] = round16x2(s[2 * kk][0], s[2 * kk][1]);
+            ph[1] = round16x2(s[2 * kk][2], s[2 * kk][3]);
+            ph[2] = round16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            ph[3] = round16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#endif
+            UNROLL
+            for (int n = 0; n < NNT; n += 2) {
+                uint bf[4];
+                ldmatrix4_trans(bf, vs + (v_row + kk * 16) * LDH + n * 8 + v_col);
+                mma16816(acc[n], ph[0], ph[1], ph[2], ph[3], bf[0], bf[1]);
+                mma16816(acc[n + 1], ph[0], ph[1], ph[2], ph[3], bf[2], bf[3]);
+#if P_LO
+                mma16816(acc[n], pl[0], pl[1], pl[2], pl[3], bf[0], bf[1]);
+                mma16816(acc[n + 1], pl[0], pl[1], pl[2], pl[3], bf[2], bf[3]);
+#endif
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* the stage may be refilled */
+    }
+#if KV_ALIGNED
+    cp_async_wait_all(); /* no copy may land in the combine area */
+#endif
+
+    /* Combine the NWK warps of each row block: m* = max m_w, l* = sum 2^(m_w - m*) l_w. */
+    l_a = quad_sum(l_a);
+    l_b = quad_sum(l_b);
+    const int la = wq * 16 + fg, lb = la + 8; /* local rows */
+    if (ft == 0) {
+        wm[wk][la] = m_a;
+        wm[wk][lb] = m_b;
+        wl[wk][la] = l_a;
+        wl[wk][lb] = l_b;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float ms_a = -INFINITY, ms_b = -INFINITY;
+    UNROLL
+    for (int i = 0; i < NWK; i++) {
+        ms_a = fmax(ms_a, wm[i][la]);
+        ms_b = fmax(ms_b, wm[i][lb]);
+    }
+    const float f_a = m_a == -INFINITY ? 0.0f : exp2(m_a - ms_a);
+    const float f_b = m_b == -INFINITY ? 0.0f : exp2(m_b - ms_b);
+    __local float *cmb = (__local float *)smem; /* [NWK][QT][HEAD_DIM] */
+    UNROLL
+    for (int n = 0; n < NNT; n++) {
+        const int col = n * 8 + 2 * ft;
+        vstore2((float2)(acc[n][0] * f_a, acc[n][1] * f_a), 0,
+                cmb + ((long)wk * QT + la) * HEAD_DIM + col);
+        vstore2((float2)(acc[n][2] * f_b, acc[n][3] * f_b), 0,
+                cmb + ((long)wk * QT + lb) * HEAD_DIM + col);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    /* Row-wise results: final (one split) or this split's partial state. */
+    for (int e = lid; e < QT * (HEAD_DIM / 4); e += WG_SIZE) {
+        const int r = e / (HEAD_DIM / 4), c4 = e % (HEAD_DIM / 4);
+        const int R = r0 + r;
+        if (R >= rows)
+            continue;
+        float ms = -INFINITY, l = 0.0f;
+        for (int i = 0; i < NWK; i++)
+            ms = fmax(ms, wm[i][r]);
+        float4 x = (float4)(0.0f);
+        for (int i = 0; i < NWK; i++) {
+            const float mw = wm[i][r];
+            if (mw != -INFINITY)
+                l += wl[i][r] * exp2(mw - ms);
+            x += vload4(c4, cmb + ((long)i * QT + r) * HEAD_DIM);
+        }
+        const int tpos = R / G, h = kvh * G + R % G;
+        if (direct) {
+            x *= l > 0.0f ? 1.0f / l : 0.0f;
+            const long orow = o_off + (long)b * o_sb + (long)h * o_sh + (long)tpos * o_st + c4 * 4;
+            CLKV_STORE(O_DTYPE)(o, orow, x.x);
+            CLKV_STORE(O_DTYPE)(o, orow + 1, x.y);
+            CLKV_STORE(O_DTYPE)(o, orow + 2, x.z);
+            CLKV_STORE(O_DTYPE)(o, orow + 3, x.w);
+            if (has_lse && c4 == 0)
+                lse[lse_off + (long)b * lse_sb + (long)h * lse_sh + (long)tpos * lse_st] =
+                    l > 0.0f ? (ms + log2(l)) * CLKV_LN2 : -INFINITY;
+        } else {
+            const long idx = (((long)b * Hq + h) * T + tpos) * num_splits + split;
+            vstore4(x, 0, part_acc + idx * HEAD_DIM + c4 * 4);
+            if (c4 == 0) {
+                part_acc[ml_off + idx * 2] = ms;
+                part_acc[ml_off + idx * 2 + 1] = l;
+            }
+        }
+    }
+}

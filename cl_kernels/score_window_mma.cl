@@ -1,0 +1,390 @@
+/* Window-attention scorers on the tensor cores (SPEC §2.1, §2.2): the NVIDIA variant of
+ * score_window (same arguments plus `chunk`, same raw-score layout) for DropKV, SnapKV,
+ * AnDPro, CriticalKV and H2O with 16-bit q and K/V of one dtype. DiffKV stays on the
+ * portable kernel.
+ *
+ * Work decomposition: a work-group (4 warps) walks `chunk` keys of one (b, KV head) in
+ * tiles of 64 keys; warp w owns keys [16 w, 16 w + 16) of every tile. The warp loads its
+ * keys' K (and V) rows straight from global memory into registers as mma B fragments:
+ * lane (g, t) of the fragment layout (g = lane / 4, t = lane % 4) reads 16-byte chunks
+ * 4 s + t of key row g, which are the B fragments of k-steps 2 s and 2 s + 1 under a fixed
+ * permutation of the head dimension (below). The query rows r = g' * W + t' of the KV
+ * head (head kvh * G + g', window row t') are staged once per stage in local memory,
+ * already in A-fragment order under the same permutation (q raw 16-bit; the f32 window
+ * output a split into a 16-bit high part and a 16-bit residual, so <a, v> keeps ~16
+ * significant bits), with LSE * log2(e), the row position and ||a||^2 (f32).
+ *
+ * Per 16-row block and 8-key n-tile: S = Q K^T and (DropKV, AnDPro) D = A V^T =
+ * A_hi V^T + A_lo V^T (m16n8k16, f32 accumulation). On the C fragments: p = exp2(S *
+ * scale*log2(e) - LSE*log2(e)) with the causal mask; DropKV adds w^2 * max(0, ||a||^2 +
+ * ||v||^2 - 2 <a, v>) with w = p~ / (1 - p~ + eps) (SPEC §2.1's expansion), AnDPro p * <a, v>,
+ * the others p. Each lane sums its rows; the sum over the rows of a key (the M dimension)
+ * is a butterfly over the 8 row lanes at the end of the tile.
+ *
+ * Head-dimension permutation: for k-step kk = 2 s + h, the fragment's logical column
+ * 2 t + i (i < 2) is element 8 (4 s + t) + 4 h + i of the row and logical column
+ * 2 t + 8 + i is element 8 (4 s + t) + 4 h + 2 + i; so the words w0..w3 of a 16-byte
+ * chunk are {b0, b1} of k-step 2 s and {b0, b1} of k-step 2 s + 1. A dot product does
+ * not depend on the order of its terms, so S and <a, v> are unchanged.
+ *
+ * -D set:
+ *   METHOD      0 DropKV, 1 SnapKV, 2 AnDPro, 3 CriticalKV, 4 H2O
+ *   Q_DTYPE == KV_DTYPE (f16 | bf16), A_DTYPE (with NEED_A)
+ *   HEAD_DIM    64 | 128
+ *   RS          query rows per stage (multiple of 16)
+ *   NEED_V, NEED_A, ROUND_P, WRITE_VNORM   as in score_window.cl
+ *   KV_ALIGNED  1: K/V rows 16-byte aligned (vector loads); 0: element loads
+ */
+#define M_DROPKV 0
+#define M_SNAPKV 1
+#define M_ANDPRO 2
+#define M_CRITICALKV 3
+#define M_H2O 4
+
+#define Q_T CLKV_STORAGE(Q_DTYPE)
+#define KV_T CLKV_STORAGE(KV_DTYPE)
+#if NEED_A
+#define A_T CLKV_STORAGE(A_DTYPE)
+#else
+#define A_T float
+#endif
+
+#define WG_SIZE 128
+#define KW 16               /* keys per warp per tile */
+#define KT (4 * KW)         /* keys per tile */
+#define NKS (HEAD_DIM / 16) /* k-steps */
+#define NCK (HEAD_DIM / 32) /* 16-byte chunks per lane per key row */
+#define NRB (RS / 16)       /* row blocks per stage */
+#define UNROLL _Pragma("unroll")
+
+#if (HEAD_DIM != 64 && HEAD_DIM != 128) || RS % 16 != 0 || METHOD > M_H2O
+#error "score_window_mma: unsupported parameters"
+#endif
+#if Q_DTYPE != KV_DTYPE || KV_DTYPE == CLKV_DT_F32 || !defined(CLKV_NVIDIA_PTX)
+#error "score_window_mma needs NVIDIA PTX and f16 / bf16 q and K/V of one dtype"
+#endif
+
+#if KV_DTYPE == CLKV_DT_BF16
+#define MMA_TYPE "bf16"
+#else
+#define MMA_TYPE "f16"
+#endif
+
+/* c (16 x 8, f32) += A (16 x 16) B (16 x 8); fragments as in PLATFORM.md. */
+inline void mma16816(float *c, uint4 a, uint b0, uint b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPE "." MMA_TYPE ".f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+}
+
+inline float shfl_idx(float x, int src) {
+    float r;
+    asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(x), "r"(src));
+    return r;
+}
+
+inline float f16_bits(ushort h) {
+    return clkv_f16_bits_to_f32(h);
+}
+
+/* x rounded to the nearest 16-bit value of KV_DTYPE (raw bits). */
+inline ushort to16(float x) {
+#if KV_DTYPE == CLKV_DT_BF16
+    return clkv_f32_to_bf16(x);
+#else
+    ushort h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+    return h;
+#endif
+}
+inline float from16(ushort h) {
+#if KV_DTYPE == CLKV_DT_BF16
+    return clkv_bf16_to_f32(h);
+#else
+    return f16_bits(h);
+#endif
+}
+
+/* Element e of a raw 16-byte chunk (8 16-bit values) as f32; e constant after unrolling. */
+inline float chunk_elem(uint4 r, int e) {
+    const uint w = (e >> 1) == 0 ? r.x : (e >> 1) == 1 ? r.y : (e >> 1) == 2 ? r.z : r.w;
+    const ushort h = (ushort)((e & 1) ? (w >> 16) : (w & 0xffffu));
+    return from16(h);
+}
+
+inline uint4 load_chunk(__global const KV_T *p, long elem) {
+#if KV_ALIGNED
+    return *(__global const uint4 *)((__global const ushort *)p + elem);
+#else
+    return clkv_load_raw_u16((__global const ushort *)p, elem);
+#endif
+}
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q_st,
+                 __global const KV_T *k, long k_off, long k_sb, long k_sh, long k_sl,
+                 __global const KV_T *v, long v_off, long v_sb, long v_sh, long v_sl,
+                 __global const float *lse, long lse_off, long lse_sb, long lse_sh, long lse_st,
+                 __global const A_T *a, long a_off, long a_sb, long a_sh, long a_st,
+                 __global const int *lengths, long len_off, int has_len, int max_len, int Hkv,
+                 int G, int W, float scale_log2, float eps, __global float *raw, long raw_off,
+                 long vnorm_off, long row_len, int chunk) {
+    __local uint4 q_loc[NRB][NKS][32];
+#if NEED_A
+    __local uint4 ah_loc[NRB][NKS][32];
+    __local uint4 al_loc[NRB][NKS][32];
+    __local float an_loc[RS];
+#endif
+    __local float lse_loc[RS];
+    __local int pos_loc[RS];
+
+    const int lid = (int)get_local_id(0);
+    const int lane = lid % 32, w = lid / 32;
+    const int fg = lane >> 2, ft = lane & 3;
+    const int kvh = (int)get_group_id(1);
+    const int b = (int)get_group_id(2);
+    int n = max_len;
+    if (has_len)
+        n = clamp(lengths[len_off + b], 0, max_len);
+    const int c0 = (int)get_group_id(0) * chunk;
+    const int c1 = min(c0 + chunk, n);
+    if (c0 >= c1)
+        return; /* uniform over the work-group */
+
+    const int rows = G * W;
+    const int nstage = (rows + RS - 1) / RS;
+    const long kb = k_off + (long)b * k_sb + (long)kvh * k_sh;
+    const long vb = v_off + (long)b * v_sb + (long)kvh * v_sh;
+    __global float *out = raw + raw_off + ((long)b * Hkv + kvh) * row_len;
+    const float inv =
+        1.0f / ((METHOD == M_SNAPKV || METHOD == M_CRITICALKV) ? (float)G * (float)W : (float)G);
+
+    for (int tile0 = c0; tile0 < c1; tile0 += KT) {
+        const int j0 = tile0 + w * KW; /* this warp's first key */
+        const int live = j0 < c1;      /* uniform over the warp */
+
+        /* K (V) fragments: chunk kc = 4 s + ft of key row j0 + 8 nt + fg */
+        uint4 kf[2][NCK];
+#if NEED_V
+        uint4 vf[2][NCK];
+#endif
+        if (live) {
+            UNROLL
+            for (int nt = 0; nt < 2; nt++) {
+                const int j = min(j0 + nt * 8 + fg, n - 1); /* in bounds; masked below */
+                UNROLL
+                for (int s = 0; s < NCK; s++) {
+                    kf[nt][s] = load_chunk(k, kb + (long)j * k_sl + (4 * s + ft) * 8);
+#if NEED_V
+                    vf[nt][s] = load_chunk(v, vb + (long)j * v_sl + (4 * s + ft) * 8);
+#endif
+                }
+            }
+        }
+
+#if METHOD == M_DROPKV || WRITE_VNORM
+        /* ||v||^2 (DropKV) or ||v||_1 of key j0 + 8 nt + fg, summed over the 4 lanes of fg */
+        float vn[2];
+        UNROLL
+        for (int nt = 0; nt < 2; nt++) {
+            float s2 = 0.0f;
+            if (live) {
+                UNROLL
+                for (int s = 0; s < NCK; s++)
+                    UNROLL
+                for (int e = 0; e < 8; e++) {
+                    const float x = chunk_elem(vf[nt][s], e);
+#if METHOD == M_DROPKV
+                    s2 = fma(x, x, s2);
+#else
+                    s2 += fabs(x);
+#endif
+                }
+            }
+            s2 += clkv_shfl_xor(s2, 1);
+            vn[nt] = s2 + clkv_shfl_xor(s2, 2);
+        }
+#endif
+#if WRITE_VNORM
+        if (live && ft == 0) {
+            UNROLL
+            for (int nt = 0; nt < 2; nt++) {
+                const int j = j0 + nt * 8 + fg;
+                if (j < c1)
+                    out[vnorm_off + j] = vn[nt];
+            }
+        }
+#endif
+#if METHOD == M_DROPKV
+        /* ||v||^2 of the keys of this lane's C columns: 8 nt + 2 ft + c */
+        float vc[2][2];
+        UNROLL
+        for (int nt = 0; nt < 2; nt++) {
+            vc[nt][0] = shfl_idx(vn[nt], (2 * ft) * 4);
+            vc[nt][1] = shfl_idx(vn[nt], (2 * ft + 1) * 4);
+        }
+#endif
+
+        float acc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+        for (int st = 0; st < nstage; st++) {
+            const int r0 = st * RS;
+            if (nstage > 1 || tile0 == c0) {
+                /* stage rows r0 .. r0 + RS - 1 in fragment order */
+                barrier(CLK_LOCAL_MEM_FENCE);
+                for (int i = lid; i < NRB * NKS * 32 * 4; i += WG_SIZE) {
+                    const int word = i % 4, ln = (i / 4) % 32, kk = (i / 128) % NKS,
+                              rb = i / (128 * NKS);
+                    const int g = ln >> 2, t = ln & 3;
+                    const int rr = r0 + rb * 16 + g + 8 * (word & 1);
+                    const int col = 8 * (4 * (kk >> 1) + t) + 4 * (kk & 1) + 2 * (word >> 1);
+                    uint qw = 0u;
+#if NEED_A
+                    uint hw = 0u, lw = 0u;
+#endif
+                    if (rr < rows) {
+                        const int h = kvh * G + rr / W, tt = rr % W;
+                        __global const ushort *qp = (__global const ushort *)q + q_off +
+                                                    (long)b * q_sb + (long)h * q_sh +
+                                                    (long)tt * q_st + col;
+                        qw = (uint)qp[0] | (uint)qp[1] << 16;
+#if NEED_A
+                        const long ai =
+                            a_off + (long)b * a_sb + (long)h * a_sh + (long)tt * a_st + col;
+                        const float x0 = CLKV_LOAD(A_DTYPE)(a, ai);
+                        const float x1 = CLKV_LOAD(A_DTYPE)(a, ai + 1);
+                        const ushort h0 = to16(x0), h1 = to16(x1);
+                        hw = (uint)h0 | (uint)h1 << 16;
+                        lw = (uint)to16(x0 - from16(h0)) | (uint)to16(x1 - from16(h1)) << 16;
+#endif
+                    }
+                    ((__local uint *)&q_loc[rb][kk][ln])[word] = qw;
+#if NEED_A
+                    ((__local uint *)&ah_loc[rb][kk][ln])[word] = hw;
+                    ((__local uint *)&al_loc[rb][kk][ln])[word] = lw;
+#endif
+                }
+                for (int i = lid; i < RS; i += WG_SIZE) {
+                    const int rr = r0 + i;
+                    float l2 = -INFINITY, an = 0.0f;
+                    int pos = -1;
+                    if (rr < rows) {
+                        const int h = kvh * G + rr / W, tt = rr % W;
+                        l2 =
+                            lse[lse_off + (long)b * lse_sb + (long)h * lse_sh + (long)tt * lse_st] *
+                            CLKV_LOG2E;
+                        pos = n - W + tt;
+#if NEED_A
+                        const long ai = a_off + (long)b * a_sb + (long)h * a_sh + (long)tt * a_st;
+                        for (int e = 0; e < HEAD_DIM; e++) {
+                            const float x = CLKV_LOAD(A_DTYPE)(a, ai + e);
+                            an = fma(x, x, an);
+                        }
+#endif
+                    }
+                    lse_loc[i] = l2;
+                    pos_loc[i] = pos;
+#if NEED_A
+                    an_loc[i] = an;
+#else
+                    (void)an;
+#endif
+                }
+                barrier(CLK_LOCAL_MEM_FENCE);
+            }
+            if (!live)
+                continue;
+            const int nrb = min(NRB, (rows - r0 + 15) / 16);
+            for (int rb = 0; rb < nrb; rb++) {
+                const int rl = rb * 16;
+                float s[2][4];
+#if NEED_A
+                float d[2][4];
+#endif
+                UNROLL
+                for (int nt = 0; nt < 2; nt++) {
+                    UNROLL
+                    for (int i = 0; i < 4; i++) {
+                        s[nt][i] = 0.0f;
+#if NEED_A
+                        d[nt][i] = 0.0f;
+#endif
+                    }
+                }
+                UNROLL
+                for (int kk = 0; kk < NKS; kk++) {
+                    const uint4 qa = q_loc[rb][kk][lane];
+#if NEED_A
+                    const uint4 ha = ah_loc[rb][kk][lane], la = al_loc[rb][kk][lane];
+#endif
+                    UNROLL
+                    for (int nt = 0; nt < 2; nt++) {
+                        const uint4 kc = kf[nt][kk >> 1];
+                        const uint b0 = (kk & 1) ? kc.z : kc.x, b1 = (kk & 1) ? kc.w : kc.y;
+                        mma16816(s[nt], qa, b0, b1);
+#if NEED_A
+                        const uint4 vcn = vf[nt][kk >> 1];
+                        const uint v0 = (kk & 1) ? vcn.z : vcn.x, v1 = (kk & 1) ? vcn.w : vcn.y;
+                        mma16816(d[nt], ha, v0, v1);
+                        mma16816(d[nt], la, v0, v1);
+#endif
+                    }
+                }
+                UNROLL
+                for (int i = 0; i < 4; i++) {
+                    const int r = rl + fg + 8 * (i >> 1);
+                    const float l2 = lse_loc[r];
+                    const int pos = pos_loc[r];
+#if NEED_A
+                    const float an = an_loc[r];
+#endif
+                    UNROLL
+                    for (int nt = 0; nt < 2; nt++) {
+                        const int j = j0 + nt * 8 + 2 * ft + (i & 1);
+                        const float p = (j < c1 && j <= pos && l2 > -INFINITY)
+                                            ? exp2(s[nt][i] * scale_log2 - l2)
+                                            : 0.0f;
+#if METHOD == M_DROPKV
+                        float pt = clamp(p, 0.0f, 1.0f);
+#if ROUND_P
+                        pt = from16(to16(pt));
+#endif
+                        const float wt = pt / (1.0f - pt + eps);
+                        const float d2 = fmax(an + vc[nt][i & 1] - 2.0f * d[nt][i], 0.0f);
+                        acc[nt][i & 1] = fma(wt * wt, d2, acc[nt][i & 1]);
+#elif METHOD == M_ANDPRO
+                        acc[nt][i & 1] = fma(p, d[nt][i], acc[nt][i & 1]);
+#else
+                        acc[nt][i & 1] += p;
+#endif
+                    }
+                }
+            }
+        }
+        if (!live)
+            continue;
+        /* sum over the 8 row lanes (g) of each column */
+        UNROLL
+        for (int nt = 0; nt < 2; nt++) {
+            UNROLL
+            for (int c = 0; c < 2; c++) {
+                float x = acc[nt][c];
+                x += clkv_shfl_xor(x, 4);
+                x += clkv_shfl_xor(x, 8);
+                x += clkv_shfl_xor(x, 16);
+                acc[nt][c] = x;
+            }
+        }
+        if (fg == 0) {
+            UNROLL
+            for (int nt = 0; nt < 2; nt++) {
+                UNROLL
+                for (int c = 0; c < 2; c++) {
+                    const int j = j0 + nt * 8 + 2 * ft + c;
+                    if (j < c1)
+                        out[j] = acc[nt][c] * inv;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,642 @@
+/* clkv_score: method names, validation, launch of the scorer kernels
+ * (cl_kernels/score_window.cl, score_key.cl, score_pool.cl). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clkv/score.h"
+#include "host/score_internal.h"
+#include "runtime/internal.h"
+
+#define SMALL_WG 64
+#define QT_ROWS 16
+
+static const char *const g_names[CLKV_SCORE_METHOD_COUNT] = {
+    "dropkv", "snapkv", "andpro", "criticalkv", "h2o", "diffkv", "knorm", "keydiff", "streamingllm",
+};
+
+clkv_status clkv_score_method_from_name(const char *name, clkv_score_method *out) {
+    if (!name)
+        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "name: method name is NULL");
+    if (!out)
+        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "out: output pointer is NULL");
+    for (int i = 0; i < CLKV_SCORE_METHOD_COUNT; i++)
+        if (strcmp(name, g_names[i]) == 0) {
+            *out = (clkv_score_method)i;
+            return CLKV_OK;
+        }
+    return clkv__fail(NULL, CLKV_ERR_ARG_RANGE,
+                      "name: unknown scoring method \"%.64s\"; valid: dropkv, snapkv, andpro, "
+                      "criticalkv, h2o, diffkv, knorm, keydiff, streamingllm",
+                      name);
+}
+
+const char *clkv_score_method_name(clkv_score_method method) {
+    return (int)method >= 0 && (int)method < CLKV_SCORE_METHOD_COUNT ? g_names[method] : "?";
+}
+
+int clkv_score_method_uses_window(clkv_score_method m) {
+    return (int)m >= 0 && (int)m <= (int)CLKV_SCORE_DIFFKV;
+}
+
+static int needs_v(clkv_score_method m) {
+    return m == CLKV_SCORE_DROPKV || m == CLKV_SCORE_ANDPRO || m == CLKV_SCORE_CRITICALKV;
+}
+
+static int needs_a(clkv_score_method m) {
+    return m == CLKV_SCORE_DROPKV || m == CLKV_SCORE_ANDPRO;
+}
+
+/* Everything a launch needs, derived from validated arguments. */
+typedef struct score_plan {
+    clkv_score_method method;
+    int window;
+    int64_t B, Hq, Hkv, G, L, D, W;
+    int max_len;
+    int64_t row_len;
+    float scale;
+    int pool, pool_k, pool_excl_window;
+    int64_t protect;
+    /* window kernel geometry */
+    int tpr, wg, kpr, vec_aligned;
+    /* tensor-core window kernel (score_window_mma.cl): rows per stage, keys per work-group */
+    int mma, mma_rs, mma_chunk;
+    /* keydiff */
+    int chunk, nchunks;
+    /* workspace layout (bytes) */
+    size_t raw_bytes, vnorm_bytes, part_bytes;
+} score_plan;
+
+static int supported_window_dim(int64_t d) {
+    return d == 64 || d == 128 || d == 256;
+}
+
+static clkv_status validate(clkv_context *ctx, const clkv_score_args *a) {
+    clkv_status st;
+    const clkv_score_method m = a->method;
+    if ((int)m < 0 || (int)m >= CLKV_SCORE_METHOD_COUNT)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "method: %d is not a clkv_score_method (0..%d)",
+                          (int)m, CLKV_SCORE_METHOD_COUNT - 1);
+    const int win = clkv_score_method_uses_window(m);
+    if ((st = clkv__check_tensor(ctx, &a->k, "k", 4, CLKV_FLOAT_DTYPES)) ||
+        (st = clkv__check_tensor(ctx, &a->scores, "scores", 3, CLKV_DTYPE_BIT(CLKV_F32))) ||
+        (st =
+             clkv__check_optional_tensor(ctx, &a->lengths, "lengths", 1, CLKV_DTYPE_BIT(CLKV_I32))))
+        return st;
+    const int64_t B = a->k.dims[0], Hkv = a->k.dims[1], L = a->k.dims[2], D = a->k.dims[3];
+    if ((st = clkv__check_dim(ctx, &a->scores, "scores", 0, B, "batch of k")) ||
+        (st = clkv__check_dim(ctx, &a->scores, "scores", 1, Hkv, "KV heads of k")) ||
+        (st = clkv__check_dim(ctx, &a->scores, "scores", 2, L, "tokens of k")))
+        return st;
+    if (a->lengths.buf && (st = clkv__check_dim(ctx, &a->lengths, "lengths", 0, B, "batch of k")))
+        return st;
+    if (needs_v(m)) {
+        if ((st = clkv__check_tensor(ctx, &a->v, "v", 4, CLKV_FLOAT_DTYPES)))
+            return st;
+        if (a->v.dtype != a->k.dtype)
+            return clkv__fail(ctx, CLKV_ERR_ARG_DTYPE, "v: dtype %s differs from k's %s",
+                              clkv_dtype_name(a->v.dtype), clkv_dtype_name(a->k.dtype));
+        for (int i = 0; i < 4; i++)
+            if ((st = clkv__check_dim(ctx, &a->v, "v", i, a->k.dims[i], "must match k")))
+                return st;
+    }
+    if (a->pbar.buf && m != CLKV_SCORE_CRITICALKV)
+        return clkv__fail(ctx, CLKV_ERR_ARG_UNSUPPORTED,
+                          "pbar: only the criticalkv method has a pbar output (method %s)",
+                          clkv_score_method_name(m));
+    if (a->w_o.buf && m != CLKV_SCORE_CRITICALKV)
+        return clkv__fail(ctx, CLKV_ERR_ARG_UNSUPPORTED,
+                          "w_o: only the criticalkv method uses W_O (method %s)",
+                          clkv_score_method_name(m));
+    if (a->pbar.buf &&
+        ((st = clkv__check_tensor(ctx, &a->pbar, "pbar", 3, CLKV_DTYPE_BIT(CLKV_F32))) ||
+         (st = clkv__check_dim(ctx, &a->pbar, "pbar", 0, B, "batch of k")) ||
+         (st = clkv__check_dim(ctx, &a->pbar, "pbar", 1, Hkv, "KV heads of k")) ||
+         (st = clkv__check_dim(ctx, &a->pbar, "pbar", 2, L, "tokens of k"))))
+        return st;
+    if (win) {
+        if ((st = clkv__check_tensor(ctx, &a->q, "q", 4, CLKV_FLOAT_DTYPES)) ||
+            (st = clkv__check_tensor(ctx, &a->lse, "lse", 3, CLKV_DTYPE_BIT(CLKV_F32))))
+            return st;
+        const int64_t Hq = a->q.dims[1], W = a->q.dims[2];
+        if (!supported_window_dim(D))
+            return clkv__fail(ctx, CLKV_ERR_ARG_UNSUPPORTED,
+                              "k: head dim D = %lld, supported by the window scorers: 64, 128, "
+                              "256",
+                              (long long)D);
+        if ((st = clkv__check_dim(ctx, &a->q, "q", 0, B, "batch of k")) ||
+            (st = clkv__check_dim(ctx, &a->q, "q", 3, D, "head dim of k")))
+            return st;
+        if (W < 1)
+            return clkv__fail(ctx, CLKV_ERR_ARG_SHAPE, "q: dims[2] = W = %lld, expected >= 1",
+                              (long long)W);
+        if (Hq < 1 || Hkv < 1 || Hq % Hkv != 0)
+            return clkv__fail(
+                ctx, CLKV_ERR_ARG_SHAPE,
+                "q: Hq = %lld is not a positive multiple of k's Hkv = %lld (GQA needs Hq %% "
+                "Hkv == 0)",
+                (long long)Hq, (long long)Hkv);
+        if ((st = clkv__check_dim(ctx, &a->lse, "lse", 0, B, "batch of q")) ||
+            (st = clkv__check_dim(ctx, &a->lse, "lse", 1, Hq, "query heads of q")) ||
+            (st = clkv__check_dim(ctx, &a->lse, "lse", 2, W, "window rows of q")))
+            return st;
+        if (Hq * W > INT32_MAX)
+            return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "q: Hq * W = %lld exceeds 2^31-1",
+                              (long long)(Hq * W));
+        if (needs_a(m)) {
+            if ((st = clkv__check_tensor(ctx, &a->a, "a", 4, CLKV_FLOAT_DTYPES)))
+                return st;
+            for (int i = 0; i < 4; i++)
+                if ((st = clkv__check_dim(ctx, &a->a, "a", i, a->q.dims[i], "must match q")))
+                    return st;
+        }
+        if (a->w_o.buf) {
+            if ((st = clkv__check_tensor(ctx, &a->w_o, "w_o", 3, CLKV_FLOAT_DTYPES)) ||
+                (st = clkv__check_dim(ctx, &a->w_o, "w_o", 0, Hq, "query heads of q")) ||
+                (st = clkv__check_dim(ctx, &a->w_o, "w_o", 1, D, "head dim of k")))
+                return st;
+            if (a->w_o.dims[2] < 1 || a->w_o.dims[2] > INT32_MAX)
+                return clkv__fail(ctx, CLKV_ERR_ARG_SHAPE,
+                                  "w_o: dims[2] = Dm = %lld, expected 1..2^31-1",
+                                  (long long)a->w_o.dims[2]);
+        }
+    } else if (D < 1 || D > 1024) {
+        return clkv__fail(ctx, CLKV_ERR_ARG_UNSUPPORTED, "k: head dim D = %lld, expected 1..1024",
+                          (long long)D);
+    }
+    if (a->max_length < -1 || a->max_length > L)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "max_length: %lld is outside [-1, L = %lld]",
+                          (long long)a->max_length, (long long)L);
+    if (L > INT32_MAX || B > 65535 || Hkv > 65535 || B * Hkv * L > ((int64_t)1 << 40))
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE,
+                          "k: L = %lld, B = %lld, Hkv = %lld exceed the supported 2^31-1 tokens, "
+                          "65535 sequences, 65535 heads",
+                          (long long)L, (long long)B, (long long)Hkv);
+    if (!isfinite(a->scale))
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "scale: %g is not finite", (double)a->scale);
+    if (a->pool < CLKV_POOL_DEFAULT || a->pool > CLKV_POOL_MAX)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "pool: %d is not a clkv_pool_mode",
+                          (int)a->pool);
+    if (a->pool_kernel != 0 &&
+        (a->pool_kernel < 1 || a->pool_kernel > 255 || a->pool_kernel % 2 == 0))
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE,
+                          "pool_kernel: %d, expected 0 (method default) or odd in 1..255",
+                          (int)a->pool_kernel);
+    if (a->protect < -1)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "protect: %lld, expected -1 (default) or >= 0",
+                          (long long)a->protect);
+    if (!(a->dropkv_eps > 0.0f) || !isfinite(a->dropkv_eps))
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "dropkv_eps: %g, expected positive and finite",
+                          (double)a->dropkv_eps);
+    if (a->dropkv_round_p != 0 && a->dropkv_round_p != 1)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "dropkv_round_p: %d, expected 0 or 1",
+                          (int)a->dropkv_round_p);
+    if (a->keydiff_raw_mean != 0 && a->keydiff_raw_mean != 1)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "keydiff_raw_mean: %d, expected 0 or 1",
+                          (int)a->keydiff_raw_mean);
+    if (a->sink < 0 || a->recent < 0)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "%s: %lld is negative",
+                          a->sink < 0 ? "sink" : "recent",
+                          (long long)(a->sink < 0 ? a->sink : a->recent));
+    return CLKV_OK;
+}
+
+/* Launch overrides of the window scorer (tuning and tests), -1 = not yet read, 0 = the
+ * library's choice. $CLKV_SCORE_TPR (lanes per key row), $CLKV_SCORE_WG (work-group
+ * size) and $CLKV_SCORE_KPR (keys per row-group) are read once per process; tests set
+ * the lanes with clkv__score_force_tpr. Invalid combinations fall back to the defaults. */
+static int g_force_tpr = -1, g_force_wg = -1, g_force_kpr = -1;
+
+void clkv__score_force_tpr(int tpr) {
+    g_force_tpr = tpr > 0 ? tpr : 0;
+}
+
+static int env_once(int *slot, const char *name) {
+    if (*slot < 0) {
+        const char *s = getenv(name);
+        *slot = s && *s && atoi(s) > 0 ? atoi(s) : 0;
+    }
+    return *slot;
+}
+
+static int forced_tpr(void) {
+    return env_once(&g_force_tpr, "CLKV_SCORE_TPR");
+}
+
+/* $CLKV_SCORE_MMA (read once per process): unset or nonzero = the tensor-core window
+ * kernel where it applies, 0 = always the portable kernel. */
+static int mma_env(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CLKV_SCORE_MMA");
+        v = !(e && *e && atoi(e) == 0);
+    }
+    return v;
+}
+
+#define MMA_LOCAL_MAX 40960 /* staged query rows, bytes (static local memory <= 48 KiB) */
+#define MMA_KT 64           /* keys per tile of score_window_mma */
+
+/* Tensor-core window scorer: NVIDIA PTX, 16-bit q and K/V of one dtype, D 64 / 128, not
+ * DiffKV, no forced lane split. Rows per stage: the query rows of a KV head rounded up to
+ * 16, at most what fits the local-memory budget (more rows: several stages per tile). */
+static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p) {
+    const clkv_dtype dt = a->k.dtype;
+    if (!ctx->info.nvidia_ptx || !mma_env() || forced_tpr() > 0 || p->method == CLKV_SCORE_DIFFKV ||
+        a->q.dtype != dt || (dt != CLKV_F16 && dt != CLKV_BF16) || (p->D != 64 && p->D != 128))
+        return;
+    const int64_t per_row = p->D * 2 * (needs_a(p->method) ? 3 : 1);
+    int64_t rs_max = MMA_LOCAL_MAX / per_row / 16 * 16;
+    if (rs_max > 128)
+        rs_max = 128;
+    const int64_t rows16 = (p->G * p->W + 15) / 16 * 16;
+    p->mma = 1;
+    p->mma_rs = (int)(rows16 < rs_max ? rows16 : rs_max);
+    /* about 8 work-groups per compute unit, 4..64 tiles each (the staged rows are read
+     * once per work-group) */
+    const int64_t tiles = (p->max_len + MMA_KT - 1) / MMA_KT;
+    const int64_t target = (int64_t)(ctx->info.compute_units ? ctx->info.compute_units : 1) * 8;
+    int64_t per = (tiles * p->B * p->Hkv + target - 1) / target;
+    if (per < 4)
+        per = 4;
+    if (per > 64)
+        per = 64;
+    p->mma_chunk = (int)(per * MMA_KT);
+}
+
+int64_t clkv__score_protect(const clkv_score_args *a) {
+    if (a->protect >= 0)
+        return a->protect;
+    const int win = clkv_score_method_uses_window(a->method);
+    return win && a->method != CLKV_SCORE_H2O ? a->q.dims[2] : 0;
+}
+
+static void plan_launch(clkv_context *ctx, const clkv_score_args *a, score_plan *p) {
+    memset(p, 0, sizeof *p);
+    const clkv_score_method m = a->method;
+    p->method = m;
+    p->window = clkv_score_method_uses_window(m);
+    p->B = a->k.dims[0];
+    p->Hkv = a->k.dims[1];
+    p->L = a->k.dims[2];
+    p->D = a->k.dims[3];
+    p->Hq = p->window ? a->q.dims[1] : p->Hkv;
+    p->G = p->Hkv ? p->Hq / p->Hkv : 1;
+    p->W = p->window ? a->q.dims[2] : 0;
+    p->max_len = (int)(a->max_length < 0 ? p->L : a->max_length);
+    p->row_len = p->max_len > 0 ? p->max_len : 1;
+    p->scale = a->scale != 0.0f ? a->scale : (float)(1.0 / sqrt((double)p->D));
+
+    int pool = CLKV_POOL_NONE, pool_k = 1;
+    if (m == CLKV_SCORE_DROPKV) {
+        pool = CLKV_POOL_AVG;
+        pool_k = 11;
+    } else if (m == CLKV_SCORE_SNAPKV || m == CLKV_SCORE_CRITICALKV) {
+        pool = CLKV_POOL_AVG;
+        pool_k = 5;
+        p->pool_excl_window = 1;
+    }
+    if (m == CLKV_SCORE_STREAMINGLLM)
+        pool = CLKV_POOL_NONE;
+    else if (a->pool != CLKV_POOL_DEFAULT)
+        pool = a->pool;
+    if (a->pool_kernel > 0)
+        pool_k = a->pool_kernel;
+    if (pool_k == 1)
+        pool = CLKV_POOL_NONE;
+    p->pool = pool;
+    p->pool_k = pool == CLKV_POOL_NONE ? 1 : pool_k;
+    p->protect = clkv__score_protect(a);
+
+    const clkv_device_info *dev = &ctx->info;
+    if (p->window) {
+        const int forced = forced_tpr();
+        const int fwg = env_once(&g_force_wg, "CLKV_SCORE_WG");
+        const int fkpr = env_once(&g_force_kpr, "CLKV_SCORE_KPR");
+        if (forced > 0 && forced <= QT_ROWS && (forced & (forced - 1)) == 0 && p->D % forced == 0) {
+            p->tpr = forced;
+            p->wg = 64;
+            p->kpr = forced >= 8 ? 4 : 2;
+        } else if (dev->nvidia_ptx) {
+            /* 8 elements per lane (16 at D = 256: row blocks of at most QT_ROWS lanes);
+             * 4 keys per row-group amortize the staging of the query rows over more keys
+             * (32 keys per work-group at D = 128). */
+            p->tpr = (int)(p->D / 8 < QT_ROWS ? p->D / 8 : QT_ROWS);
+            p->wg = 128;
+            p->kpr = p->D / p->tpr > 8 ? 2 : 4;
+        } else {
+            p->tpr = 1;
+            p->wg = dev->kind == CLKV_DEVICE_KIND_CPU ? 16 : 64;
+            p->kpr = 1;
+        }
+        if (fwg > 0 && fwg % p->tpr == 0 && (uint64_t)fwg <= dev->max_work_group_size &&
+            (fwg & (fwg - 1)) == 0)
+            p->wg = fwg;
+        if (fkpr > 0 && fkpr <= 8)
+            p->kpr = fkpr;
+        const uint32_t esize = clkv_dtype_size(a->k.dtype);
+        const int64_t vw = 16 / esize;
+        const int epl = (int)(p->D / p->tpr);
+        p->vec_aligned = p->tpr > 1 && epl % vw == 0 && clkv__rows_aligned(&a->k, vw) &&
+                         (!needs_v(m) || clkv__rows_aligned(&a->v, vw));
+        plan_mma(ctx, a, p);
+    }
+    if (m == CLKV_SCORE_KEYDIFF) {
+        const int64_t units = p->B * p->Hkv > 0 ? p->B * p->Hkv : 1;
+        const int64_t target = (int64_t)(dev->compute_units ? dev->compute_units : 1) * 4;
+        int64_t per = (target + units - 1) / units;
+        if (per > 64)
+            per = 64;
+        int64_t chunk = (p->max_len + per - 1) / (per ? per : 1);
+        if (chunk < 256)
+            chunk = 256;
+        p->chunk = (int)chunk;
+        p->nchunks = (int)((p->max_len + chunk - 1) / chunk);
+        if (p->nchunks < 1)
+            p->nchunks = 1;
+    }
+    const size_t cells = (size_t)(p->B * p->Hkv * p->row_len);
+    p->raw_bytes = clkv__ws_align(cells * 4);
+    p->vnorm_bytes = m == CLKV_SCORE_CRITICALKV ? clkv__ws_align(cells * 4) : 0;
+    p->part_bytes = m == CLKV_SCORE_KEYDIFF
+                        ? clkv__ws_align((size_t)(p->B * p->Hkv * p->nchunks * p->D) * 4)
+                        : 0;
+}
+
+static clkv_status check_common(clkv_context *ctx, const clkv_score_args *args) {
+    if (!ctx)
+        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
+    if (!args)
+        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    return validate(ctx, args);
+}
+
+clkv_status clkv_score_workspace_size(clkv_context *ctx, const clkv_score_args *args,
+                                      size_t *bytes) {
+    clkv_status st = check_common(ctx, args);
+    if (st != CLKV_OK)
+        return st;
+    if (!bytes)
+        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "bytes: output pointer is NULL");
+    score_plan p;
+    plan_launch(ctx, args, &p);
+    *bytes = p.B && p.Hkv && p.L ? p.raw_bytes + p.vnorm_bytes + p.part_bytes : 0;
+    return CLKV_OK;
+}
+
+/* Common (b, kv head) tensor arguments. */
+typedef struct tens4 {
+    cl_mem buf;
+    cl_long off, sb, sh, sl;
+} tens4;
+
+static tens4 t4(const clkv_tensor *t) {
+    tens4 r = {t->buf, 0, 0, 0, 0};
+    if (!t->buf)
+        return r;
+    r.off = clkv__elem_offset(t);
+    r.sb = t->strides[0];
+    r.sh = t->ndim > 1 ? t->strides[1] : 0;
+    r.sl = t->ndim > 2 ? t->strides[2] : 0;
+    return r;
+}
+
+static clkv_status launch_window(clkv_context *ctx, const clkv_score_args *a, const score_plan *p,
+                                 cl_mem ws, cl_long raw_off, cl_long vnorm_off) {
+    const clkv_score_method m = a->method;
+    const int write_vnorm = m == CLKV_SCORE_CRITICALKV && !a->w_o.buf;
+    const int nv = needs_v(m) && (m != CLKV_SCORE_CRITICALKV || write_vnorm);
+    clkv_defs defs;
+    clkv__defs_init(&defs);
+    clkv__defs_int(&defs, "METHOD", m);
+    clkv__defs_int(&defs, "Q_DTYPE", a->q.dtype);
+    clkv__defs_int(&defs, "KV_DTYPE", a->k.dtype);
+    clkv__defs_int(&defs, "A_DTYPE", needs_a(m) ? (int)a->a.dtype : 0);
+    clkv__defs_int(&defs, "HEAD_DIM", p->D);
+    if (p->mma) {
+        clkv__defs_int(&defs, "RS", p->mma_rs);
+        clkv__defs_int(&defs, "KV_ALIGNED",
+                       clkv__rows_aligned(&a->k, 8) && (!nv || clkv__rows_aligned(&a->v, 8)));
+    } else {
+        clkv__defs_int(&defs, "WG_SIZE", p->wg);
+        clkv__defs_int(&defs, "TPR", p->tpr);
+        clkv__defs_int(&defs, "KPR", p->kpr);
+        clkv__defs_int(&defs, "QT", QT_ROWS);
+        clkv__defs_int(&defs, "VEC_ALIGNED", p->vec_aligned);
+    }
+    clkv__defs_int(&defs, "NEED_V", nv);
+    clkv__defs_int(&defs, "NEED_A", needs_a(m));
+    clkv__defs_int(&defs, "ROUND_P", m == CLKV_SCORE_DROPKV && a->dropkv_round_p);
+    clkv__defs_int(&defs, "WRITE_VNORM", write_vnorm);
+    const char *kname = p->mma ? "score_window_mma" : "score_window";
+    cl_kernel kw;
+    clkv_status st = clkv__get_kernel(ctx, p->mma ? "score_window_mma.cl" : "score_window.cl",
+                                      &defs, kname, &kw);
+    if (st)
+        return st;
+    const tens4 q = t4(&a->q), k = t4(&a->k), lse = t4(&a->lse);
+    const tens4 v = nv ? t4(&a->v) : k, aa = needs_a(m) ? t4(&a->a) : q;
+    const cl_long q_st = a->q.strides[2], lse_st = a->lse.strides[2],
+                  a_st = needs_a(m) ? a->a.strides[2] : q_st;
+    const cl_mem len_buf = a->lengths.buf;
+    const cl_long len_off = len_buf ? clkv__elem_offset(&a->lengths) : 0;
+    const cl_int has_len = len_buf != NULL, max_len = p->max_len, Hkv = (cl_int)p->Hkv,
+                 G = (cl_int)p->G, W = (cl_int)p->W;
+    const cl_float scale_log2 = p->scale * 1.4426950408889634f, eps = a->dropkv_eps;
+    const cl_long row_len = p->row_len;
+    const cl_int chunk = p->mma_chunk;
+    st = clkv__set_args(ctx, kw, kname, p->mma ? 39 : 38, CLKV_ARG(q.buf), CLKV_ARG(q.off),
+                        CLKV_ARG(q.sb), CLKV_ARG(q.sh), CLKV_ARG(q_st), CLKV_ARG(k.buf),
+                        CLKV_ARG(k.off), CLKV_ARG(k.sb), CLKV_ARG(k.sh), CLKV_ARG(k.sl),
+                        CLKV_ARG(v.buf), CLKV_ARG(v.off), CLKV_ARG(v.sb), CLKV_ARG(v.sh),
+                        CLKV_ARG(v.sl), CLKV_ARG(lse.buf), CLKV_ARG(lse.off), CLKV_ARG(lse.sb),
+                        CLKV_ARG(lse.sh), CLKV_ARG(lse_st), CLKV_ARG(aa.buf), CLKV_ARG(aa.off),
+                        CLKV_ARG(aa.sb), CLKV_ARG(aa.sh), CLKV_ARG(a_st), CLKV_ARG(len_buf),
+                        CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(Hkv),
+                        CLKV_ARG(G), CLKV_ARG(W), CLKV_ARG(scale_log2), CLKV_ARG(eps), CLKV_ARG(ws),
+                        CLKV_ARG(raw_off), CLKV_ARG(vnorm_off), CLKV_ARG(row_len), CLKV_ARG(chunk));
+    if (st)
+        return st;
+    if (p->mma) {
+        const size_t g[3] = {(size_t)((p->max_len + chunk - 1) / chunk) * 128, (size_t)p->Hkv,
+                             (size_t)p->B};
+        const size_t l[3] = {128, 1, 1};
+        if (g[0] == 0)
+            return CLKV_OK;
+        clkv__log(ctx, "score_window_mma: method=%s RS=%d chunk=%d groups=%zu", g_names[m],
+                  p->mma_rs, chunk, g[0] / 128);
+        return clkv__launch(ctx, kw, "score_window_mma", 3, g, l, 0, NULL);
+    }
+    const int64_t tile = (int64_t)(p->wg / p->tpr) * p->kpr;
+    const size_t g[3] = {(size_t)((p->max_len + tile - 1) / tile) * p->wg, (size_t)p->Hkv,
+                         (size_t)p->B};
+    const size_t l[3] = {(size_t)p->wg, 1, 1};
+    if (g[0] == 0)
+        return CLKV_OK;
+    clkv__log(ctx, "score_window: method=%s TPR=%d WG=%d KPR=%d tiles=%zu", g_names[m], p->tpr,
+              p->wg, p->kpr, g[0] / p->wg);
+    return clkv__launch(ctx, kw, "score_window", 3, g, l, 0, NULL);
+}
+
+/* Key rows per local tile of the key kernels: about 32 KiB of f32 rows, at most SMALL_WG. */
+static int key_tile(int64_t D) {
+    int64_t tk = 8192 / D;
+    if (tk > SMALL_WG)
+        tk = SMALL_WG;
+    return tk < 1 ? 1 : (int)tk;
+}
+
+static clkv_status launch_vo_norm(clkv_context *ctx, const clkv_score_args *a, const score_plan *p,
+                                  cl_mem ws, cl_long vnorm_off) {
+    clkv_defs defs;
+    clkv__defs_init(&defs);
+    clkv__defs_int(&defs, "KV_DTYPE", a->k.dtype);
+    clkv__defs_int(&defs, "HEAD_DIM", p->D);
+    clkv__defs_int(&defs, "WG_SIZE", SMALL_WG);
+    clkv__defs_int(&defs, "TK", key_tile(p->D));
+    clkv__defs_int(&defs, "KEYDIFF", 0);
+    clkv__defs_int(&defs, "RAW_MEAN", 0);
+    clkv__defs_int(&defs, "WO_DTYPE", a->w_o.dtype);
+    clkv__defs_int(&defs, "MT", p->D > 128 ? 8 : 16); /* tile + W_O stage <= ~41 KiB */
+    cl_kernel kn;
+    clkv_status st = clkv__get_kernel(ctx, "score_key.cl", &defs, "score_vo_norm", &kn);
+    if (st)
+        return st;
+    const tens4 v = t4(&a->v);
+    const cl_long wo_off = clkv__elem_offset(&a->w_o), wo_sh = a->w_o.strides[0],
+                  wo_sd = a->w_o.strides[1];
+    const cl_int Dm = (cl_int)a->w_o.dims[2];
+    const cl_mem len_buf = a->lengths.buf;
+    const cl_long len_off = len_buf ? clkv__elem_offset(&a->lengths) : 0, row_len = p->row_len;
+    const cl_int has_len = len_buf != NULL, max_len = p->max_len, Hkv = (cl_int)p->Hkv,
+                 G = (cl_int)p->G;
+    st = clkv__set_args(ctx, kn, "score_vo_norm", 19, CLKV_ARG(v.buf), CLKV_ARG(v.off),
+                        CLKV_ARG(v.sb), CLKV_ARG(v.sh), CLKV_ARG(v.sl), CLKV_ARG(a->w_o.buf),
+                        CLKV_ARG(wo_off), CLKV_ARG(wo_sh), CLKV_ARG(wo_sd), CLKV_ARG(Dm),
+                        CLKV_ARG(len_buf), CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len),
+                        CLKV_ARG(Hkv), CLKV_ARG(G), CLKV_ARG(ws), CLKV_ARG(vnorm_off),
+                        CLKV_ARG(row_len));
+    if (st)
+        return st;
+    const int tk = key_tile(p->D);
+    const size_t g[3] = {(size_t)((p->max_len + tk - 1) / tk) * SMALL_WG, (size_t)p->Hkv,
+                         (size_t)p->B};
+    const size_t l[3] = {SMALL_WG, 1, 1};
+    if (g[0] == 0)
+        return CLKV_OK;
+    return clkv__launch(ctx, kn, "score_vo_norm", 3, g, l, 0, NULL);
+}
+
+static clkv_status launch_key(clkv_context *ctx, const clkv_score_args *a, const score_plan *p,
+                              cl_mem ws, cl_long raw_off, cl_long part_off) {
+    const int keydiff = a->method == CLKV_SCORE_KEYDIFF;
+    clkv_defs defs;
+    clkv__defs_init(&defs);
+    clkv__defs_int(&defs, "KV_DTYPE", a->k.dtype);
+    clkv__defs_int(&defs, "HEAD_DIM", p->D);
+    clkv__defs_int(&defs, "WG_SIZE", SMALL_WG);
+    clkv__defs_int(&defs, "TK", key_tile(p->D));
+    clkv__defs_int(&defs, "KEYDIFF", keydiff);
+    clkv__defs_int(&defs, "RAW_MEAN", keydiff && a->keydiff_raw_mean);
+    clkv__defs_int(&defs, "WO_DTYPE", 0);
+    clkv__defs_int(&defs, "MT", 16);
+    cl_kernel kk, kp = NULL;
+    clkv_status st = clkv__get_kernel(ctx, "score_key.cl", &defs, "score_key", &kk);
+    if (!st && keydiff)
+        st = clkv__get_kernel(ctx, "score_key.cl", &defs, "score_keydiff_partial", &kp);
+    if (st)
+        return st;
+    const tens4 k = t4(&a->k);
+    const cl_mem len_buf = a->lengths.buf;
+    const cl_long len_off = len_buf ? clkv__elem_offset(&a->lengths) : 0, row_len = p->row_len;
+    const cl_int has_len = len_buf != NULL, max_len = p->max_len, Hkv = (cl_int)p->Hkv,
+                 chunk = p->chunk, nchunks = p->nchunks;
+    const size_t l[3] = {SMALL_WG, 1, 1};
+    if (p->max_len == 0)
+        return CLKV_OK;
+    if (keydiff) {
+        st = clkv__set_args(ctx, kp, "score_keydiff_partial", 14, CLKV_ARG(k.buf), CLKV_ARG(k.off),
+                            CLKV_ARG(k.sb), CLKV_ARG(k.sh), CLKV_ARG(k.sl), CLKV_ARG(len_buf),
+                            CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(Hkv),
+                            CLKV_ARG(chunk), CLKV_ARG(nchunks), CLKV_ARG(ws), CLKV_ARG(part_off));
+        const size_t g[3] = {(size_t)p->nchunks * SMALL_WG, (size_t)p->Hkv, (size_t)p->B};
+        if (!st)
+            st = clkv__launch(ctx, kp, "score_keydiff_partial", 3, g, l, 0, NULL);
+        if (st)
+            return st;
+    }
+    st = clkv__set_args(ctx, kk, "score_key", 15, CLKV_ARG(k.buf), CLKV_ARG(k.off), CLKV_ARG(k.sb),
+                        CLKV_ARG(k.sh), CLKV_ARG(k.sl), CLKV_ARG(len_buf), CLKV_ARG(len_off),
+                        CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(Hkv), CLKV_ARG(nchunks),
+                        CLKV_ARG(ws), CLKV_ARG(part_off), CLKV_ARG(raw_off), CLKV_ARG(row_len));
+    if (st)
+        return st;
+    const int tk = key_tile(p->D);
+    const size_t g[3] = {(size_t)((p->max_len + tk - 1) / tk) * SMALL_WG, (size_t)p->Hkv,
+                         (size_t)p->B};
+    return clkv__launch(ctx, kk, "score_key", 3, g, l, 0, NULL);
+}
+
+static clkv_status launch_finalize(clkv_context *ctx, const clkv_score_args *a, const score_plan *p,
+                                   cl_mem ws, cl_long raw_off, cl_long vnorm_off, cl_event *done) {
+    clkv_defs defs;
+    clkv__defs_init(&defs);
+    clkv__defs_int(&defs, "POOL", p->pool);
+    clkv__defs_int(&defs, "POOL_K", p->pool_k);
+    clkv__defs_int(&defs, "CRITICAL", a->method == CLKV_SCORE_CRITICALKV);
+    clkv__defs_int(&defs, "STREAMING", a->method == CLKV_SCORE_STREAMINGLLM);
+    clkv__defs_int(&defs, "WG_SIZE", SMALL_WG);
+    cl_kernel kf;
+    clkv_status st = clkv__get_kernel(ctx, "score_pool.cl", &defs, "score_finalize", &kf);
+    if (st)
+        return st;
+    const cl_mem len_buf = a->lengths.buf;
+    const cl_long len_off = len_buf ? clkv__elem_offset(&a->lengths) : 0, row_len = p->row_len;
+    const cl_int has_len = len_buf != NULL, max_len = p->max_len, Hkv = (cl_int)p->Hkv,
+                 L = (cl_int)p->L, W = (cl_int)p->W, excl = p->pool_excl_window;
+    const cl_long protect = p->protect, sink = a->sink, recent = a->recent;
+    const tens4 s = t4(&a->scores), pb = t4(&a->pbar);
+    const cl_mem pb_buf = pb.buf ? pb.buf : s.buf;
+    const cl_int has_pbar = pb.buf != NULL;
+    st = clkv__set_args(ctx, kf, "score_finalize", 24, CLKV_ARG(ws), CLKV_ARG(raw_off),
+                        CLKV_ARG(vnorm_off), CLKV_ARG(row_len), CLKV_ARG(len_buf),
+                        CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(Hkv),
+                        CLKV_ARG(L), CLKV_ARG(W), CLKV_ARG(excl), CLKV_ARG(protect), CLKV_ARG(sink),
+                        CLKV_ARG(recent), CLKV_ARG(s.buf), CLKV_ARG(s.off), CLKV_ARG(s.sb),
+                        CLKV_ARG(s.sh), CLKV_ARG(pb_buf), CLKV_ARG(pb.off), CLKV_ARG(pb.sb),
+                        CLKV_ARG(pb.sh), CLKV_ARG(has_pbar));
+    if (st)
+        return st;
+    const size_t g[3] = {(size_t)((p->L + SMALL_WG - 1) / SMALL_WG) * SMALL_WG, (size_t)p->Hkv,
+                         (size_t)p->B};
+    const size_t l[3] = {SMALL_WG, 1, 1};
+    return clkv__launch(ctx, kf, "score_finalize", 3, g, l, 0, done);
+}
+
+clkv_status clkv_score(clkv_context *ctx, const clkv_score_args *args, cl_event *done) {
+    clkv_status st = check_common(ctx, args);
+    if (st != CLKV_OK)
+        return st;
+    score_plan p;
+    plan_launch(ctx, args, &p);
+    if (p.B == 0 || p.Hkv == 0 || p.L == 0)
+        return clkv__marker(ctx, done);
+    cl_mem ws;
+    if ((st = clkv__workspace(ctx, p.raw_bytes + p.vnorm_bytes + p.part_bytes, &ws)))
+        return st;
+    const cl_long raw_off = 0, vnorm_off = (cl_long)(p.raw_bytes / 4),
+                  part_off = (cl_long)((p.raw_bytes + p.vnorm_bytes) / 4);
+    const clkv_score_method m = args->method;
+    if (p.window) {
+        if (m == CLKV_SCORE_CRITICALKV && args->w_o.buf &&
+            (st = launch_vo_norm(ctx, args, &p, ws, vnorm_off)))
+            return st;
+        if ((st = launch_window(ctx, args, &p, ws, raw_off, vnorm_off)))
+            return st;
+    } else if (m == CLKV_SCORE_KNORM || m == CLKV_SCORE_KEYDIFF) {
+        if ((st = launch_key(ctx, args, &p, ws, raw_off, part_off)))
+            return st;
+    }
+    return launch_finalize(ctx, args, &p, ws, raw_off, vnorm_off, done);
+}
