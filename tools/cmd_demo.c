@@ -28,6 +28,8 @@ void usage_demo(FILE *f) {
                "steps:\n"
                "  decode-attention      bf16 HND cache, B=2, Hq=32, Hkv=8, D=128, ragged lengths\n"
                "  decode-attention-nhd  f16 NHD cache, f32 output and LSE, B=3, ragged lengths\n"
+               "  eviction              every scorer at a 10%% budget on a needle cache, AdaKV,\n"
+               "                        compaction, decode on the compacted cache\n"
                "  quant-cache           2-bit and 4-bit KIVI caches (groups of 32, n_r 128) vs\n"
                "                        the bf16 cache: memory, output error, time per call\n"
                "  longflow              static LongFlow cache: load a prompt, decode steps;\n"
@@ -183,6 +185,7 @@ typedef struct demo_step {
 static const demo_step demo_steps[] = {
     {"decode-attention", demo_decode, &decode_cpu, &decode_gpu},
     {"decode-attention-nhd", demo_decode, &decode_nhd_cpu, &decode_nhd_gpu},
+    {"eviction", demo_evict, &demo_evict_cpu, &demo_evict_gpu},
     {"quant-cache", demo_quant, &demo_quant_cpu, &demo_quant_gpu},
     {"longflow", demo_longflow, &demo_longflow_cpu, &demo_longflow_gpu},
     {"pariskv", demo_pariskv, &demo_pariskv_cpu, &demo_pariskv_gpu},

@@ -102,6 +102,8 @@ clkv_status demo_time(clkv_context *ctx, demo_call f, void *arg, int iters, int 
 
 /* ---- steps (tools/demo_*.c) ---- */
 
+int demo_evict(demo_env *env, const void *cfg, demo_row *row);
+extern const struct demo_evict_cfg demo_evict_cpu, demo_evict_gpu;
 int demo_quant(demo_env *env, const void *cfg, demo_row *row);
 extern const struct demo_quant_cfg demo_quant_cpu, demo_quant_gpu;
 int demo_longflow(demo_env *env, const void *cfg, demo_row *row);
