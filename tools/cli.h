@@ -28,6 +28,9 @@ void usage_bench_longflow(FILE *f);
 void usage_bench_window(FILE *f);
 /* `clkv bench attention-window` (tools/bench_window.c). */
 int bench_window(int argc, char **argv);
+/* `clkv bench minikv-prefill` (tools/bench_minikv.c). */
+void usage_bench_minikv(FILE *f);
+int bench_minikv(int argc, char **argv);
 /* `clkv bench score | dropkv | evict` (tools/bench_score.c). */
 void usage_bench_score(FILE *f);
 int bench_score(int argc, char **argv);
