@@ -32,6 +32,8 @@ void usage_demo(FILE *f) {
                "                        compaction, decode on the compacted cache\n"
                "  quant-cache           2-bit and 4-bit KIVI caches (groups of 32, n_r 128) vs\n"
                "                        the bf16 cache: memory, output error, time per call\n"
+               "  minikv                MiniKV prefill (heavy 25%% + recent 25%%) into a 2-bit\n"
+               "                        cache, decode; needles kept, error vs full attention\n"
                "  longflow              static LongFlow cache: load a prompt, decode steps;\n"
                "                        outputs, scores, victims vs a host model; us/step\n"
                "  pariskv               ParisKV index over a needle cache, drifting queries:\n"
@@ -187,6 +189,7 @@ static const demo_step demo_steps[] = {
     {"decode-attention-nhd", demo_decode, &decode_nhd_cpu, &decode_nhd_gpu},
     {"eviction", demo_evict, &demo_evict_cpu, &demo_evict_gpu},
     {"quant-cache", demo_quant, &demo_quant_cpu, &demo_quant_gpu},
+    {"minikv", demo_minikv, &demo_minikv_cpu, &demo_minikv_gpu},
     {"longflow", demo_longflow, &demo_longflow_cpu, &demo_longflow_gpu},
     {"pariskv", demo_pariskv, &demo_pariskv_cpu, &demo_pariskv_gpu},
 };

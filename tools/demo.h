@@ -71,6 +71,11 @@ void demo_problem_free(demo_problem *p);
  * sin a u1) + uniform noise, a = angle (radians); different steps differ in the noise. */
 void demo_problem_query(const demo_problem *p, int step, double angle, float *q);
 
+/* Query rows [B, Hq, rows, D] (malloc; NULL on failure): row t is
+ * demo_problem_query(first_step + t) at an angle spread over [0, pi/2], so the rows see
+ * both needle halves (window queries of the scorers, prompt queries of a prefill). */
+float *demo_problem_queries(const demo_problem *p, int64_t rows, int first_step);
+
 /* Double reference of decode attention of q [B, Hq, D] over the first n[b, h] tokens of
  * (b, h) listed in `pos` (pos NULL: positions 0 .. lengths[b]-1; else pos [B, Hkv, P]
  * with n[b*Hkv+h] entries used). o [B, Hq, D], lse [B, Hq] (lse may be NULL). */
@@ -91,6 +96,12 @@ clkv_status demo_upload(clkv_context *ctx, const char *name, const float *x, int
  * new host buffer; NULL with *st set (message on ctx) on failure. */
 void *demo_read_tensor(clkv_context *ctx, const clkv_tensor *t, clkv_status *st);
 
+/* The contents of a quantized cache (clkv/quant_cache.h) read back through its view and
+ * dequantised on the host as the header specifies: K and V [B, Hkv, p->L, D] float, the
+ * first tokens[b] tokens of sequence b (the rest untouched). (tools/demo_quant.c) */
+clkv_status demo_quant_dequant(clkv_context *ctx, const clkv_quant_cache *cache,
+                               const demo_problem *p, const int32_t *tokens, float *k, float *v);
+
 /* ---- timing ---- */
 
 typedef clkv_status (*demo_call)(void *arg);
@@ -104,6 +115,8 @@ clkv_status demo_time(clkv_context *ctx, demo_call f, void *arg, int iters, int 
 
 int demo_evict(demo_env *env, const void *cfg, demo_row *row);
 extern const struct demo_evict_cfg demo_evict_cpu, demo_evict_gpu;
+int demo_minikv(demo_env *env, const void *cfg, demo_row *row);
+extern const struct demo_minikv_cfg demo_minikv_cpu, demo_minikv_gpu;
 int demo_quant(demo_env *env, const void *cfg, demo_row *row);
 extern const struct demo_quant_cfg demo_quant_cpu, demo_quant_gpu;
 int demo_longflow(demo_env *env, const void *cfg, demo_row *row);

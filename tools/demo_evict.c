@@ -119,28 +119,6 @@ static clkv_status ev_pipeline(void *arg) {
     return st;
 }
 
-/* Window queries [B, Hq, rows, D]: row t points between the two topics (angles spread
- * over [0, pi/2]), so both needle halves are seen. */
-static float *window_queries(const demo_problem *p, int64_t rows) {
-    const int64_t B = p->s.B, Hq = p->s.Hq, D = p->s.D;
-    float *w = malloc((size_t)(B * Hq * rows * D) * sizeof(float));
-    float *one = malloc((size_t)(B * Hq * D) * sizeof(float));
-    if (!w || !one) {
-        free(w);
-        free(one);
-        return NULL;
-    }
-    for (int64_t t = 0; t < rows; t++) {
-        demo_problem_query(p, (int)(1000 + t), 1.5707963 * (double)t / (double)(rows - 1 + !rows),
-                           one);
-        for (int64_t bh = 0; bh < B * Hq; bh++) {
-            memcpy(w + (bh * rows + t) * D, one + bh * D, (size_t)D * sizeof(float));
-        }
-    }
-    free(one);
-    return w;
-}
-
 int demo_evict(demo_env *env, const void *vcfg, demo_row *row) {
     const demo_evict_cfg *cfg = vcfg;
     clkv_context *ctx = env->ctx;
@@ -165,7 +143,7 @@ int demo_evict(demo_env *env, const void *vcfg, demo_row *row) {
              B > 1 ? p.s.lengths[1] : 0);
     snprintf(row->dtype, sizeof row->dtype, "bf16");
     const int64_t qn = B * Hq * D, F = cfg->followups;
-    float *qw = window_queries(&p, W), *qh = window_queries(&p, TH);
+    float *qw = demo_problem_queries(&p, W, 1000), *qh = demo_problem_queries(&p, TH, 1000);
     float *qf = malloc((size_t)(F * qn) * sizeof(float));
     double *ref_full = malloc((size_t)(F * qn) * sizeof(double));
     double *ref_kept = malloc((size_t)qn * sizeof(double));

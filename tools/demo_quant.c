@@ -90,10 +90,8 @@ static uint64_t tensor_bytes(const clkv_tensor *t) {
     return n * clkv_dtype_size(t->dtype);
 }
 
-/* The cache's dequantised K and V as float [B, Hkv, L, D] (tokens of sequence b beyond
- * its length are left 0), read back through the view. */
-static clkv_status dequant_cache(clkv_context *ctx, const clkv_quant_cache *cache,
-                                 const demo_problem *p, float *k, float *v) {
+clkv_status demo_quant_dequant(clkv_context *ctx, const clkv_quant_cache *cache,
+                               const demo_problem *p, const int32_t *tokens, float *k, float *v) {
     clkv_quant_cache_view w;
     clkv_status st = clkv_quant_cache_view_get(cache, &w);
     if (st != CLKV_OK) {
@@ -111,7 +109,7 @@ static clkv_status dequant_cache(clkv_context *ctx, const clkv_quant_cache *cach
         const int32_t nr = w.config.residual, pk = 32 / kb, pv = 32 / vb;
         const uint32_t *kc = h[0], *vc = h[3];
         for (int64_t b = 0; b < p->s.B; b++) {
-            const int64_t T = p->s.lengths[b], nq = T - T % nr;
+            const int64_t T = tokens[b], nq = T - T % nr;
             for (int64_t hh = 0; hh < Hkv; hh++) {
                 const int64_t bh = b * Hkv + hh;
                 for (int64_t t = 0; t < T; t++) {
@@ -253,7 +251,7 @@ int demo_quant(demo_env *env, const void *vcfg, demo_row *row) {
         }
         if (st == CLKV_OK) {
             what = "quant-cache: view read-back";
-            st = dequant_cache(ctx, cache, &p, kd, vd);
+            st = demo_quant_dequant(ctx, cache, &p, p.s.lengths, kd, vd);
         }
         uint64_t qbytes = 0;
         if (st == CLKV_OK) {

@@ -156,6 +156,26 @@ void demo_problem_query(const demo_problem *p, int step, double angle, float *q)
     }
 }
 
+float *demo_problem_queries(const demo_problem *p, int64_t rows, int first_step) {
+    const int64_t B = p->s.B, Hq = p->s.Hq, D = p->s.D;
+    float *w = malloc((size_t)(B * Hq * rows * D) * sizeof(float));
+    float *one = malloc((size_t)(B * Hq * D) * sizeof(float));
+    if (!w || !one) {
+        free(w);
+        free(one);
+        return NULL;
+    }
+    for (int64_t t = 0; t < rows; t++) {
+        demo_problem_query(p, (int)(first_step + t),
+                           1.5707963 * (double)t / (double)(rows - 1 + !rows), one);
+        for (int64_t bh = 0; bh < B * Hq; bh++) {
+            memcpy(w + (bh * rows + t) * D, one + bh * D, (size_t)D * sizeof(float));
+        }
+    }
+    free(one);
+    return w;
+}
+
 void demo_ref_attention(const demo_problem *p, const float *q, const int32_t *pos, int64_t P,
                         const int32_t *n, double *o, double *lse) {
     const int64_t D = p->s.D, L = p->s.L, Hkv = p->s.Hkv, G = p->G;
