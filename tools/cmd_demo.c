@@ -236,6 +236,28 @@ int cmd_demo(int argc, char **argv) {
             return TOOL_EXIT_USAGE;
         }
     }
+    if (only && !*only) {
+        fprintf(stderr, "clkv demo: --step: empty list\n");
+        return TOOL_EXIT_USAGE;
+    }
+    if (only) {
+        /* Every name must be a step (checked before the device is touched). */
+        for (const char *s = only; *s;) {
+            const char *e = strchr(s, ',');
+            const size_t len = e ? (size_t)(e - s) : strlen(s);
+            int found = 0;
+            for (int i = 0; i < DEMO_NSTEPS && !found; i++) {
+                found =
+                    strlen(demo_steps[i].name) == len && strncmp(demo_steps[i].name, s, len) == 0;
+            }
+            if (!found) {
+                fprintf(stderr, "clkv demo: --step: no step named '%.*s'\n", (int)len, s);
+                usage_demo(stderr);
+                return TOOL_EXIT_USAGE;
+            }
+            s += len + (e ? 1 : 0);
+        }
+    }
     double t_start = tool_now();
     demo_env env;
     memset(&env, 0, sizeof env);
@@ -292,10 +314,6 @@ int cmd_demo(int argc, char **argv) {
         }
     }
     clkv_context_destroy(env.ctx);
-    if (ran == 0) {
-        fprintf(stderr, "clkv demo: --step '%s' names no step (see clkv demo --help)\n", only);
-        return TOOL_EXIT_USAGE;
-    }
     printf("\ndemo: %s (%d/%d steps passed, %.1f s)\n", rc == TOOL_EXIT_OK ? "PASS" : "FAIL",
            passed, ran, tool_now() - t_start);
     return rc;
