@@ -42,8 +42,9 @@ typedef int (*demo_fn)(demo_env *env, const void *cfg, demo_row *row);
 /* K/V [B, Hkv, L, D] (HND), queries [B, Hq, D], all generated on the host and rounded to
  * `dtype`. Keys and values are uniform in [-1, 1). Each (b, KV head) has a unit
  * "topic" direction u0 (and a second one u1); `needles` positions per (b, KV head),
- * spread over the sequence, hold keys needle_gain * u (half along u0, half along u1,
- * alternating) plus small noise, so queries along u0/u1 attend to them strongly. */
+ * one in each of `needles` equal strides of the sequence (lengths[b] >= needles), hold keys
+ * needle_gain * u (half along u0, half along u1, alternating) plus small noise, so queries along
+ * u0/u1 attend to them strongly. */
 typedef struct demo_problem_spec {
     int64_t B, Hq, Hkv, D, L;
     int32_t lengths[DEMO_MAX_B];

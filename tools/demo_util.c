@@ -83,6 +83,14 @@ void demo_problem_free(demo_problem *p) {
 
 clkv_status demo_problem_create(clkv_context *ctx, const demo_problem_spec *spec, demo_problem *p) {
     memset(p, 0, sizeof *p);
+    for (int64_t b = 0; b < spec->B; b++) {
+        if (spec->lengths[b] < 1 || spec->lengths[b] > spec->L ||
+            spec->lengths[b] < spec->needles) {
+            return clkv__fail(ctx, CLKV_ERR_ARG_RANGE,
+                              "demo problem: lengths[%lld] = %d outside [max(1, needles), L]",
+                              (long long)b, spec->lengths[b]);
+        }
+    }
     p->s = *spec;
     const int64_t B = spec->B, Hkv = spec->Hkv, L = spec->L, D = spec->D;
     p->G = spec->Hq / spec->Hkv;
@@ -106,12 +114,10 @@ clkv_status demo_problem_create(clkv_context *ctx, const demo_problem_spec *spec
         unit_vector(p->u1 + bh * D, D, (uint64_t)bh * (uint64_t)D, seed + 4u);
         const int64_t b = bh / Hkv, n = spec->lengths[b];
         for (int32_t j = 0; j < spec->needles; j++) {
-            /* Spread over the sequence, away from the very start, distinct positions. */
-            int64_t pos = n * (2 * j + 1) / (2 * spec->needles) + (bh * 7 + j) % 5;
-            pos = pos < n ? pos : n - 1;
-            if (j > 0 && pos <= p->needles[bh * spec->needles + j - 1]) {
-                pos = p->needles[bh * spec->needles + j - 1] + 1;
-            }
+            /* One needle in each of `needles` equal strides of the sequence, near its
+             * middle: distinct and ascending. */
+            const int64_t stride = n / spec->needles, half = stride / 2 > 0 ? stride / 2 : 1;
+            const int64_t pos = j * stride + stride / 2 + ((bh * 7 + j) % 5) % half;
             p->needles[bh * spec->needles + j] = (int32_t)pos;
             const float *u = (j % 2 == 0 ? p->u0 : p->u1) + bh * D;
             float *row = p->k + (bh * L + pos) * D;
