@@ -114,6 +114,9 @@ clkv_status demo_time(clkv_context *ctx, demo_call f, void *arg, int iters, int 
 
 /* ---- steps (tools/demo_*.c) ---- */
 
+int demo_decode(demo_env *env, const void *cfg, demo_row *row);
+extern const struct demo_decode_cfg demo_decode_cpu, demo_decode_gpu, demo_decode_nhd_cpu,
+    demo_decode_nhd_gpu;
 int demo_evict(demo_env *env, const void *cfg, demo_row *row);
 extern const struct demo_evict_cfg demo_evict_cpu, demo_evict_gpu;
 int demo_minikv(demo_env *env, const void *cfg, demo_row *row);
