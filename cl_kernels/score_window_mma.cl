@@ -34,6 +34,9 @@
  *   RS          query rows per stage (multiple of 16)
  *   NEED_V, NEED_A, ROUND_P, WRITE_VNORM   as in score_window.cl
  *   KV_ALIGNED  1: K/V rows 16-byte aligned (vector loads); 0: element loads
+ *   PREFETCH    1: the next tile's K/V fragments are loaded while this tile is computed
+ *               (twice the fragment registers; measured slower on an H200: fewer resident
+ *               warps); 0 (default): loaded at the top of each tile
  */
 #define M_DROPKV 0
 #define M_SNAPKV 1
@@ -121,6 +124,28 @@ inline uint4 load_chunk(__global const KV_T *p, long elem) {
 #endif
 }
 
+/* K (and V) fragments of keys j0 .. j0 + 15 (rows past n read row n - 1; masked later). */
+inline void load_tile(__global const KV_T *k, __global const KV_T *v, long kb, long vb, long k_sl,
+                      long v_sl, int j0, int n, int fg, int ft, uint4 (*kf)[NCK],
+                      uint4 (*vf)[NCK]) {
+    UNROLL
+    for (int nt = 0; nt < 2; nt++) {
+        const int j = min(j0 + nt * 8 + fg, n - 1);
+        UNROLL
+        for (int c = 0; c < NCK; c++) {
+            kf[nt][c] = load_chunk(k, kb + (long)j * k_sl + (4 * c + ft) * 8);
+#if NEED_V
+            vf[nt][c] = load_chunk(v, vb + (long)j * v_sl + (4 * c + ft) * 8);
+#else
+            (void)v;
+            (void)vb;
+            (void)v_sl;
+            (void)vf;
+#endif
+        }
+    }
+}
+
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q_st,
                  __global const KV_T *k, long k_off, long k_sb, long k_sh, long k_sl,
@@ -157,31 +182,53 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
     const long kb = k_off + (long)b * k_sb + (long)kvh * k_sh;
     const long vb = v_off + (long)b * v_sb + (long)kvh * v_sh;
     __global float *out = raw + raw_off + ((long)b * Hkv + kvh) * row_len;
-    const float inv =
-        1.0f / ((METHOD == M_SNAPKV || METHOD == M_CRITICALKV) ? (float)G * (float)W : (float)G);
+#if METHOD == M_SNAPKV || METHOD == M_CRITICALKV
+    const float inv = 1.0f / ((float)G * (float)W);
+#else
+    const float inv = 1.0f / (float)G;
+#endif
+
+    /* K (V) fragments of the warp's keys: 16-byte chunk 4 s + ft of key row j0 + 8 nt + fg */
+    uint4 kf[2][NCK];
+#if NEED_V
+    uint4 vf[2][NCK];
+#else
+    uint4(*vf)[NCK] = 0;
+    (void)vf;
+#endif
+#if PREFETCH
+    uint4 kn[2][NCK];
+#if NEED_V
+    uint4 vnx[2][NCK];
+#else
+    uint4(*vnx)[NCK] = 0;
+#endif
+    if (c0 + w * KW < c1)
+        load_tile(k, v, kb, vb, k_sl, v_sl, c0 + w * KW, n, fg, ft, kn, vnx);
+#endif
 
     for (int tile0 = c0; tile0 < c1; tile0 += KT) {
         const int j0 = tile0 + w * KW; /* this warp's first key */
         const int live = j0 < c1;      /* uniform over the warp */
 
-        /* K (V) fragments: chunk kc = 4 s + ft of key row j0 + 8 nt + fg */
-        uint4 kf[2][NCK];
-#if NEED_V
-        uint4 vf[2][NCK];
-#endif
-        if (live) {
+#if PREFETCH
+        /* the next tile's rows are requested before this tile's products */
+        UNROLL
+        for (int nt = 0; nt < 2; nt++) {
             UNROLL
-            for (int nt = 0; nt < 2; nt++) {
-                const int j = min(j0 + nt * 8 + fg, n - 1); /* in bounds; masked below */
-                UNROLL
-                for (int s = 0; s < NCK; s++) {
-                    kf[nt][s] = load_chunk(k, kb + (long)j * k_sl + (4 * s + ft) * 8);
+            for (int c = 0; c < NCK; c++) {
+                kf[nt][c] = kn[nt][c];
 #if NEED_V
-                    vf[nt][s] = load_chunk(v, vb + (long)j * v_sl + (4 * s + ft) * 8);
+                vf[nt][c] = vnx[nt][c];
 #endif
-                }
             }
         }
+        if (j0 + KT < c1)
+            load_tile(k, v, kb, vb, k_sl, v_sl, j0 + KT, n, fg, ft, kn, vnx);
+#else
+        if (live)
+            load_tile(k, v, kb, vb, k_sl, v_sl, j0, n, fg, ft, kf, vf);
+#endif
 
 #if METHOD == M_DROPKV || WRITE_VNORM
         /* ||v||^2 (DropKV) or ||v||_1 of key j0 + 8 nt + fg, summed over the 4 lanes of fg */
@@ -232,6 +279,8 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
             if (nstage > 1 || tile0 == c0) {
                 /* stage rows r0 .. r0 + RS - 1 in fragment order */
                 barrier(CLK_LOCAL_MEM_FENCE);
+                /* (a fully unrolled version of this loop measured slower on the H200:
+                 * more registers for the whole kernel) */
                 for (int i = lid; i < NRB * NKS * 32 * 4; i += WG_SIZE) {
                     const int word = i % 4, ln = (i / 4) % 32, kk = (i / 128) % NKS,
                               rb = i / (128 * NKS);
@@ -266,7 +315,7 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                 }
                 for (int i = lid; i < RS; i += WG_SIZE) {
                     const int rr = r0 + i;
-                    float l2 = -INFINITY, an = 0.0f;
+                    float l2 = -INFINITY;
                     int pos = -1;
                     if (rr < rows) {
                         const int h = kvh * G + rr / W, tt = rr % W;
@@ -274,22 +323,31 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                             lse[lse_off + (long)b * lse_sb + (long)h * lse_sh + (long)tt * lse_st] *
                             CLKV_LOG2E;
                         pos = n - W + tt;
-#if NEED_A
-                        const long ai = a_off + (long)b * a_sb + (long)h * a_sh + (long)tt * a_st;
-                        for (int e = 0; e < HEAD_DIM; e++) {
-                            const float x = CLKV_LOAD(A_DTYPE)(a, ai + e);
-                            an = fma(x, x, an);
-                        }
-#endif
                     }
                     lse_loc[i] = l2;
                     pos_loc[i] = pos;
-#if NEED_A
-                    an_loc[i] = an;
-#else
-                    (void)an;
-#endif
                 }
+#if NEED_A
+                /* ||a||^2 of each row (f32 a): one warp per row, a butterfly over its lanes */
+                for (int i = w; i < RS; i += WG_SIZE / 32) {
+                    const int rr = r0 + i;
+                    float an = 0.0f;
+                    if (rr < rows) {
+                        const int h = kvh * G + rr / W, tt = rr % W;
+                        const long ai = a_off + (long)b * a_sb + (long)h * a_sh + (long)tt * a_st;
+                        UNROLL
+                        for (int e = lane; e < HEAD_DIM; e += 32) {
+                            const float x = CLKV_LOAD(A_DTYPE)(a, ai + e);
+                            an = fma(x, x, an);
+                        }
+                    }
+                    UNROLL
+                    for (int o = 16; o > 0; o >>= 1)
+                        an += clkv_shfl_xor(an, o);
+                    if (lane == 0)
+                        an_loc[i] = an;
+                }
+#endif
                 barrier(CLK_LOCAL_MEM_FENCE);
             }
             if (!live)
@@ -335,7 +393,7 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                     const int r = rl + fg + 8 * (i >> 1);
                     const float l2 = lse_loc[r];
                     const int pos = pos_loc[r];
-#if NEED_A
+#if METHOD == M_DROPKV
                     const float an = an_loc[r];
 #endif
                     UNROLL

@@ -61,7 +61,7 @@ typedef struct score_plan {
     /* window kernel geometry */
     int tpr, wg, kpr, vec_aligned;
     /* tensor-core window kernel (score_window_mma.cl): rows per stage, keys per work-group */
-    int mma, mma_rs, mma_chunk;
+    int mma, mma_rs, mma_chunk, mma_prefetch;
     /* keydiff */
     int chunk, nchunks;
     /* workspace layout (bytes) */
@@ -235,6 +235,16 @@ static int mma_env(void) {
     return v;
 }
 
+/* Tuning overrides of the tensor-core kernel, read once per process (-1: the default):
+ * $CLKV_SCORE_MMA_PREFETCH (0/1: next tile's K/V loaded during this tile) and
+ * $CLKV_SCORE_MMA_TILES (64-key tiles per work-group, 1..256). */
+static int mma_tune(const char *name, int lo, int hi) {
+    const char *e = getenv(name);
+    const int x = e && *e ? atoi(e) : -1;
+    return x >= lo && x <= hi ? x : -1;
+}
+static int g_mma_prefetch = -2, g_mma_tiles = -2;
+
 #define MMA_LOCAL_MAX 40960 /* staged query rows, bytes (static local memory <= 48 KiB) */
 #define MMA_KT 64           /* keys per tile of score_window_mma */
 
@@ -253,16 +263,25 @@ static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p)
     const int64_t rows16 = (p->G * p->W + 15) / 16 * 16;
     p->mma = 1;
     p->mma_rs = (int)(rows16 < rs_max ? rows16 : rs_max);
-    /* about 8 work-groups per compute unit, 4..64 tiles each (the staged rows are read
-     * once per work-group) */
+    /* about 4 work-groups per compute unit (one wave; the staged rows are read once per
+     * work-group), 4..64 tiles each. H200, DropKV bf16 Hq 32 / Hkv 8 D 128 W 8: at 128K
+     * 32 tiles per work-group measured 185 us, 16 tiles 198 us, 8 tiles 221 us; at 16K 4
+     * tiles 45 us, 8 tiles 49 us. */
     const int64_t tiles = (p->max_len + MMA_KT - 1) / MMA_KT;
-    const int64_t target = (int64_t)(ctx->info.compute_units ? ctx->info.compute_units : 1) * 8;
+    const int64_t target = (int64_t)(ctx->info.compute_units ? ctx->info.compute_units : 1) * 4;
     int64_t per = (tiles * p->B * p->Hkv + target - 1) / target;
     if (per < 4)
         per = 4;
     if (per > 64)
         per = 64;
+    if (g_mma_tiles == -2)
+        g_mma_tiles = mma_tune("CLKV_SCORE_MMA_TILES", 1, 256);
+    if (g_mma_tiles > 0)
+        per = g_mma_tiles;
     p->mma_chunk = (int)(per * MMA_KT);
+    if (g_mma_prefetch == -2)
+        g_mma_prefetch = mma_tune("CLKV_SCORE_MMA_PREFETCH", 0, 1);
+    p->mma_prefetch = g_mma_prefetch >= 0 ? g_mma_prefetch : 0;
 }
 
 int64_t clkv__score_protect(const clkv_score_args *a) {
@@ -416,6 +435,7 @@ static clkv_status launch_window(clkv_context *ctx, const clkv_score_args *a, co
     clkv__defs_int(&defs, "HEAD_DIM", p->D);
     if (p->mma) {
         clkv__defs_int(&defs, "RS", p->mma_rs);
+        clkv__defs_int(&defs, "PREFETCH", p->mma_prefetch);
         clkv__defs_int(&defs, "KV_ALIGNED",
                        clkv__rows_aligned(&a->k, 8) && (!nv || clkv__rows_aligned(&a->v, 8)));
     } else {
