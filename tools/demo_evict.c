@@ -18,6 +18,8 @@
  *     spreads its score over);
  *   - the decode output on each compacted cache matches a double reference over the
  *     same kept tokens (bf16 tolerance), and its error vs full attention is finite.
+ * AdaKV's budget k is one number per call: 10 % of the longest sequence, so a shorter
+ * sequence keeps a larger fraction (the kept column shows the total).
  * Reported: kept fraction, needles kept, relative error vs the full cache (max over the
  * follow-up queries), time of the eviction (keep-set + compaction). */
 #include <math.h>
