@@ -276,6 +276,14 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
         float acc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
         for (int st = 0; st < nstage; st++) {
             const int r0 = st * RS;
+            if (nstage > 1) {
+                /* causal skip (uniform over the work-group): a stage whose latest query
+                 * position precedes the tile's first key contributes p = 0 everywhere */
+                const int last = min(r0 + RS, rows) - 1;
+                const int pmax = r0 / W != last / W ? n - 1 : n - W + last % W;
+                if (pmax < tile0)
+                    continue;
+            }
             if (nstage > 1 || tile0 == c0) {
                 /* stage rows r0 .. r0 + RS - 1 in fragment order */
                 barrier(CLK_LOCAL_MEM_FENCE);
@@ -355,6 +363,13 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
             const int nrb = min(NRB, (rows - r0 + 15) / 16);
             for (int rb = 0; rb < nrb; rb++) {
                 const int rl = rb * 16;
+                /* causal skip (uniform over the warp): all 16 rows precede the warp's keys */
+                float pm = (float)pos_loc[rl + (lane & 15)];
+                UNROLL
+                for (int o = 8; o > 0; o >>= 1)
+                    pm = fmax(pm, clkv_shfl_xor(pm, o));
+                if (pm < (float)j0)
+                    continue;
                 float s[2][4];
 #if NEED_A
                 float d[2][4];
