@@ -108,8 +108,8 @@ __kernel void quant_keys(__global const x_t *x, long x_off, long x_sb, long x_sh
                          __global uint *codes, long c_off, long c_sb, long c_sh, long c_sn,
                          __global meta_t *scale, long s_off, long s_sb, long s_sh, long s_sn,
                          __global meta_t *minv, long m_off, long m_sb, long m_sh, long m_sn,
-                         __global int *flags, long f_off, int has_flags, long total, int H,
-                         int D, int NG, int bits, int group) {
+                         __global int *flags, long f_off, int has_flags, long total, int H, int D,
+                         int NG, int bits, int group) {
     const long idx = get_global_id(0);
     if (idx >= total)
         return;
@@ -153,8 +153,8 @@ __kernel void quant_values(__global const x_t *x, long x_off, long x_sb, long x_
                            __global uint *codes, long c_off, long c_sb, long c_sh, long c_sn,
                            __global meta_t *scale, long s_off, long s_sb, long s_sh, long s_sn,
                            __global meta_t *minv, long m_off, long m_sb, long m_sh, long m_sn,
-                           __global int *flags, long f_off, int has_flags, long total, int H,
-                           int N, int DG, int bits, int group) {
+                           __global int *flags, long f_off, int has_flags, long total, int H, int N,
+                           int DG, int bits, int group) {
     const long idx = get_global_id(0);
     if (idx >= total)
         return;
@@ -200,12 +200,11 @@ inline float dequant_one(uint word, int i, int bits, float s, float m) {
 }
 
 /* Keys: item (bh, w, d) expands word w of channel d (P tokens). total = B*H*(N/P)*D. */
-__kernel void dequant_keys(__global const uint *codes, long c_off, long c_sb, long c_sh,
-                           long c_sn, __global const meta_t *scale, long s_off, long s_sb,
-                           long s_sh, long s_sn, __global const meta_t *minv, long m_off,
-                           long m_sb, long m_sh, long m_sn, __global x_t *out, long o_off,
-                           long o_sb, long o_sh, long o_sn, long total, int H, int D, int NW,
-                           int bits, int group) {
+__kernel void dequant_keys(__global const uint *codes, long c_off, long c_sb, long c_sh, long c_sn,
+                           __global const meta_t *scale, long s_off, long s_sb, long s_sh,
+                           long s_sn, __global const meta_t *minv, long m_off, long m_sb, long m_sh,
+                           long m_sn, __global x_t *out, long o_off, long o_sb, long o_sh,
+                           long o_sn, long total, int H, int D, int NW, int bits, int group) {
     const long idx = get_global_id(0);
     if (idx >= total)
         return;
@@ -287,17 +286,16 @@ inline float cache_round_res(float x) {
 
 /* One appended tensor (k or v) and the cache buffers it goes to. */
 #define CACHE_SIDE_PARAMS(T, s)                                                                    \
-    __global const T *s##x, long s##x_off, long s##x_sb, long s##x_sh, long s##x_sn,              \
+    __global const T *s##x, long s##x_off, long s##x_sb, long s##x_sh, long s##x_sn,               \
         __global res_t *s##res, __global uint *s##codes, __global meta_t *s##scale,                \
         __global meta_t *s##minv, int s##bits
 
 /* Element c of token p of sequence b, head h: from the residual (p < t_old) or from row
  * p - t_old of the input, rounded to the residual dtype. */
 #define CACHE_SRC(LOAD, s, b, h, bh, p, c)                                                         \
-    ((p) < t_old ? LOAD_RES(s##res, ((long)(bh) * NR + ((p) - nq)) * D + (c))                      \
-                 : cache_round_res(LOAD(s##x, s##x_off + (long)(b) * s##x_sb +                     \
-                                                  (long)(h) * s##x_sh +                            \
-                                                  (long)((p) - t_old) * s##x_sn + (c))))
+    ((p) < t_old ? LOAD_RES(s##res, ((long)(bh)*NR + ((p)-nq)) * D + (c))                          \
+                 : cache_round_res(LOAD(s##x, s##x_off + (long)(b)*s##x_sb + (long)(h)*s##x_sh +   \
+                                                  (long)((p)-t_old) * s##x_sn + (c))))
 
 /* Per-sequence state: n_quant, t_old and t_new. */
 inline void cache_state(__global const int *counts, __global const int *cnt, long cnt_off,
@@ -404,7 +402,7 @@ __kernel void cache_write_residual(CACHE_SIDE_PARAMS(x_t, k_), CACHE_SIDE_PARAMS
     const int c = t_new - t_old, nres = t_new % NR;
     if (r >= min(c, nres))
         return;
-    const long jn = c - 1 - r;      /* appended token */
+    const long jn = c - 1 - r;     /* appended token */
     const int slot = nres - 1 - r; /* = t_old + jn - (t_new - nres) */
     const long ri = ((long)bh * NR + slot) * D + d;
     if (kv == 0)

@@ -91,8 +91,7 @@ __kernel void select_init(__global const int *lens, long len_off, int has_len, i
  * shift + nbits equal the row's prefix. Global: (nchunks * SEL_WG, rows). */
 __kernel void select_hist(__global const float *scores, long s_off, long s_sb, long s_sh, int H,
                           __global uint *ws, long st_off, long h_off, __global const int *lens,
-                          long len_off, int has_len, int max_len, int chunk, int shift,
-                          int nbits) {
+                          long len_off, int has_len, int max_len, int chunk, int shift, int nbits) {
     __local uint lh[BINS];
     __global const uint *state = ws + st_off;
     __global uint *hist = ws + h_off;
@@ -204,8 +203,8 @@ __kernel void select_count(__global const float *scores, long s_off, long s_sb, 
 /* Per row: exclusive scans over the chunks of (selected count, ties before), and the
  * row's count. Global: (SEL_WG, rows). */
 __kernel void select_offsets(__global uint *ws, long st_off, long cc_off, int nchunks,
-                             __global int *counts, long c_off, long c_sb, long c_sh,
-                             int has_counts, int H) {
+                             __global int *counts, long c_off, long c_sb, long c_sh, int has_counts,
+                             int H) {
     __local uint s[SEL_WG];
     __global const uint *state = ws + st_off;
     __global uint *cc = ws + cc_off;

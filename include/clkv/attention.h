@@ -52,10 +52,10 @@ extern "C" {
  * context's queue and returns without waiting.
  *
  * On NVIDIA with q and K/V both f16 or both bf16, D 64 or 128, lengths [B] (or absent),
- * num_splits = 0 and B * max_length >= 16384, decode runs as clkv_attention_window with T = 1 on its tensor-core
- * kernel (same results within the tolerances of SPEC §0.2; measurably faster, see the
- * README's performance section). CLKV_DECODE_MMA=0 in the environment (read when the
- * context is created) keeps decode on its own kernel.
+ * num_splits = 0 and B * max_length >= 16384, decode runs as clkv_attention_window with T = 1 on
+ * its tensor-core kernel (same results within the tolerances of SPEC §0.2; measurably faster, see
+ * the README's performance section). CLKV_DECODE_MMA=0 in the environment (read when the context is
+ * created) keeps decode on its own kernel.
  */
 typedef struct clkv_attention_decode_args {
     clkv_tensor q;
