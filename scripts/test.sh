@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 JOBS=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCLKV_WERROR=ON
 cmake --build build -j "$JOBS"
-ctest --test-dir build --output-on-failure -j 1
+ctest --test-dir build --output-on-failure -j "$JOBS"
 
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCLKV_WERROR=ON \
   -DCLKV_SANITIZE=address,undefined -DCLKV_BUILD_TOOLS=OFF
