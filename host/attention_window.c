@@ -1,4 +1,5 @@
 /* clkv_attention_window: validation, tile and split-K sizing, launch. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,9 +114,14 @@ static int p16_requested(void) {
     return cached;
 }
 
-static int env_int(const char *name) {
-    const char *e = getenv(name);
-    return e ? atoi(e) : 0;
+/* A tuning override from the environment, read once per process (plan_fa runs on every
+ * call, decode steps included). `slot` caches it; INT_MIN = not read yet. */
+static int env_int_once(int *slot, const char *name) {
+    if (*slot == INT_MIN) {
+        const char *e = getenv(name);
+        *slot = e ? atoi(e) : 0;
+    }
+    return *slot;
 }
 
 static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, window_plan *p) {
@@ -124,7 +130,9 @@ static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, windo
     p->fa_nwk = 4 / (p->fa_qt / 16);
     p->fa_kw = 64 / p->fa_nwk;
     /* tuning overrides (keys per warp 16 | 32 | 64, stages 2..8); ignored when invalid */
-    const int kw_env = env_int("CLKV_WINDOW_FA_KW"), st_env = env_int("CLKV_WINDOW_FA_STAGES");
+    static int kw_cached = INT_MIN, st_cached = INT_MIN;
+    const int kw_env = env_int_once(&kw_cached, "CLKV_WINDOW_FA_KW"),
+              st_env = env_int_once(&st_cached, "CLKV_WINDOW_FA_STAGES");
     if (kw_env == 16 || kw_env == 32 || kw_env == 64)
         p->fa_kw = kw_env;
     const size_t kt = (size_t)(p->fa_nwk * p->fa_kw);
