@@ -129,6 +129,14 @@ static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, windo
     p->fa_qt = rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
     p->fa_nwk = 4 / (p->fa_qt / 16);
     p->fa_kw = 64 / p->fa_nwk;
+    /* Decode-like shapes (one 16-row block) with at least half a wave of row blocks: 32 keys
+     * per warp in 2 stages (H200, T = 1, B 8, L 128K: 1022 us against 1098 us with 16 keys
+     * in 3 stages; fewer row blocks, where each work-group owns a compute unit, keep 16
+     * keys in 3 stages: B 1, L 32K 43.9 against 49.5 us). */
+    const int64_t units = a->q.dims[0] * a->k.dims[1] * ((rows + p->fa_qt - 1) / p->fa_qt);
+    const int wide = p->fa_nwk == 4 && units * 2 > (int64_t)ctx->info.compute_units;
+    if (wide)
+        p->fa_kw = 32;
     /* tuning overrides (keys per warp 16 | 32 | 64, stages 2..8); ignored when invalid */
     static int kw_cached = INT_MIN, st_cached = INT_MIN;
     const int kw_env = env_int_once(&kw_cached, "CLKV_WINDOW_FA_KW"),
@@ -137,7 +145,7 @@ static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, windo
         p->fa_kw = kw_env;
     const size_t kt = (size_t)(p->fa_nwk * p->fa_kw);
     const size_t stage = 2 * kt * (size_t)(p->D + 8) * 2;
-    size_t nstg = p->fa_nwk == 1 ? 2 : 3;
+    size_t nstg = p->fa_nwk == 1 || wide ? 2 : 3;
     if (st_env >= 2 && st_env <= 8)
         nstg = (size_t)st_env;
     const size_t ml_bytes = (size_t)p->fa_nwk * (size_t)p->fa_qt * 2 * 4;
@@ -239,6 +247,10 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
          * keys and 146 us at 128K; 24 splits 36 / 171 us, 32 splits 34 / 150 us). */
         if (p->fa && units > 0 && units * 2 <= cu)
             splits = cu / units;
+        static int sp_cached = INT_MIN;
+        const int sp_env = env_int_once(&sp_cached, "CLKV_WINDOW_FA_SPLITS");
+        if (p->fa && sp_env > 0) /* tuning override */
+            splits = sp_env;
         if (splits > ceil_div(len, min_chunk))
             splits = ceil_div(len, min_chunk);
         /* keep the partial states within a quarter of the largest buffer */

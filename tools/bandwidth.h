@@ -16,9 +16,9 @@ typedef struct tool_bandwidth {
     const char *method;   /* "strided" (GPU) or "blocked" (CPU) */
 } tool_bandwidth;
 
-/* Buffer size: min(1 GiB, max_alloc/2, global/4) on GPUs (at least 8x a 60 MB L2 when
- * the device allows it), min(256 MiB, ...) on CPUs (far beyond their caches, and keeps
- * the measurement short). */
+/* Buffer size: min(4 GiB, max_alloc/2, global/4) on GPUs (launch gaps stay under 1 % of a
+ * launch), min(256 MiB, ...) on CPUs (far beyond their caches, and keeps the measurement
+ * short). */
 uint64_t tool_bandwidth_buffer_bytes(const clkv_device_info *info);
 
 /* Measure the device's float4 streaming-read bandwidth: fill the buffer, warm up, then
