@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "bench_util.h"
 #include "decode_setup.h"
 #include "reference.h"
 #include "runtime/internal.h"
@@ -110,61 +109,13 @@ void tool_decode_args(const tool_decode_shape *s, const tool_decode_bufs *b, int
     a->num_splits = num_splits;
 }
 
-static clkv_status time_batch(clkv_context *ctx, const clkv_attention_decode_args *a, int n,
-                              double *per_call) {
-    double t0 = tool_now();
-    for (int i = 0; i < n; i++) {
-        clkv_status st = clkv_attention_decode(ctx, a, NULL);
-        if (st != CLKV_OK) {
-            return st;
-        }
-    }
-    clkv_status st = clkv_context_finish(ctx);
-    *per_call = (tool_now() - t0) / (n > 0 ? n : 1);
-    return st;
+static clkv_status call_decode(clkv_context *ctx, const void *arg) {
+    return clkv_attention_decode(ctx, (const clkv_attention_decode_args *)arg, NULL);
 }
-
-#define TOOL_MAX_REPEATS 1000
 
 clkv_status tool_decode_time(clkv_context *ctx, const clkv_attention_decode_args *a, int warmup,
                              int iters, int repeats, const char *label, tool_timing *t) {
-    iters = iters < 1 ? 1 : iters;
-    repeats = repeats < 1 ? 1 : (repeats > TOOL_MAX_REPEATS ? TOOL_MAX_REPEATS : repeats);
-    t->iters = iters;
-    t->repeats = repeats;
-    t->first_call_s = t->median_s = t->min_s = NAN;
-    clkv_status st = time_batch(ctx, a, 1, &t->first_call_s);
-    double warm = 0.0;
-    if (st == CLKV_OK && warmup > 0) {
-        st = time_batch(ctx, a, warmup, &warm);
-    }
-    if (st != CLKV_OK) {
-        return st;
-    }
-    double est = (warmup > 0 ? warm : t->first_call_s) * iters * repeats;
-    int progress = est > 1.5;
-    if (progress) {
-        tool_progress_begin(label);
-    }
-    double *per = malloc((size_t)repeats * sizeof *per);
-    if (!per) {
-        return clkv__fail(ctx, CLKV_ERR_OUT_OF_HOST_MEMORY, "timing: out of host memory");
-    }
-    for (int r = 0; r < repeats && st == CLKV_OK; r++) {
-        st = time_batch(ctx, a, iters, &per[r]);
-        if (progress) {
-            tool_progress_step(r + 1, repeats);
-        }
-    }
-    if (progress) {
-        tool_progress_end();
-    }
-    if (st == CLKV_OK) {
-        t->median_s = tool_median(per, repeats);
-        t->min_s = tool_min(per, repeats);
-    }
-    free(per);
-    return st;
+    return bench_time_call(ctx, call_decode, a, iters, repeats, warmup, label, t);
 }
 
 /* Host copy of one (b, kv head) problem regenerated from the seeds. */

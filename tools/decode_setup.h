@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "bench_harness.h"
 #include "clkv.h"
 
 typedef struct tool_decode_shape {
@@ -50,16 +51,7 @@ clkv_status tool_decode_fill_device(clkv_context *ctx, const tool_decode_shape *
 void tool_decode_args(const tool_decode_shape *s, const tool_decode_bufs *b, int64_t max_length,
                       int32_t num_splits, clkv_attention_decode_args *a);
 
-typedef struct tool_timing {
-    double first_call_s; /* first call + finish (includes the program build) */
-    double median_s;     /* median over repeats of the per-call mean of a batch */
-    double min_s;        /* fastest batch, per call */
-    int iters, repeats;
-} tool_timing;
-
-/* One call (timed as first_call_s), `warmup` more, then `repeats` batches of `iters`
- * back-to-back calls each timed by the host clock around the batch and a finish. A
- * progress line goes to stderr when the whole run looks longer than ~1.5 s. */
+/* bench_time_call (bench_harness.h) of clkv_attention_decode with arguments a. */
 clkv_status tool_decode_time(clkv_context *ctx, const clkv_attention_decode_args *a, int warmup,
                              int iters, int repeats, const char *label, tool_timing *t);
 
