@@ -6,6 +6,7 @@
 
 #include "bandwidth.h"
 #include "bench_common.h"
+#include "bench_harness.h"
 #include "bench_util.h"
 #include "cli.h"
 #include "decode_setup.h"
@@ -96,7 +97,7 @@ static int parse_decode_opts(int argc, char **argv, decode_opts *o) {
     const bench_common_opts common = {.iters = &o->iters,
                                       .iters_max = 1000000,
                                       .repeats = &o->repeats,
-                                      .repeats_max = 1000,
+                                      .repeats_max = BENCH_MAX_REPEATS,
                                       .warmup = &o->warmup,
                                       .bw_runs = &o->bw_runs,
                                       .bw_runs_max = 64,
@@ -246,10 +247,8 @@ static void run_shape(clkv_context *ctx, const decode_opts *o, const tool_bandwi
     }
     free(lengths);
     if (st != CLKV_OK) {
-        const char *msg = clkv_last_error(ctx);
         r->status = st;
-        snprintf(r->error, sizeof r->error, "%s: %s: %s", what, clkv_status_string(st),
-                 msg ? msg : "");
+        bench_error_text(ctx, st, what, r->error, sizeof r->error);
         return;
     }
     r->gbps = (double)r->kv_bytes / r->t.median_s * 1e-9;
@@ -298,28 +297,13 @@ static int bench_decode(int argc, char **argv) {
         }
         return pr > 0 ? TOOL_EXIT_OK : TOOL_EXIT_USAGE;
     }
-    clkv_context *ctx = NULL;
-    clkv_status st = clkv_context_create(o.device, &ctx);
-    if (st != CLKV_OK) {
-        return report_failure(NULL, st, "clkv_context_create");
-    }
-    const clkv_device_info *info = clkv_context_device_info(ctx);
-    fprintf(stderr, "[bench] device: %s (%s); measuring streaming-read bandwidth...\n",
-            info->device_name, info->platform_name);
-    tool_bandwidth bw;
-    st = tool_measure_bandwidth(ctx, (int)o.bw_runs, &bw);
-    if (st != CLKV_OK) {
-        int rc = report_failure(ctx, st, "bandwidth measurement");
-        clkv_context_destroy(ctx);
+    bench_session s;
+    const int rc = bench_open(&s, o.device, o.format, (int)o.bw_runs);
+    if (rc != TOOL_EXIT_OK) {
         return rc;
     }
     if (o.format == TOOL_FMT_TEXT) {
-        printf("device: %s | %s | driver %s | %u CUs\n", info->device_name, info->platform_name,
-               info->driver_version, info->compute_units);
-        printf("streaming read: %.1f GB/s (median of %d runs x %d launches over %.0f MiB, "
-               "%s; best %.1f)\n",
-               bw.gbps_median, bw.runs, bw.launches_per_run, (double)bw.bytes / (1024.0 * 1024.0),
-               bw.method, bw.gbps_best);
+        bench_print_device(&s);
         printf("attention-decode: %s %s, Hq=%lld Hkv=%lld D=%lld, splits=%s%s, %lld iters x "
                "%lld repeats\n",
                clkv_dtype_name(o.dtype), o.nhd ? "nhd" : "hnd", (long long)o.hq, (long long)o.hkv,
@@ -332,7 +316,6 @@ static int bench_decode(int argc, char **argv) {
                "GB/s", "%readBW", "first_ms", "check");
         fflush(stdout);
     }
-    int failed = 0, index = 0;
     tool_record rec;
     for (int ib = 0; ib < o.nbatch; ib++) {
         for (int il = 0; il < o.nlen; il++) {
@@ -341,41 +324,27 @@ static int bench_decode(int argc, char **argv) {
             r.B = o.batch[ib];
             r.L = o.len[il];
             r.t.median_s = r.t.min_s = r.t.first_call_s = NAN;
-            run_shape(ctx, &o, &bw, &r);
+            run_shape(s.ctx, &o, &s.bw, &r);
             if (r.status != CLKV_OK || strcmp(r.check, "fail") == 0) {
-                failed = 1;
+                s.failed = 1;
             }
             if (r.status != CLKV_OK) {
                 fprintf(stderr, "clkv: B=%lld L=%lld failed: %s\n", (long long)r.B, (long long)r.L,
                         r.error);
             }
-            fill_record(&rec, info, &o, &bw, &r);
-            if (o.format == TOOL_FMT_JSON) {
-                if (index == 0) {
-                    tool_json_begin(stdout);
-                }
-                tool_json_item(stdout, &rec, index);
-            } else if (o.format == TOOL_FMT_CSV) {
-                if (index == 0) {
-                    tool_csv_header(stdout, &rec);
-                }
-                tool_csv_row(stdout, &rec);
-            } else if (r.status == CLKV_OK) {
-                printf("%5lld %8lld %11.2f %11.2f %9.2f %9.1f %9.1f %9.1f %6s\n", (long long)r.B,
-                       (long long)r.L, r.t.median_s * 1e6, r.t.min_s * 1e6,
-                       (double)r.kv_bytes * 1e-6, r.gbps, r.pct, r.t.first_call_s * 1e3, r.check);
+            fill_record(&rec, s.info, &o, &s.bw, &r);
+            if (r.status == CLKV_OK) {
+                bench_emit_row(&s, &rec, "%5lld %8lld %11.2f %11.2f %9.2f %9.1f %9.1f %9.1f %6s\n",
+                               (long long)r.B, (long long)r.L, r.t.median_s * 1e6, r.t.min_s * 1e6,
+                               (double)r.kv_bytes * 1e-6, r.gbps, r.pct, r.t.first_call_s * 1e3,
+                               r.check);
             } else {
-                printf("%5lld %8lld  error: %s\n", (long long)r.B, (long long)r.L, r.error);
+                bench_emit_row(&s, &rec, "%5lld %8lld  error: %s\n", (long long)r.B, (long long)r.L,
+                               r.error);
             }
-            fflush(stdout);
-            index++;
         }
     }
-    if (o.format == TOOL_FMT_JSON) {
-        tool_json_end(stdout);
-    }
-    clkv_context_destroy(ctx);
-    return failed ? TOOL_EXIT_FAIL : TOOL_EXIT_OK;
+    return bench_close(&s);
 }
 
 int cmd_bench(int argc, char **argv) {
