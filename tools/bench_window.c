@@ -7,6 +7,7 @@
 
 #include "bandwidth.h"
 #include "bench_common.h"
+#include "bench_harness.h"
 #include "bench_util.h"
 #include "cli.h"
 #include "reference.h"
@@ -14,7 +15,6 @@
 #include "tool_data.h"
 
 #define MAX_LIST 16
-#define MAX_REPEATS 1000
 #define SEED_Q 111u
 #define SEED_K 122u
 #define SEED_V 133u
@@ -72,7 +72,7 @@ static int parse_opts(int argc, char **argv, window_opts *o) {
     const bench_common_opts common = {.iters = &o->iters,
                                       .iters_max = 1000000,
                                       .repeats = &o->repeats,
-                                      .repeats_max = MAX_REPEATS,
+                                      .repeats_max = BENCH_MAX_REPEATS,
                                       .warmup = &o->warmup,
                                       .bw_runs = &o->bw_runs,
                                       .bw_runs_max = 64,
@@ -156,7 +156,7 @@ typedef struct wresult {
     int64_t B, L, T;
     clkv_status status;
     char error[256];
-    double first_s, median_s, min_s;
+    tool_timing t;
     uint64_t kv_bytes, workspace_bytes;
     double flops, gbps, pct, tflops;
     const char *check;
@@ -228,43 +228,8 @@ static clkv_attention_window_args make_args(const wshape *s, const wbufs *b, int
     return a;
 }
 
-static clkv_status time_batch(clkv_context *ctx, const clkv_attention_window_args *a, int n,
-                              double *per_call) {
-    const double t0 = tool_now();
-    for (int i = 0; i < n; i++) {
-        clkv_status st = clkv_attention_window(ctx, a, NULL);
-        if (st != CLKV_OK)
-            return st;
-    }
-    clkv_status st = clkv_context_finish(ctx);
-    *per_call = (tool_now() - t0) / (n > 0 ? n : 1);
-    return st;
-}
-
-static clkv_status time_calls(clkv_context *ctx, const clkv_attention_window_args *a,
-                              const window_opts *o, const char *label, wresult *r) {
-    double warm = 0.0, per[MAX_REPEATS];
-    const int repeats = (int)o->repeats;
-    clkv_status st = time_batch(ctx, a, 1, &r->first_s);
-    if (st == CLKV_OK && o->warmup > 0)
-        st = time_batch(ctx, a, (int)o->warmup, &warm);
-    if (st != CLKV_OK)
-        return st;
-    const int progress = (o->warmup > 0 ? warm : r->first_s) * (double)o->iters * repeats > 1.5;
-    if (progress)
-        tool_progress_begin(label);
-    for (int i = 0; i < repeats && st == CLKV_OK; i++) {
-        st = time_batch(ctx, a, (int)o->iters, &per[i]);
-        if (progress)
-            tool_progress_step(i + 1, repeats);
-    }
-    if (progress)
-        tool_progress_end();
-    if (st == CLKV_OK) {
-        r->median_s = tool_median(per, repeats);
-        r->min_s = tool_min(per, repeats);
-    }
-    return st;
+static clkv_status call_window(clkv_context *ctx, const void *arg) {
+    return clkv_attention_window(ctx, (const clkv_attention_window_args *)arg, NULL);
 }
 
 /* Rows 0, T/2, T-1 of sequence B-1 for its first and last KV head against the double
@@ -366,7 +331,8 @@ static void run_shape(clkv_context *ctx, const window_opts *o, const tool_bandwi
         r->workspace_bytes = ws;
         if (st == CLKV_OK) {
             what = "clkv_attention_window";
-            st = time_calls(ctx, &a, o, label, r);
+            st = bench_time_call(ctx, call_window, &a, (int)o->iters, (int)o->repeats,
+                                 (int)o->warmup, label, &r->t);
         }
         if (st == CLKV_OK && o->check) {
             tool_compare c;
@@ -381,15 +347,13 @@ static void run_shape(clkv_context *ctx, const window_opts *o, const tool_bandwi
         free_bufs(&b);
     }
     if (st != CLKV_OK) {
-        const char *msg = clkv_last_error(ctx);
         r->status = st;
-        snprintf(r->error, sizeof r->error, "%s: %s: %s", what, clkv_status_string(st),
-                 msg ? msg : "");
+        bench_error_text(ctx, st, what, r->error, sizeof r->error);
         return;
     }
-    r->gbps = (double)r->kv_bytes / r->median_s * 1e-9;
+    r->gbps = (double)r->kv_bytes / r->t.median_s * 1e-9;
     r->pct = 100.0 * r->gbps / bw->gbps_median;
-    r->tflops = r->flops / r->median_s * 1e-12;
+    r->tflops = r->flops / r->t.median_s * 1e-12;
 }
 
 static void fill_record(tool_record *rec, const clkv_device_info *info, const window_opts *o,
@@ -411,9 +375,9 @@ static void fill_record(tool_record *rec, const clkv_device_info *info, const wi
     tool_record_int(rec, "lse", o->lse);
     tool_record_int(rec, "iters", o->iters);
     tool_record_int(rec, "repeats", o->repeats);
-    tool_record_num(rec, "median_us", r->median_s * 1e6);
-    tool_record_num(rec, "min_us", r->min_s * 1e6);
-    tool_record_num(rec, "first_call_ms", r->first_s * 1e3);
+    tool_record_num(rec, "median_us", r->t.median_s * 1e6);
+    tool_record_num(rec, "min_us", r->t.min_s * 1e6);
+    tool_record_num(rec, "first_call_ms", r->t.first_call_s * 1e3);
     tool_record_int(rec, "kv_bytes", (long long)r->kv_bytes);
     tool_record_int(rec, "workspace_bytes", (long long)r->workspace_bytes);
     tool_record_num(rec, "gbps", r->gbps);
@@ -435,27 +399,12 @@ int bench_window(int argc, char **argv) {
             usage_bench_window(stderr);
         return pr > 0 ? TOOL_EXIT_OK : TOOL_EXIT_USAGE;
     }
-    clkv_context *ctx = NULL;
-    clkv_status st = clkv_context_create(o.device, &ctx);
-    if (st != CLKV_OK)
-        return report_failure(NULL, st, "clkv_context_create");
-    const clkv_device_info *info = clkv_context_device_info(ctx);
-    fprintf(stderr, "[bench] device: %s (%s); measuring streaming-read bandwidth...\n",
-            info->device_name, info->platform_name);
-    tool_bandwidth bw;
-    st = tool_measure_bandwidth(ctx, (int)o.bw_runs, &bw);
-    if (st != CLKV_OK) {
-        const int rc = report_failure(ctx, st, "bandwidth measurement");
-        clkv_context_destroy(ctx);
+    bench_session s;
+    const int rc = bench_open(&s, o.device, o.format, (int)o.bw_runs);
+    if (rc != TOOL_EXIT_OK)
         return rc;
-    }
     if (o.format == TOOL_FMT_TEXT) {
-        printf("device: %s | %s | driver %s | %u CUs\n", info->device_name, info->platform_name,
-               info->driver_version, info->compute_units);
-        printf("streaming read: %.1f GB/s (median of %d runs x %d launches over %.0f MiB, "
-               "%s; best %.1f)\n",
-               bw.gbps_median, bw.runs, bw.launches_per_run, (double)bw.bytes / (1024.0 * 1024.0),
-               bw.method, bw.gbps_best);
+        bench_print_device(&s);
         printf("attention-window: %s %s, Hq=%lld Hkv=%lld D=%lld, T=%s, splits=%s%s, %lld iters "
                "x %lld repeats\n",
                clkv_dtype_name(o.dtype), o.nhd ? "nhd" : "hnd", (long long)o.hq, (long long)o.hkv,
@@ -466,7 +415,6 @@ int bench_window(int argc, char **argv) {
                "min_us", "KV_MB", "GB/s", "%readBW", "TFLOP/s", "first_ms", "check");
         fflush(stdout);
     }
-    int failed = 0, index = 0;
     tool_record rec;
     for (int ib = 0; ib < o.nbatch; ib++) {
         for (int il = 0; il < o.nlen; il++) {
@@ -475,38 +423,25 @@ int bench_window(int argc, char **argv) {
             r.B = o.batch[ib];
             r.L = o.len[il];
             r.T = o.prefill ? r.L : o.window;
-            r.first_s = r.median_s = r.min_s = NAN;
+            r.t.first_call_s = r.t.median_s = r.t.min_s = NAN;
             r.gbps = r.pct = r.tflops = NAN;
-            run_shape(ctx, &o, &bw, &r);
+            run_shape(s.ctx, &o, &s.bw, &r);
             if (r.status != CLKV_OK || strcmp(r.check, "fail") == 0)
-                failed = 1;
+                s.failed = 1;
             if (r.status != CLKV_OK)
                 fprintf(stderr, "clkv: B=%lld L=%lld T=%lld failed: %s\n", (long long)r.B,
                         (long long)r.L, (long long)r.T, r.error);
-            fill_record(&rec, info, &o, &bw, &r);
-            if (o.format == TOOL_FMT_JSON) {
-                if (index == 0)
-                    tool_json_begin(stdout);
-                tool_json_item(stdout, &rec, index);
-            } else if (o.format == TOOL_FMT_CSV) {
-                if (index == 0)
-                    tool_csv_header(stdout, &rec);
-                tool_csv_row(stdout, &rec);
-            } else if (r.status == CLKV_OK) {
-                printf("%5lld %8lld %8lld %11.2f %11.2f %9.2f %9.1f %9.1f %9.2f %9.1f %6s\n",
-                       (long long)r.B, (long long)r.L, (long long)r.T, r.median_s * 1e6,
-                       r.min_s * 1e6, (double)r.kv_bytes * 1e-6, r.gbps, r.pct, r.tflops,
-                       r.first_s * 1e3, r.check);
-            } else {
-                printf("%5lld %8lld %8lld  error: %s\n", (long long)r.B, (long long)r.L,
-                       (long long)r.T, r.error);
-            }
-            fflush(stdout);
-            index++;
+            fill_record(&rec, s.info, &o, &s.bw, &r);
+            if (r.status == CLKV_OK)
+                bench_emit_row(
+                    &s, &rec, "%5lld %8lld %8lld %11.2f %11.2f %9.2f %9.1f %9.1f %9.2f %9.1f %6s\n",
+                    (long long)r.B, (long long)r.L, (long long)r.T, r.t.median_s * 1e6,
+                    r.t.min_s * 1e6, (double)r.kv_bytes * 1e-6, r.gbps, r.pct, r.tflops,
+                    r.t.first_call_s * 1e3, r.check);
+            else
+                bench_emit_row(&s, &rec, "%5lld %8lld %8lld  error: %s\n", (long long)r.B,
+                               (long long)r.L, (long long)r.T, r.error);
         }
     }
-    if (o.format == TOOL_FMT_JSON)
-        tool_json_end(stdout);
-    clkv_context_destroy(ctx);
-    return failed ? TOOL_EXIT_FAIL : TOOL_EXIT_OK;
+    return bench_close(&s);
 }
