@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "bench_common.h"
+#include "bench_harness.h"
 #include "bench_util.h"
 #include "cli.h"
 
@@ -144,26 +145,15 @@ static clkv_status call_step(clkv_context *ctx, const compress_calls *c, int ste
     }
 }
 
-static clkv_status time_step(clkv_context *ctx, const compress_calls *c, int step,
-                             const compress_opts *o, double *median_s) {
-    double *t = (double *)malloc((size_t)o->repeats * sizeof(double));
-    if (!t)
-        return CLKV_ERR_OUT_OF_HOST_MEMORY;
-    clkv_status st = call_step(ctx, c, step);
-    if (st == CLKV_OK)
-        st = clkv_context_finish(ctx);
-    for (int r = 0; r < o->repeats && st == CLKV_OK; r++) {
-        const double t0 = tool_now();
-        for (int i = 0; i < o->iters && st == CLKV_OK; i++)
-            st = call_step(ctx, c, step);
-        if (st == CLKV_OK)
-            st = clkv_context_finish(ctx);
-        t[r] = (tool_now() - t0) / (double)o->iters;
-    }
-    if (st == CLKV_OK)
-        *median_s = tool_median(t, (int)o->repeats);
-    free(t);
-    return st;
+/* One pipeline step as a bench_call_fn. */
+typedef struct step_call {
+    const compress_calls *c;
+    int step;
+} step_call;
+
+static clkv_status call_one_step(clkv_context *ctx, const void *arg) {
+    const step_call *sc = (const step_call *)arg;
+    return call_step(ctx, sc->c, sc->step);
 }
 
 static cl_mem make_buffer(clkv_context *ctx, size_t bytes, clkv_status *st) {
@@ -295,9 +285,10 @@ static void run_shape(clkv_context *ctx, const compress_opts *o, int64_t B, int6
         free(kpr);
     }
     for (int step = 0; step < NSTEPS && st == CLKV_OK; step++) {
-        double t = NAN;
-        st = time_step(ctx, &c, step, o, &t);
-        r->us[step] = t * 1e6;
+        const step_call sc = {&c, step};
+        tool_timing t;
+        st = bench_time_call(ctx, call_one_step, &sc, (int)o->iters, (int)o->repeats, 0, NULL, &t);
+        r->us[step] = t.median_s * 1e6;
     }
     if (st == CLKV_OK) {
         const double moved = 2.0 * 2.0 * (double)(B * H * (k < L ? k : L)) * (double)D * (double)es;
@@ -306,7 +297,7 @@ static void run_shape(clkv_context *ctx, const compress_opts *o, int64_t B, int6
     }
     r->status = st;
     if (st != CLKV_OK)
-        snprintf(r->error, sizeof r->error, "%s: %s", clkv_status_string(st), clkv_last_error(ctx));
+        bench_error_text(ctx, st, NULL, r->error, sizeof r->error);
     free(s);
     cl_mem all[10] = {b.scores, b.k, b.v, b.kpr, b.idx, b.kd, b.vd, b.newlen, b.q, b.o};
     for (int i = 0; i < 10; i++)
@@ -319,11 +310,11 @@ int bench_compress(int argc, char **argv) {
     int pr = parse_opts(argc, argv, &o);
     if (pr != 0)
         return pr > 0 ? TOOL_EXIT_OK : TOOL_EXIT_USAGE;
-    clkv_context *ctx = NULL;
-    clkv_status st = clkv_context_create(o.device, &ctx);
-    if (st != CLKV_OK)
-        return report_failure(NULL, st, "context");
-    const clkv_device_info *info = clkv_context_device_info(ctx);
+    bench_session s;
+    const int rc = bench_open(&s, o.device, o.format, 0);
+    if (rc != TOOL_EXIT_OK)
+        return rc;
+    const clkv_device_info *info = s.info;
     if (o.format == TOOL_FMT_TEXT) {
         printf("device: %s | %s | %u CUs\n", info->device_name, info->platform_name,
                info->compute_units);
@@ -335,14 +326,13 @@ int bench_compress(int argc, char **argv) {
         printf("%5s %8s %10s %10s %10s %8s %10s %8s %10s %6s\n", "B", "L", "adakv_us", "select_us",
                "compact_us", "GB/s", "inplace_us", "GB/s", "decode_us", "check");
     }
-    int failed = 0, index = 0;
     for (int ib = 0; ib < o.nbatch; ib++)
         for (int il = 0; il < o.nlen; il++) {
             const int64_t B = o.batch[ib], L = o.len[il];
             compress_result r;
             memset(&r, 0, sizeof r);
-            run_shape(ctx, &o, B, L, &r);
-            failed |= r.status != CLKV_OK || strcmp(r.check, "pass") != 0;
+            run_shape(s.ctx, &o, B, L, &r);
+            s.failed |= r.status != CLKV_OK || strcmp(r.check, "pass") != 0;
             tool_record rec;
             tool_record_init(&rec);
             tool_record_str(&rec, "op", "compress");
@@ -356,36 +346,24 @@ int bench_compress(int argc, char **argv) {
             tool_record_int(&rec, "dim", o.dim);
             tool_record_int(&rec, "budget", o.budget);
             tool_record_num(&rec, "alpha", o.alpha_pct / 100.0);
-            for (int s = 0; s < NSTEPS; s++) {
+            for (int i = 0; i < NSTEPS; i++) {
                 char key[48];
-                snprintf(key, sizeof key, "%s_us", g_step_names[s]);
-                tool_record_num(&rec, key, r.us[s]);
+                snprintf(key, sizeof key, "%s_us", g_step_names[i]);
+                tool_record_num(&rec, key, r.us[i]);
             }
             tool_record_num(&rec, "compact_gbps", r.compact_gbps);
             tool_record_num(&rec, "inplace_gbps", r.inplace_gbps);
             tool_record_str(&rec, "check", r.check);
             tool_record_str(&rec, "status", r.status == CLKV_OK ? "ok" : "error");
             tool_record_str(&rec, "error", r.error);
-            if (o.format == TOOL_FMT_JSON) {
-                if (index == 0)
-                    tool_json_begin(stdout);
-                tool_json_item(stdout, &rec, index);
-            } else if (o.format == TOOL_FMT_CSV) {
-                if (index == 0)
-                    tool_csv_header(stdout, &rec);
-                tool_csv_row(stdout, &rec);
-            } else if (r.status == CLKV_OK) {
-                printf("%5lld %8lld %10.1f %10.1f %10.1f %8.1f %10.1f %8.1f %10.1f %6s\n",
-                       (long long)B, (long long)L, r.us[0], r.us[1], r.us[2], r.compact_gbps,
-                       r.us[3], r.inplace_gbps, r.us[4], r.check);
-            } else {
-                printf("%5lld %8lld  error: %s\n", (long long)B, (long long)L, r.error);
-            }
-            fflush(stdout);
-            index++;
+            if (r.status == CLKV_OK)
+                bench_emit_row(&s, &rec,
+                               "%5lld %8lld %10.1f %10.1f %10.1f %8.1f %10.1f %8.1f %10.1f %6s\n",
+                               (long long)B, (long long)L, r.us[0], r.us[1], r.us[2],
+                               r.compact_gbps, r.us[3], r.inplace_gbps, r.us[4], r.check);
+            else
+                bench_emit_row(&s, &rec, "%5lld %8lld  error: %s\n", (long long)B, (long long)L,
+                               r.error);
         }
-    if (o.format == TOOL_FMT_JSON)
-        tool_json_end(stdout);
-    clkv_context_destroy(ctx);
-    return failed ? TOOL_EXIT_FAIL : TOOL_EXIT_OK;
+    return bench_close(&s);
 }
