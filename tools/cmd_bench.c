@@ -33,13 +33,10 @@ static const bench_entry benches[] = {
     {"retrieval", bench_retrieval, "ParisKV retrieval stages and decode step (SPEC 4)"},
     {"compress", bench_compress, "AdaKV budgets, top-k, compaction, per-head-length decode"},
     {"score", bench_score, "one eviction scorer (SPEC 2.1/2.2), --method NAME"},
-    {"dropkv", bench_dropkv, "DropKV eviction step (window attention + scorer + keep-set)"},
-    {"evict", bench_evict, "full eviction step of any scorer, --method NAME"},
-    {"minikv-prefill", bench_minikv, "MiniKV two-pass prefill: pass 1, pass 2, total, TFLOP/s"},
-    {"longflow", bench_longflow, "LongFlow step (SPEC 2.3) vs. decode attention, same cache"},
-    {"score", bench_score, "one eviction scorer (SPEC 2.1/2.2), --method NAME"},
     {"dropkv", bench_dropkv, "full DropKV step: window attention + score + pool + keep-set"},
     {"evict", bench_evict, "full eviction step of --method NAME (see bench score --help)"},
+    {"minikv-prefill", bench_minikv, "MiniKV two-pass prefill: pass 1, pass 2, total, TFLOP/s"},
+    {"longflow", bench_longflow, "LongFlow step (SPEC 2.3) vs. decode attention, same cache"},
 };
 
 void usage_bench(FILE *f) {
