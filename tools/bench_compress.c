@@ -11,7 +11,6 @@
 #include "bench_util.h"
 #include "cli.h"
 
-#define MAX_LIST 16
 #define NSTEPS 5
 
 static void usage_bench_compress(FILE *f) {
@@ -45,7 +44,7 @@ static void usage_bench_compress(FILE *f) {
 }
 
 typedef struct compress_opts {
-    int64_t batch[MAX_LIST], len[MAX_LIST];
+    int64_t batch[BENCH_MAX_LIST], len[BENCH_MAX_LIST];
     int nbatch, nlen;
     int64_t hq, hkv, dim, budget, alpha_pct, iters, repeats;
     clkv_dtype dtype;
@@ -60,7 +59,21 @@ static int parse_opts(int argc, char **argv, compress_opts *o) {
                                       .repeats = &o->repeats,
                                       .repeats_max = 1000,
                                       .device = &o->device,
-                                      .format = &o->format};
+                                      .format = &o->format,
+                                      .batch = o->batch,
+                                      .nbatch = &o->nbatch,
+                                      .batch_max = 65535,
+                                      .len = o->len,
+                                      .nlen = &o->nlen,
+                                      .len_max = INT32_MAX / 256,
+                                      .q_heads = &o->hq,
+                                      .kv_heads = &o->hkv,
+                                      .kv_heads_max = 256,
+                                      .dim = &o->dim,
+                                      .dim_min = 64,
+                                      .dim_max = 256,
+                                      .dtype = &o->dtype,
+                                      .nhd = &o->nhd};
     memset(o, 0, sizeof *o);
     o->batch[0] = 1;
     o->nbatch = 1;
@@ -81,22 +94,6 @@ static int parse_opts(int argc, char **argv, compress_opts *o) {
         if (opt_is_help(argv[i])) {
             usage_bench_compress(stdout);
             return 1;
-        } else if ((m = opt_value(argc, argv, &i, "--batch", &v)) != 0) {
-            bad = m < 0 ||
-                  (o->nbatch = parse_int_list("--batch", v, 1, 65535, o->batch, MAX_LIST)) < 0;
-        } else if ((m = opt_value(argc, argv, &i, "--len", &v)) != 0) {
-            bad = m < 0 ||
-                  (o->nlen = parse_int_list("--len", v, 1, INT32_MAX / 256, o->len, MAX_LIST)) < 0;
-        } else if ((m = opt_value(argc, argv, &i, "--q-heads", &v)) != 0) {
-            bad = m < 0 || parse_int("--q-heads", v, 1, 4096, &o->hq) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--kv-heads", &v)) != 0) {
-            bad = m < 0 || parse_int("--kv-heads", v, 1, 256, &o->hkv) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--dim", &v)) != 0) {
-            bad = m < 0 || parse_int("--dim", v, 64, 256, &o->dim) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--dtype", &v)) != 0) {
-            bad = m < 0 || parse_float_dtype("--dtype", v, &o->dtype) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--layout", &v)) != 0) {
-            bad = bench_parse_layout(m, v, &o->nhd);
         } else if ((m = opt_value(argc, argv, &i, "--budget", &v)) != 0) {
             bad = m < 0 || parse_int("--budget", v, 1, INT32_MAX, &o->budget) != 0;
         } else if ((m = opt_value(argc, argv, &i, "--alpha", &v)) != 0) {

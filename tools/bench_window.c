@@ -14,7 +14,6 @@
 #include "runtime/internal.h"
 #include "tool_data.h"
 
-#define MAX_LIST 16
 #define SEED_Q 111u
 #define SEED_K 122u
 #define SEED_V 133u
@@ -56,7 +55,7 @@ void usage_bench_window(FILE *f) {
 }
 
 typedef struct window_opts {
-    int64_t batch[MAX_LIST], len[MAX_LIST];
+    int64_t batch[BENCH_MAX_LIST], len[BENCH_MAX_LIST];
     int nbatch, nlen;
     int64_t window, hq, hkv, dim;
     int prefill;
@@ -77,7 +76,19 @@ static int parse_opts(int argc, char **argv, window_opts *o) {
                                       .bw_runs = &o->bw_runs,
                                       .bw_runs_max = 64,
                                       .device = &o->device,
-                                      .format = &o->format};
+                                      .format = &o->format,
+                                      .batch = o->batch,
+                                      .nbatch = &o->nbatch,
+                                      .batch_max = 1 << 16,
+                                      .len = o->len,
+                                      .nlen = &o->nlen,
+                                      .len_max = INT32_MAX,
+                                      .q_heads = &o->hq,
+                                      .kv_heads = &o->hkv,
+                                      .dim = &o->dim,
+                                      .dtype = &o->dtype,
+                                      .nhd = &o->nhd,
+                                      .splits = &o->splits};
     memset(o, 0, sizeof *o);
     o->batch[0] = 1;
     o->nbatch = 1;
@@ -94,32 +105,14 @@ static int parse_opts(int argc, char **argv, window_opts *o) {
     o->bw_runs = 7;
     o->check = 1;
     o->format = TOOL_FMT_TEXT;
-    const int64_t big = (int64_t)1 << 31;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int m, bad = 0;
         if (opt_is_help(argv[i])) {
             usage_bench_window(stdout);
             return 1;
-        } else if ((m = opt_value(argc, argv, &i, "--batch", &v)) != 0) {
-            bad = m < 0 ||
-                  (o->nbatch = parse_int_list("--batch", v, 1, 1 << 16, o->batch, MAX_LIST)) < 0;
-        } else if ((m = opt_value(argc, argv, &i, "--len", &v)) != 0) {
-            bad = m < 0 || (o->nlen = parse_int_list("--len", v, 1, big - 1, o->len, MAX_LIST)) < 0;
         } else if ((m = opt_value(argc, argv, &i, "--window", &v)) != 0) {
-            bad = m < 0 || parse_int("--window", v, 1, big - 1, &o->window) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--q-heads", &v)) != 0) {
-            bad = m < 0 || parse_int("--q-heads", v, 1, 4096, &o->hq) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--kv-heads", &v)) != 0) {
-            bad = m < 0 || parse_int("--kv-heads", v, 1, 4096, &o->hkv) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--dim", &v)) != 0) {
-            bad = m < 0 || parse_int("--dim", v, 1, 4096, &o->dim) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--dtype", &v)) != 0) {
-            bad = m < 0 || parse_float_dtype("--dtype", v, &o->dtype) != 0;
-        } else if ((m = opt_value(argc, argv, &i, "--layout", &v)) != 0) {
-            bad = bench_parse_layout(m, v, &o->nhd);
-        } else if ((m = opt_value(argc, argv, &i, "--splits", &v)) != 0) {
-            bad = m < 0 || parse_int("--splits", v, 0, 1 << 20, &o->splits) != 0;
+            bad = m < 0 || parse_int("--window", v, 1, INT32_MAX, &o->window) != 0;
         } else if ((m = bench_common_option(argc, argv, &i, &common)) != 0) {
             bad = m < 0;
         } else if (strcmp(argv[i], "--prefill") == 0) {
