@@ -351,8 +351,7 @@ int bench_compress(int argc, char **argv) {
             tool_record_num(&rec, "compact_gbps", r.compact_gbps);
             tool_record_num(&rec, "inplace_gbps", r.inplace_gbps);
             tool_record_str(&rec, "check", r.check);
-            tool_record_str(&rec, "status", r.status == CLKV_OK ? "ok" : "error");
-            tool_record_str(&rec, "error", r.error);
+            bench_record_status(&rec, r.status, r.error);
             if (r.status == CLKV_OK)
                 bench_emit_row(&s, &rec,
                                "%5lld %8lld %10.1f %10.1f %10.1f %8.1f %10.1f %8.1f %10.1f %6s\n",

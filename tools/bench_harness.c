@@ -101,6 +101,24 @@ void bench_error_text(const clkv_context *ctx, clkv_status st, const char *what,
         snprintf(buf, n, "%s: %s", clkv_status_string(st), msg ? msg : "");
 }
 
+void bench_record_begin(tool_record *rec, const bench_session *s, const char *op) {
+    tool_record_init(rec);
+    tool_record_str(rec, "op", op);
+    tool_record_str(rec, "device", s->info->device_name);
+    tool_record_str(rec, "platform", s->info->platform_name);
+}
+
+void bench_record_timing(tool_record *rec, const tool_timing *t) {
+    tool_record_num(rec, "median_us", t->median_s * 1e6);
+    tool_record_num(rec, "min_us", t->min_s * 1e6);
+    tool_record_num(rec, "first_call_ms", t->first_call_s * 1e3);
+}
+
+void bench_record_status(tool_record *rec, clkv_status st, const char *error) {
+    tool_record_str(rec, "status", st == CLKV_OK ? "ok" : "error");
+    tool_record_str(rec, "error", error);
+}
+
 void bench_emit_row(bench_session *s, const tool_record *rec, const char *text_fmt, ...) {
     if (s->format == TOOL_FMT_JSON) {
         if (s->rows == 0)

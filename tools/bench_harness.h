@@ -79,6 +79,17 @@ clkv_status bench_time_call(clkv_context *ctx, bench_call_fn fn, const void *arg
 void bench_error_text(const clkv_context *ctx, clkv_status st, const char *what, char *buf,
                       size_t n);
 
+/* The fields a result record starts with (after tool_record_init): "op" (op), "device",
+ * "platform" (the session's device). */
+void bench_record_begin(tool_record *rec, const bench_session *s, const char *op);
+
+/* "median_us", "min_us", "first_call_ms" of t. */
+void bench_record_timing(tool_record *rec, const tool_timing *t);
+
+/* The fields a result record ends with: "status" ("ok" for CLKV_OK, else "error") and
+ * "error" (the error text, "" when none). */
+void bench_record_status(tool_record *rec, clkv_status st, const char *error);
+
 /* The next result row on stdout: in JSON the record as the next array item (the array
  * opened before the first), in CSV as a line (the header line from the record's keys
  * before the first), in text printf(text_fmt, ...) (the command's own table row); then

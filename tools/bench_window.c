@@ -349,12 +349,9 @@ static void run_shape(clkv_context *ctx, const window_opts *o, const tool_bandwi
     r->tflops = r->flops / r->t.median_s * 1e-12;
 }
 
-static void fill_record(tool_record *rec, const clkv_device_info *info, const window_opts *o,
-                        const tool_bandwidth *bw, const wresult *r) {
-    tool_record_init(rec);
-    tool_record_str(rec, "op", "attention-window");
-    tool_record_str(rec, "device", info->device_name);
-    tool_record_str(rec, "platform", info->platform_name);
+static void fill_record(tool_record *rec, const bench_session *s, const window_opts *o,
+                        const wresult *r) {
+    bench_record_begin(rec, s, "attention-window");
     tool_record_str(rec, "dtype", clkv_dtype_name(o->dtype));
     tool_record_str(rec, "layout", o->nhd ? "nhd" : "hnd");
     tool_record_int(rec, "batch", r->B);
@@ -368,20 +365,17 @@ static void fill_record(tool_record *rec, const clkv_device_info *info, const wi
     tool_record_int(rec, "lse", o->lse);
     tool_record_int(rec, "iters", o->iters);
     tool_record_int(rec, "repeats", o->repeats);
-    tool_record_num(rec, "median_us", r->t.median_s * 1e6);
-    tool_record_num(rec, "min_us", r->t.min_s * 1e6);
-    tool_record_num(rec, "first_call_ms", r->t.first_call_s * 1e3);
+    bench_record_timing(rec, &r->t);
     tool_record_int(rec, "kv_bytes", (long long)r->kv_bytes);
     tool_record_int(rec, "workspace_bytes", (long long)r->workspace_bytes);
     tool_record_num(rec, "gbps", r->gbps);
-    tool_record_num(rec, "read_bw_gbps", bw->gbps_median);
+    tool_record_num(rec, "read_bw_gbps", s->bw.gbps_median);
     tool_record_num(rec, "pct_read_bw", r->pct);
     tool_record_num(rec, "flops", r->flops);
     tool_record_num(rec, "tflops", r->tflops);
     tool_record_str(rec, "check", r->check);
     tool_record_num(rec, "check_max_abs_err", r->check_err);
-    tool_record_str(rec, "status", r->status == CLKV_OK ? "ok" : "error");
-    tool_record_str(rec, "error", r->error);
+    bench_record_status(rec, r->status, r->error);
 }
 
 int bench_window(int argc, char **argv) {
@@ -424,7 +418,7 @@ int bench_window(int argc, char **argv) {
             if (r.status != CLKV_OK)
                 fprintf(stderr, "clkv: B=%lld L=%lld T=%lld failed: %s\n", (long long)r.B,
                         (long long)r.L, (long long)r.T, r.error);
-            fill_record(&rec, s.info, &o, &s.bw, &r);
+            fill_record(&rec, &s, &o, &r);
             if (r.status == CLKV_OK)
                 bench_emit_row(
                     &s, &rec, "%5lld %8lld %8lld %11.2f %11.2f %9.2f %9.1f %9.1f %9.2f %9.1f %6s\n",
