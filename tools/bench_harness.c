@@ -36,6 +36,9 @@ void bench_print_device(const bench_session *s) {
     const clkv_device_info *info = s->info;
     printf("device: %s | %s | driver %s | %u CUs\n", info->device_name, info->platform_name,
            info->driver_version, info->compute_units);
+}
+
+void bench_print_bandwidth(const bench_session *s) {
     if (s->have_bw)
         printf("streaming read: %.1f GB/s (median of %d runs x %d launches over %.0f MiB, "
                "%s; best %.1f)\n",

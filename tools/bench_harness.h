@@ -11,13 +11,18 @@
  *     int rc = bench_open(&s, o.device, o.format, (int)o.bw_runs); // 0 for no probe
  *     if (rc != TOOL_EXIT_OK)
  *         return rc;
- *     if (o.format == TOOL_FMT_TEXT) { bench_print_device(&s); printf(own header); }
+ *     if (o.format == TOOL_FMT_TEXT) {
+ *         bench_print_device(&s);
+ *         bench_print_bandwidth(&s);
+ *         printf(the command's own header lines);
+ *     }
  *     for each shape:
  *         bench_time_call(s.ctx, call_fn, &args, iters, repeats, warmup, label, &t);
  *         (on failure: bench_error_text(s.ctx, st, "what", r.error, sizeof r.error))
  *         s.failed |= shape failed or its check failed;
- *         fill a tool_record;
- *         bench_emit_row(&s, &rec, "own text row format", ...);
+ *         bench_record_begin(&rec, &s, "op"); tool_record_...(the command's columns);
+ *         bench_record_timing(&rec, &t); ...; bench_record_status(&rec, st, r.error);
+ *         bench_emit_row(&s, &rec, "the command's text row format", ...);
  *     return bench_close(&s);
  */
 #ifndef CLKV_TOOLS_BENCH_HARNESS_H
@@ -47,9 +52,12 @@ typedef struct bench_session {
  * stderr ("clkv_context_create" / "bandwidth measurement"); nothing is left open then. */
 int bench_open(bench_session *s, const char *device, tool_format format, int bw_runs);
 
-/* Text header: "device: NAME | PLATFORM | driver V | N CUs" and, when the probe ran,
- * "streaming read: G GB/s (median of R runs x N launches over M MiB, METHOD; best G)". */
+/* Text header line "device: NAME | PLATFORM | driver V | N CUs". */
 void bench_print_device(const bench_session *s);
+
+/* Text header line "streaming read: G GB/s (median of R runs x N launches over M MiB,
+ * METHOD; best G)" when the probe ran; nothing otherwise. */
+void bench_print_bandwidth(const bench_session *s);
 
 /* The call being timed: one enqueue of the operator on ctx with its arguments. */
 typedef clkv_status (*bench_call_fn)(clkv_context *ctx, const void *arg);

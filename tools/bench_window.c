@@ -392,6 +392,7 @@ int bench_window(int argc, char **argv) {
         return rc;
     if (o.format == TOOL_FMT_TEXT) {
         bench_print_device(&s);
+        bench_print_bandwidth(&s);
         printf("attention-window: %s %s, Hq=%lld Hkv=%lld D=%lld, T=%s, splits=%s%s, %lld iters "
                "x %lld repeats\n",
                clkv_dtype_name(o.dtype), o.nhd ? "nhd" : "hnd", (long long)o.hq, (long long)o.hkv,

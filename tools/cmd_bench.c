@@ -286,6 +286,7 @@ static int bench_decode(int argc, char **argv) {
     }
     if (o.format == TOOL_FMT_TEXT) {
         bench_print_device(&s);
+        bench_print_bandwidth(&s);
         printf("attention-decode: %s %s, Hq=%lld Hkv=%lld D=%lld, splits=%s%s, %lld iters x "
                "%lld repeats\n",
                clkv_dtype_name(o.dtype), o.nhd ? "nhd" : "hnd", (long long)o.hq, (long long)o.hkv,
