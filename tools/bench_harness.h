@@ -59,7 +59,9 @@ void bench_print_device(const bench_session *s);
  * METHOD; best G)" when the probe ran; nothing otherwise. */
 void bench_print_bandwidth(const bench_session *s);
 
-/* The call being timed: one enqueue of the operator on ctx with its arguments. */
+/* The call being timed: one enqueue of the operator on ctx with its arguments. A call
+ * that needs state across calls (a call counter, a growing length) keeps it behind a
+ * pointer in arg. */
 typedef clkv_status (*bench_call_fn)(clkv_context *ctx, const void *arg);
 
 /* Per-call times of one timed operator. */
@@ -75,10 +77,11 @@ typedef struct tool_timing {
 /* The timing loop: one call + finish (timed as first_call_s), `warmup` more calls +
  * finish, then `repeats` batches of `iters` back-to-back calls, each batch timed by the
  * host clock around the calls and a finish and divided by iters; median_s and min_s over
- * the batches. iters is raised to 1, repeats clamped to [1, BENCH_MAX_REPEATS]. With a
- * label, a progress line "LABEL ..." goes to stderr when the batches look longer than
- * ~1.5 s in all; NULL: never. Stops at the first failing call (its status returned, the
- * message on ctx); t's times are NAN for what was not measured. */
+ * the batches: 1 + warmup + repeats * iters calls in all. iters is raised to 1, repeats
+ * clamped to [1, BENCH_MAX_REPEATS]. With a label, a progress line "LABEL ..." goes to
+ * stderr when the batches look longer than ~1.5 s in all; NULL: never. Stops at the
+ * first failing call (its status returned, the message on ctx); t's times are NAN for
+ * what was not measured. */
 clkv_status bench_time_call(clkv_context *ctx, bench_call_fn fn, const void *arg, int iters,
                             int repeats, int warmup, const char *label, tool_timing *t);
 
