@@ -605,7 +605,7 @@ static clkv_status launch_h2o(clkv_context *ctx, const clkv_score_args *a, const
     const cl_int has_len = len_buf != NULL, max_len = p->max_len, Hkv = (cl_int)p->Hkv,
                  G = (cl_int)p->G, T = (cl_int)p->W, nsplit = p->h2o_split, rps = p->h2o_rps;
     const cl_float scale_log2 = p->scale * 1.4426950408889634f;
-    st = clkv__set_args(ctx, kh, "score_h2o_mma", 30, CLKV_ARG(q.buf), CLKV_ARG(q.off),
+    st = clkv__set_args(ctx, kh, "score_h2o_mma", 29, CLKV_ARG(q.buf), CLKV_ARG(q.off),
                         CLKV_ARG(q.sb), CLKV_ARG(q.sh), CLKV_ARG(q_st), CLKV_ARG(k.buf),
                         CLKV_ARG(k.off), CLKV_ARG(k.sb), CLKV_ARG(k.sh), CLKV_ARG(k.sl),
                         CLKV_ARG(lse.buf), CLKV_ARG(lse.off), CLKV_ARG(lse.sb), CLKV_ARG(lse.sh),
