@@ -159,6 +159,18 @@ inline void clkv_ldmatrix4_trans(uint *r, __local const void *row) {
 }
 #endif
 
+/* 2^x with subnormal results flushed to 0 (one MUFU.EX2 on NVIDIA; native_exp2 there may
+ * add a subnormal range fix-up around it). Relative error ~2^-22. */
+inline float clkv_exp2_ftz(float x) {
+#ifdef CLKV_NVIDIA_PTX
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+#else
+    return native_exp2(x);
+#endif
+}
+
 /* ---- asynchronous global -> local copies (cp.async, sm_80+) ----
  * A tile pipeline issues clkv_cp_async16/4 per work-item, closes each stage with
  * clkv_cp_async_commit() and waits with CLKV_CP_ASYNC_WAIT(n): every group but the n most

@@ -55,28 +55,40 @@
 #define KV_T CLKV_STORAGE(KV_DTYPE)
 #define MMA CLKV_MMA(KV_DTYPE)
 
-/* Stage `st` of the row pipeline: rows r_lo + st * RT + i (i < RT) of the KV head; rows at
- * or past r_hi copy row r_lo instead (valid memory; their LSE is ignored: p = 0). */
+/* Stage of the row pipeline: rows r0 .. r0 + RT - 1 of the KV head; rows at or past r_hi
+ * copy row r_lo instead (valid memory at q_lo / lse_lo; their LSE is ignored: p = 0).
+ * Work-item lid copies 16-byte chunk lid % CH of rows lid / CH + m * RSTEP: the (t, g) of
+ * its first row from one division, then stepped by RSTEP rows = dq query rows + dr heads. */
+#define RSTEP (WG_SIZE / CH)
 inline void issue_rows(__local uint4 *qs, __local float *ls, __global const Q_T *q, long qb,
-                       long q_sh, long q_st, __global const float *lse, long lb, long lse_sh,
-                       long lse_st, int G, int r0, int r_lo, int r_hi, int lid) {
-    for (int i = lid; i < RT * CH; i += WG_SIZE) {
-        const int r = i / CH, c = i % CH;
-        const int R = r0 + r < r_hi ? r0 + r : r_lo;
-        const int t = R / G, g = R - t * G;
-        __global const ushort *src =
-            (__global const ushort *)q + qb + (long)g * q_sh + (long)t * q_st + c * 8;
+                       long q_sh, long q_st, long q_lo, __global const float *lse, long lb,
+                       long lse_sh, long lse_st, long lse_lo, int G, int dq, int dr, int r0,
+                       int r_hi, int lid) {
+    const int c = lid % CH;
+    int R = r0 + lid / CH;
+    int t = R / G, g = R - t * G;
+    _Pragma("unroll 1") for (int m = 0; m < RT / RSTEP; m++) { /* registers */
+        const long off = R < r_hi ? (long)g * q_sh + (long)t * q_st : q_lo;
+        __global const ushort *src = (__global const ushort *)q + qb + off + c * 8;
+        __local uint4 *dst = qs + (lid / CH + m * RSTEP) * ROW16 + c;
 #if Q_ALIGNED
-        clkv_cp_async16(qs + r * ROW16 + c, (__global const uchar *)src);
+        clkv_cp_async16(dst, (__global const uchar *)src);
 #else
-        qs[r * ROW16 + c] = clkv_load_raw_u16(src, 0);
+        *dst = clkv_load_raw_u16(src, 0);
 #endif
+        R += RSTEP;
+        t += dq;
+        g += dr;
+        if (g >= G) {
+            g -= G;
+            t++;
+        }
     }
     if (lid < RT) {
-        const int R = r0 + lid < r_hi ? r0 + lid : r_lo;
-        const int t = R / G, g = R - t * G;
-        clkv_cp_async4((__local int *)(ls + lid),
-                       (__global const int *)(lse + lb + (long)g * lse_sh + (long)t * lse_st));
+        const int Rl = r0 + lid;
+        const int tl = Rl / G, gl = Rl - tl * G;
+        const long off = Rl < r_hi ? (long)gl * lse_sh + (long)tl * lse_st : lse_lo;
+        clkv_cp_async4((__local int *)(ls + lid), (__global const int *)(lse + lb + off));
     }
 }
 
@@ -159,36 +171,54 @@ score_h2o_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q_st
     const long qb = q_off + (long)b * q_sb + (long)kvh * G * q_sh;
     const long lb = lse_off + (long)b * lse_sb + (long)kvh * G * lse_sh;
     const int nst = (r_hi - r_lo + RT - 1) / RT;
+    /* row -> (query row t, head g) without divisions in the loops: steps of RSTEP, 16 and
+     * RT rows as (query rows, heads) */
+    const int t_lo = r_lo / G, g_lo = r_lo - t_lo * G;
+    const long q_lo = (long)g_lo * q_sh + (long)t_lo * q_st;
+    const long lse_lo = (long)g_lo * lse_sh + (long)t_lo * lse_st;
+    const int dq = RSTEP / G, dr = RSTEP % G, dq16 = 16 / G, dr16 = 16 % G, dqs = RT / G,
+              drs = RT % G;
+    const int tail16 = 15 / G + 1; /* t(R + 15) - t(R) <= tail16 for any row R */
+    int ts = t_lo, gs = g_lo;      /* (t, g) of the stage's first row */
     /* ldmatrix row address of this lane inside a 16-row block (A fragments a0..a3) */
     const int a_row = (mi & 1) * 8 + mr, a_col = (mi >> 1) * 8;
 
     UNROLL
     for (int s = 0; s < NSTG - 1; s++) {
         if (s < nst)
-            issue_rows(smem + s * STAGE16, lse_s[s], q, qb, q_sh, q_st, lse, lb, lse_sh, lse_st, G,
-                       r_lo + s * RT, r_lo, r_hi, lid);
+            issue_rows(smem + s * STAGE16, lse_s[s], q, qb, q_sh, q_st, q_lo, lse, lb, lse_sh,
+                       lse_st, lse_lo, G, dq, dr, r_lo + s * RT, r_hi, lid);
         clkv_cp_async_commit(); /* empty groups keep the group count uniform */
     }
     for (int s = 0; s < nst; s++) {
         const int buf = s % NSTG;
         const int ahead = s + NSTG - 1;
         if (ahead < nst)
-            issue_rows(smem + (ahead % NSTG) * STAGE16, lse_s[ahead % NSTG], q, qb, q_sh, q_st, lse,
-                       lb, lse_sh, lse_st, G, r_lo + ahead * RT, r_lo, r_hi, lid);
+            issue_rows(smem + (ahead % NSTG) * STAGE16, lse_s[ahead % NSTG], q, qb, q_sh, q_st,
+                       q_lo, lse, lb, lse_sh, lse_st, lse_lo, G, dq, dr, r_lo + ahead * RT, r_hi,
+                       lid);
         clkv_cp_async_commit();
         CLKV_CP_ASYNC_WAIT(NSTG - 1); /* stage s has landed (this lane's copies) */
         barrier(CLK_LOCAL_MEM_FENCE);
         if (live) {
             __local const ushort *qs = (__local const ushort *)(smem + buf * STAGE16);
             const int rs0 = r_lo + s * RT;
+            int tb = ts, gb = gs; /* (t, g) of the block's first row R0 */
             for (int rb = 0; rb < RT / 16; rb++) {
                 const int R0 = rs0 + rb * 16;
                 if (R0 >= r_hi)
                     break;
-                /* causal skip (uniform over the warp): the block's last position precedes
-                 * the warp's keys */
-                const int pmax = pos0 + min(R0 + 15, r_hi - 1) / G;
-                if (pmax < j0)
+                const int pmin = pos0 + tb; /* the block's first position */
+                const int gb0 = gb;
+                tb += dq16;
+                gb += dr16;
+                if (gb >= G) {
+                    gb -= G;
+                    tb++;
+                }
+                /* causal skip (uniform over the warp): even the block's last position
+                 * (at most pmin + tail16) precedes the warp's keys */
+                if (pmin + tail16 < j0)
                     continue;
                 float sc[NNT][4];
                 UNROLL
@@ -213,17 +243,18 @@ score_h2o_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q_st
                 const float xa = lse_s[buf][rb * 16 + fg], xb = lse_s[buf][rb * 16 + fg + 8];
                 const float l2a = ra < r_hi && xa > -INFINITY ? xa * CLKV_LOG2E : INFINITY;
                 const float l2b = rbw < r_hi && xb > -INFINITY ? xb * CLKV_LOG2E : INFINITY;
-                if (pos0 + R0 / G >= j0 + KW - 1) {
+                if (pmin >= j0 + KW - 1) {
                     /* every row of the block sees every key of the warp (all keys < n) */
                     UNROLL
                     for (int nt = 0; nt < NNT; nt++) {
-                        acc[nt][0] += native_exp2(fma(sc[nt][0], scale_log2, -l2a)) +
-                                      native_exp2(fma(sc[nt][2], scale_log2, -l2b));
-                        acc[nt][1] += native_exp2(fma(sc[nt][1], scale_log2, -l2a)) +
-                                      native_exp2(fma(sc[nt][3], scale_log2, -l2b));
+                        acc[nt][0] += clkv_exp2_ftz(fma(sc[nt][0], scale_log2, -l2a)) +
+                                      clkv_exp2_ftz(fma(sc[nt][2], scale_log2, -l2b));
+                        acc[nt][1] += clkv_exp2_ftz(fma(sc[nt][1], scale_log2, -l2a)) +
+                                      clkv_exp2_ftz(fma(sc[nt][3], scale_log2, -l2b));
                     }
                 } else {
-                    const int pa = pos0 + ra / G, pb = pos0 + rbw / G;
+                    /* rows R0 + fg and R0 + fg + 8 (exact; only blocks on the diagonal) */
+                    const int pa = pmin + (gb0 + fg) / G, pb = pmin + (gb0 + fg + 8) / G;
                     UNROLL
                     for (int nt = 0; nt < NNT; nt++) {
                         UNROLL
@@ -232,13 +263,19 @@ score_h2o_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q_st
                             const int pos = i < 2 ? pa : pb;
                             const float l2 = i < 2 ? l2a : l2b;
                             acc[nt][i & 1] +=
-                                j <= pos ? native_exp2(fma(sc[nt][i], scale_log2, -l2)) : 0.0f;
+                                j <= pos ? clkv_exp2_ftz(fma(sc[nt][i], scale_log2, -l2)) : 0.0f;
                         }
                     }
                 }
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* the stage may be refilled */
+        ts += dqs;
+        gs += drs;
+        if (gs >= G) {
+            gs -= G;
+            ts++;
+        }
     }
     CLKV_CP_ASYNC_WAIT(0);
     if (!live)
