@@ -227,15 +227,20 @@ score_h2o_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q_st
                     for (int i = 0; i < 4; i++)
                         sc[nt][i] = 0.0f;
                 }
+                /* A fragments one k-step ahead of the products (the PTX wrappers are
+                 * volatile: their order is the issue order) */
+                __local const ushort *qa = qs + (rb * 16 + a_row) * LDH + a_col;
+                uint af[2][4];
+                clkv_ldmatrix4(af[0], qa);
                 UNROLL
                 for (int kk = 0; kk < NKS; kk++) {
-                    uint af[4];
-                    clkv_ldmatrix4(af, qs + (rb * 16 + a_row) * LDH + kk * 16 + a_col);
+                    if (kk + 1 < NKS)
+                        clkv_ldmatrix4(af[(kk + 1) & 1], qa + (kk + 1) * 16);
+                    const uint *a = af[kk & 1];
                     UNROLL
                     for (int np = 0; np < NNT / 2; np++) {
-                        MMA(sc[2 * np], af[0], af[1], af[2], af[3], kf[np][kk][0], kf[np][kk][1]);
-                        MMA(sc[2 * np + 1], af[0], af[1], af[2], af[3], kf[np][kk][2],
-                            kf[np][kk][3]);
+                        MMA(sc[2 * np], a[0], a[1], a[2], a[3], kf[np][kk][0], kf[np][kk][1]);
+                        MMA(sc[2 * np + 1], a[0], a[1], a[2], a[3], kf[np][kk][2], kf[np][kk][3]);
                     }
                 }
                 /* this lane's rows: R0 + fg and R0 + fg + 8 */
