@@ -340,8 +340,9 @@ static void plan_h2o(clkv_context *ctx, const clkv_score_args *a, score_plan *p)
      * `units` work-groups whose work falls linearly from all rows to ~0 (causal), i.e.
      * units/2 full ones. Aim at ~6 waves of full-length units, about 4 resident
      * work-groups per compute unit; pieces of at least 8 stages. (H200, bf16, Hq 32 /
-     * Hkv 8, D 128, T = 8192: 1 piece 2.46 ms, 3 pieces 1.66 ms, 6 pieces 1.46 ms, 12
-     * pieces 1.37 ms.) */
+     * Hkv 8, D 128, T = 8192, an earlier version of the kernel: 1 piece 2.46 ms, 3 pieces
+     * 1.66 ms, 6 pieces 1.46 ms, 12 pieces 1.37 ms; this one: 6 pieces 1.08 ms, 12 (the
+     * default there) 1.03 ms, 16 1.01 ms. Keys per warp 16: 1.4x slower than 32.) */
     const int64_t rows = p->G * p->W;
     const int64_t tiles = (p->max_len + 4 * kw - 1) / (4 * kw);
     const int64_t units = tiles * p->B * p->Hkv > 0 ? tiles * p->B * p->Hkv : 1;
