@@ -119,13 +119,17 @@ static const scase g_cases[] = {
 
 /* H2O over long query ranges (T = the prompt): on NVIDIA with 16-bit q/K, D 64/128 and
  * G * T >= 64 these take the tensor-core kernel score_h2o_mma.cl (one row piece or several
- * + the reduction, aligned and unaligned q rows, sequences shorter than T). The large ones
- * run only where that kernel does (on a CPU device their reference alone takes minutes). */
+ * + the reduction, aligned and unaligned q rows, sequences shorter than T, fewer rows than
+ * tokens). The large ones run only where that kernel does (on a CPU device their
+ * reference alone takes minutes). */
 /* clang-format off */
 static const scase g_h2o_cases[] = {
     {"h2o_mma_h32x8_d128_bf16_T17_len17_1", CLKV_SCORE_H2O, 2, 32, 8, 128, 17, 17, BF16, F32, TU_HND, {17, 1}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"h2o_mma_h14x2_d64_f16_nhd_T40_len16_15", CLKV_SCORE_H2O, 2, 14, 2, 64, 40, 40, F16, F32, TU_NHD, {16, 15}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"h2o_mma_h8x8_d128_bf16_T100_nolengths", CLKV_SCORE_H2O, 1, 8, 8, 128, 100, 100, BF16, F32, TU_HND, {0}, 0, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 3.0},
+    /* fewer query rows than tokens (W < n: rows see every key before n - W); one row piece, then two */
+    {"h2o_mma_h8x2_d128_bf16_W100_len300_250", CLKV_SCORE_H2O, 2, 8, 2, 128, 100, 300, BF16, F32, TU_HND, {300, 250}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    {"h2o_mma_h8x2_d64_f16_W300_len997", CLKV_SCORE_H2O, 1, 8, 2, 64, 300, 1000, F16, F32, TU_NHD, {997}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"h2o_mma_h32x8_d128_bf16_T1000_len1000_15", CLKV_SCORE_H2O, 2, 32, 8, 128, 1000, 1000, BF16, F32, TU_HND, {1000, 15}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"h2o_mma_h14x2_d128_f16_T1000_len999", CLKV_SCORE_H2O, 1, 14, 2, 128, 1000, 1000, F16, F32, TU_NHD, {999}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"h2o_mma_h8x8_d64_bf16_T4099_len4099_17", CLKV_SCORE_H2O, 2, 8, 8, 64, 4099, 4099, BF16, F32, TU_HND, {4099, 17}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
@@ -338,7 +342,8 @@ static void run_case(void **state) {
 
 static void run_h2o_case(void **state) {
     const scase *c = (const scase *)*state;
-    if (c->W * c->L > 100000 && !clkv_context_device_info(g_ctx)->nvidia_ptx) {
+    if (c->B * c->Hq * c->W * c->L * c->D > 1000000000 &&
+        !clkv_context_device_info(g_ctx)->nvidia_ptx) {
         printf("[ skip     ] %s: runs where the tensor-core H2O kernel does (NVIDIA)\n", c->name);
         skip();
     }
