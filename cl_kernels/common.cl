@@ -120,6 +120,57 @@ inline float clkv_shfl_xor(float x, int lane_mask) {
 }
 #endif
 
+/* ---- tensor-core fragments (NVIDIA, sm_80+) ----
+ * mma.sync m16n8k16 with f32 accumulation: c (16 x 8) += A (16 x 16) B (16 x 8), fragments
+ * as in PLATFORM.md (a0..a3 row-major A, b0 b1 column-major B, lower index in the low half).
+ * ldmatrix x4: four 8 x 8 16-bit matrices; lane l gives the row address of matrix l / 8,
+ * row l % 8 (`.trans` transposes each matrix). Local addresses must be 16-byte aligned. */
+#ifdef CLKV_NVIDIA_PTX
+inline void clkv_mma_bf16(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+inline void clkv_mma_f16(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+/* The mma of a 16-bit dtype code (CLKV_DT_F16 or CLKV_DT_BF16). */
+#define CLKV_MMA_1 clkv_mma_f16
+#define CLKV_MMA_2 clkv_mma_bf16
+#define CLKV_MMA(dt) CLKV_CAT(CLKV_MMA_, dt)
+
+inline void clkv_ldmatrix4(uint *r, __local const void *row) {
+    const uint a = (uint)(size_t)row;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+inline void clkv_ldmatrix4_trans(uint *r, __local const void *row) {
+    const uint a = (uint)(size_t)row;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+#endif
+
+/* 2^x with subnormal results flushed to 0 (one MUFU.EX2 on NVIDIA; native_exp2 there may
+ * add a subnormal range fix-up around it). Relative error ~2^-22. */
+inline float clkv_exp2_ftz(float x) {
+#ifdef CLKV_NVIDIA_PTX
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+#else
+    return native_exp2(x);
+#endif
+}
+
 /* ---- asynchronous global -> local copies (cp.async, sm_80+) ----
  * A tile pipeline issues clkv_cp_async16/4 per work-item, closes each stage with
  * clkv_cp_async_commit() and waits with CLKV_CP_ASYNC_WAIT(n): every group but the n most

@@ -67,18 +67,9 @@
 #error "score_window_mma needs NVIDIA PTX and f16 / bf16 q and K/V of one dtype"
 #endif
 
-#if KV_DTYPE == CLKV_DT_BF16
-#define MMA_TYPE "bf16"
-#else
-#define MMA_TYPE "f16"
-#endif
-
-/* c (16 x 8, f32) += A (16 x 16) B (16 x 8); fragments as in PLATFORM.md. */
+/* c (16 x 8, f32) += A (16 x 16) B (16 x 8); fragments as in PLATFORM.md (common.cl). */
 inline void mma16816(float *c, uint4 a, uint b0, uint b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPE "." MMA_TYPE ".f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+    CLKV_MMA(KV_DTYPE)(c, a.x, a.y, a.z, a.w, b0, b1);
 }
 
 inline float shfl_idx(float x, int src) {

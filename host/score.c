@@ -1,5 +1,6 @@
 /* clkv_score: method names, validation, launch of the scorer kernels
- * (cl_kernels/score_window.cl, score_key.cl, score_pool.cl). */
+ * (cl_kernels/score_window.cl, score_window_mma.cl, score_h2o_mma.cl, score_key.cl,
+ * score_pool.cl). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,9 @@ typedef struct score_plan {
     int tpr, wg, kpr, vec_aligned;
     /* tensor-core window kernel (score_window_mma.cl): rows per stage, keys per work-group */
     int mma, mma_rs, mma_chunk, mma_prefetch;
+    /* tensor-core H2O kernel (score_h2o_mma.cl): keys per warp, rows per stage, stages,
+     * row pieces (NSPLIT) and rows per piece */
+    int h2o, h2o_kw, h2o_rt, h2o_nstg, h2o_split, h2o_rps;
     /* keydiff */
     int chunk, nchunks;
     /* workspace layout (bytes) */
@@ -289,6 +293,76 @@ static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p)
     p->mma_prefetch = g_mma_prefetch >= 0 ? g_mma_prefetch : 0;
 }
 
+/* Tuning overrides of the H2O tensor-core kernel, read once per process (-1: default):
+ * $CLKV_SCORE_H2O_MMA (0: the window kernels instead), $CLKV_SCORE_H2O_KW (keys per warp,
+ * 16 | 32), $CLKV_SCORE_H2O_RT (query rows per stage, 32 | 64 | 128), $CLKV_SCORE_H2O_NSTG
+ * (stages in flight, 2 | 3), $CLKV_SCORE_H2O_SPLIT (row pieces, 1..64). */
+static int g_h2o_env = -2, g_h2o_kw = -2, g_h2o_rt = -2, g_h2o_nstg = -2, g_h2o_split = -2;
+
+#define H2O_MIN_ROWS 64     /* G * T from which H2O takes score_h2o_mma */
+#define H2O_LOCAL_MAX 49152 /* static local memory of one work-group, bytes */
+
+/* H2O with many query rows (the MiniKV prefill: T = the prompt): the key tile stays in
+ * registers and the rows stream by (score_h2o_mma.cl), on NVIDIA with 16-bit q and K of
+ * one dtype and D 64 / 128. The causal triangle is balanced by cutting the row range into
+ * pieces when the tiles alone would not fill the GPU for a few waves. */
+static void plan_h2o(clkv_context *ctx, const clkv_score_args *a, score_plan *p) {
+    const clkv_dtype dt = a->k.dtype;
+    if (g_h2o_env == -2) {
+        const char *e = getenv("CLKV_SCORE_H2O_MMA");
+        g_h2o_env = !(e && *e && atoi(e) == 0);
+        g_h2o_kw = mma_tune("CLKV_SCORE_H2O_KW", 16, 32);
+        g_h2o_rt = mma_tune("CLKV_SCORE_H2O_RT", 32, 128);
+        g_h2o_nstg = mma_tune("CLKV_SCORE_H2O_NSTG", 2, 3);
+        g_h2o_split = mma_tune("CLKV_SCORE_H2O_SPLIT", 1, 64);
+    }
+    if (p->method != CLKV_SCORE_H2O || !ctx->info.nvidia_ptx || !mma_env() || !g_h2o_env ||
+        forced_tpr() > 0 || a->q.dtype != dt || (dt != CLKV_F16 && dt != CLKV_BF16) ||
+        (p->D != 64 && p->D != 128) || p->G * p->W < H2O_MIN_ROWS)
+        return;
+    int kw = 32, rt = 64, nstg = p->D == 64 ? 3 : 2;
+    if (g_h2o_kw == 16 || g_h2o_kw == 32)
+        kw = g_h2o_kw;
+    if (g_h2o_rt == 32 || g_h2o_rt == 64 || g_h2o_rt == 128)
+        rt = g_h2o_rt;
+    if (g_h2o_nstg > 0)
+        nstg = g_h2o_nstg;
+    const int64_t row16 = (p->D + 8) * 2;
+    const int64_t tile_rows = 4 * kw > nstg * rt ? 4 * kw : nstg * rt;
+    if (tile_rows * row16 + (int64_t)nstg * rt * 4 > H2O_LOCAL_MAX) /* knobs too large */
+        kw = 32, rt = 64, nstg = 2;
+    p->mma = 0;
+    p->h2o = 1;
+    p->h2o_kw = kw;
+    p->h2o_rt = rt;
+    p->h2o_nstg = nstg;
+    /* Pieces: unit (tile, piece) does at most rows/split rows; the tiles alone give
+     * `units` work-groups whose work falls linearly from all rows to ~0 (causal), i.e.
+     * units/2 full ones. Aim at ~6 waves of full-length units, about 4 resident
+     * work-groups per compute unit; pieces of at least 8 stages. (H200, bf16, Hq 32 /
+     * Hkv 8, D 128, T = 8192, an earlier version of the kernel: 1 piece 2.46 ms, 3 pieces
+     * 1.66 ms, 6 pieces 1.46 ms, 12 pieces 1.37 ms; this one: 6 pieces 1.08 ms, 12 (the
+     * default there) 1.03 ms, 16 1.01 ms. Keys per warp 16: 1.4x slower than 32.) */
+    const int64_t rows = p->G * p->W;
+    const int64_t tiles = (p->max_len + 4 * kw - 1) / (4 * kw);
+    const int64_t units = tiles * p->B * p->Hkv > 0 ? tiles * p->B * p->Hkv : 1;
+    const int64_t wave = (int64_t)(ctx->info.compute_units ? ctx->info.compute_units : 1) * 4;
+    int64_t split = (12 * wave + units - 1) / units - 1;
+    if (split > rows / (8 * rt))
+        split = rows / (8 * rt);
+    if (split > 16)
+        split = 16;
+    if (g_h2o_split > 0)
+        split = g_h2o_split;
+    if (split < 1)
+        split = 1;
+    int64_t rps = (rows + split - 1) / split;
+    rps = (rps + rt - 1) / rt * rt;
+    split = (rows + rps - 1) / rps;
+    p->h2o_split = (int)split;
+    p->h2o_rps = (int)rps;
+}
+
 int64_t clkv__score_protect(const clkv_score_args *a) {
     if (a->protect >= 0)
         return a->protect;
@@ -365,6 +439,7 @@ static void plan_launch(clkv_context *ctx, const clkv_score_args *a, score_plan 
         p->vec_aligned = p->tpr > 1 && epl % vw == 0 && clkv__rows_aligned(&a->k, vw) &&
                          (!needs_v(m) || clkv__rows_aligned(&a->v, vw));
         plan_mma(ctx, a, p);
+        plan_h2o(ctx, a, p);
     }
     if (m == CLKV_SCORE_KEYDIFF) {
         const int64_t units = p->B * p->Hkv > 0 ? p->B * p->Hkv : 1;
@@ -386,6 +461,8 @@ static void plan_launch(clkv_context *ctx, const clkv_score_args *a, score_plan 
     p->part_bytes = m == CLKV_SCORE_KEYDIFF
                         ? clkv__ws_align((size_t)(p->B * p->Hkv * p->nchunks * p->D) * 4)
                         : 0;
+    if (p->h2o && p->h2o_split > 1)
+        p->part_bytes = clkv__ws_align(cells * (size_t)p->h2o_split * 4);
 }
 
 static clkv_status check_common(clkv_context *ctx, const clkv_score_args *args) {
@@ -502,6 +579,62 @@ static clkv_status launch_window(clkv_context *ctx, const clkv_score_args *a, co
     clkv__log(ctx, "score_window: method=%s TPR=%d WG=%d KPR=%d tiles=%zu", g_names[m], p->tpr,
               p->wg, p->kpr, g[0] / p->wg);
     return clkv__launch(ctx, kw, "score_window", 3, g, l, 0, NULL);
+}
+
+/* H2O on the tensor cores (score_h2o_mma.cl): raw scores directly (one piece) or partial
+ * sums per row piece in the workspace at part_off plus score_h2o_reduce. */
+static clkv_status launch_h2o(clkv_context *ctx, const clkv_score_args *a, const score_plan *p,
+                              cl_mem ws, cl_long raw_off, cl_long part_off) {
+    clkv_defs defs;
+    clkv__defs_init(&defs);
+    clkv__defs_int(&defs, "Q_DTYPE", a->q.dtype);
+    clkv__defs_int(&defs, "KV_DTYPE", a->k.dtype);
+    clkv__defs_int(&defs, "HEAD_DIM", p->D);
+    clkv__defs_int(&defs, "KW", p->h2o_kw);
+    clkv__defs_int(&defs, "RT", p->h2o_rt);
+    clkv__defs_int(&defs, "NSTG", p->h2o_nstg);
+    clkv__defs_int(&defs, "Q_ALIGNED", clkv__rows_aligned(&a->q, 8));
+    clkv__defs_int(&defs, "KV_ALIGNED", clkv__rows_aligned(&a->k, 8));
+    cl_kernel kh, kr = NULL;
+    clkv_status st = clkv__get_kernel(ctx, "score_h2o_mma.cl", &defs, "score_h2o_mma", &kh);
+    if (!st && p->h2o_split > 1)
+        st = clkv__get_kernel(ctx, "score_h2o_mma.cl", &defs, "score_h2o_reduce", &kr);
+    if (st)
+        return st;
+    const tens4 q = t4(&a->q), k = t4(&a->k), lse = t4(&a->lse);
+    const cl_long q_st = a->q.strides[2], lse_st = a->lse.strides[2], row_len = p->row_len;
+    const cl_mem len_buf = a->lengths.buf;
+    const cl_long len_off = len_buf ? clkv__elem_offset(&a->lengths) : 0;
+    const cl_int has_len = len_buf != NULL, max_len = p->max_len, Hkv = (cl_int)p->Hkv,
+                 G = (cl_int)p->G, T = (cl_int)p->W, nsplit = p->h2o_split, rps = p->h2o_rps;
+    const cl_float scale_log2 = p->scale * 1.4426950408889634f;
+    st = clkv__set_args(ctx, kh, "score_h2o_mma", 29, CLKV_ARG(q.buf), CLKV_ARG(q.off),
+                        CLKV_ARG(q.sb), CLKV_ARG(q.sh), CLKV_ARG(q_st), CLKV_ARG(k.buf),
+                        CLKV_ARG(k.off), CLKV_ARG(k.sb), CLKV_ARG(k.sh), CLKV_ARG(k.sl),
+                        CLKV_ARG(lse.buf), CLKV_ARG(lse.off), CLKV_ARG(lse.sb), CLKV_ARG(lse.sh),
+                        CLKV_ARG(lse_st), CLKV_ARG(len_buf), CLKV_ARG(len_off), CLKV_ARG(has_len),
+                        CLKV_ARG(max_len), CLKV_ARG(Hkv), CLKV_ARG(G), CLKV_ARG(T),
+                        CLKV_ARG(scale_log2), CLKV_ARG(nsplit), CLKV_ARG(rps), CLKV_ARG(ws),
+                        CLKV_ARG(raw_off), CLKV_ARG(part_off), CLKV_ARG(row_len));
+    if (st)
+        return st;
+    const int64_t kt = 4 * p->h2o_kw, tiles = (p->max_len + kt - 1) / kt;
+    if (tiles == 0)
+        return CLKV_OK;
+    const size_t g[3] = {(size_t)(tiles * nsplit) * 128, (size_t)p->Hkv, (size_t)p->B};
+    const size_t l[3] = {128, 1, 1};
+    clkv__log(ctx, "score_h2o_mma: KW=%d RT=%d NSTG=%d split=%d rows/piece=%d tiles=%lld",
+              p->h2o_kw, p->h2o_rt, p->h2o_nstg, nsplit, rps, (long long)tiles);
+    if ((st = clkv__launch(ctx, kh, "score_h2o_mma", 3, g, l, 0, NULL)) || nsplit == 1)
+        return st;
+    st = clkv__set_args(ctx, kr, "score_h2o_reduce", 11, CLKV_ARG(len_buf), CLKV_ARG(len_off),
+                        CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(Hkv), CLKV_ARG(G),
+                        CLKV_ARG(nsplit), CLKV_ARG(ws), CLKV_ARG(raw_off), CLKV_ARG(part_off),
+                        CLKV_ARG(row_len));
+    if (st)
+        return st;
+    const size_t gr[3] = {(size_t)((p->max_len + 127) / 128) * 128, (size_t)p->Hkv, (size_t)p->B};
+    return clkv__launch(ctx, kr, "score_h2o_reduce", 3, gr, l, 0, NULL);
 }
 
 /* Key rows per local tile of the key kernels: about 32 KiB of f32 rows, at most SMALL_WG. */
@@ -657,7 +790,8 @@ clkv_status clkv_score(clkv_context *ctx, const clkv_score_args *args, cl_event 
         if (m == CLKV_SCORE_CRITICALKV && args->w_o.buf &&
             (st = launch_vo_norm(ctx, args, &p, ws, vnorm_off)))
             return st;
-        if ((st = launch_window(ctx, args, &p, ws, raw_off, vnorm_off)))
+        if ((st = p.h2o ? launch_h2o(ctx, args, &p, ws, raw_off, part_off)
+                        : launch_window(ctx, args, &p, ws, raw_off, vnorm_off)))
             return st;
     } else if (m == CLKV_SCORE_KNORM || m == CLKV_SCORE_KEYDIFF) {
         if ((st = launch_key(ctx, args, &p, ws, raw_off, part_off)))

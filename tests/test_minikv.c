@@ -161,6 +161,50 @@ static const pcase k_cases[] = {
      7},
 };
 
+/* GQA 32/8 bf16 prompts with mixed lengths: pass 2 takes the tensor-core H2O kernel on
+ * NVIDIA (score_h2o_mma.cl, several row pieces); only there (on a CPU device the
+ * references alone take minutes). */
+static const pcase k_mma_cases[] = {
+    {"mma_len1000_17_gqa4_h32x8_d128_bf16",
+     2,
+     32,
+     8,
+     1000,
+     1000,
+     128,
+     CLKV_BF16,
+     CLKV_BF16,
+     TU_HND,
+     {1000, 17},
+     1,
+     1,
+     1,
+     -1,
+     0.25,
+     0.25,
+     1.0,
+     0},
+    {"mma_len4099_gqa4_h4x1_d64_f16",
+     1,
+     4,
+     1,
+     4099,
+     4099,
+     64,
+     CLKV_F16,
+     CLKV_F16,
+     TU_NHD,
+     {4099},
+     1,
+     1,
+     1,
+     -1,
+     0.25,
+     0.25,
+     1.5,
+     0},
+};
+
 /* The selection of one row vs the reference (see the file comment). */
 static void check_row(const int32_t *got, int64_t K, const double *aref, int64_t n, int64_t heavy,
                       int64_t recent, int64_t b, int64_t h) {
@@ -327,6 +371,15 @@ static void run_prefill(const pcase *c, uint64_t stream) {
 static void test_prefill(void **state) {
     const pcase *c = (const pcase *)*state;
     run_prefill(c, (uint64_t)(c - k_cases) + 1);
+}
+
+static void test_prefill_mma(void **state) {
+    const pcase *c = (const pcase *)*state;
+    if (!clkv_context_device_info(g_ctx)->nvidia_ptx) {
+        print_message("  %s: runs on NVIDIA only (tensor-core H2O shapes)\n", c->name);
+        skip();
+    }
+    run_prefill(c, (uint64_t)(c - k_mma_cases) + 101);
 }
 
 /* Exact ties (SPEC §0.2): key 0 is an attention sink (logit 150 for every query), every
@@ -844,8 +897,12 @@ static void test_load_validation(void **state) {
 }
 
 int main(void) {
-    enum { NP = sizeof k_cases / sizeof k_cases[0], NE = sizeof k_e2e / sizeof k_e2e[0] };
-    struct CMUnitTest tests[NP + NE + 4];
+    enum {
+        NP = sizeof k_cases / sizeof k_cases[0],
+        NM = sizeof k_mma_cases / sizeof k_mma_cases[0],
+        NE = sizeof k_e2e / sizeof k_e2e[0]
+    };
+    struct CMUnitTest tests[NP + NM + NE + 4];
     memset(tests, 0, sizeof tests);
     printf("[ seed     ] 0x%016" PRIx64 " (set CLKV_TEST_SEED to change)\n", tu_seed(DEFAULT_SEED));
     int n = 0;
@@ -857,6 +914,11 @@ int main(void) {
         tests[n].name = k_cases[i].name;
         tests[n].test_func = test_prefill;
         tests[n++].initial_state = (void *)&k_cases[i];
+    }
+    for (int i = 0; i < NM; i++) {
+        tests[n].name = k_mma_cases[i].name;
+        tests[n].test_func = test_prefill_mma;
+        tests[n++].initial_state = (void *)&k_mma_cases[i];
     }
     for (int i = 0; i < NE; i++) {
         tests[n].name = k_e2e[i].name;

@@ -117,6 +117,25 @@ static const scase g_cases[] = {
 };
 /* clang-format on */
 
+/* H2O over long query ranges (T = the prompt): on NVIDIA with 16-bit q/K, D 64/128 and
+ * G * T >= 64 these take the tensor-core kernel score_h2o_mma.cl (one row piece or several
+ * + the reduction, aligned and unaligned q rows, sequences shorter than T, fewer rows than
+ * tokens). The large ones run only where that kernel does (on a CPU device their
+ * reference alone takes minutes). */
+/* clang-format off */
+static const scase g_h2o_cases[] = {
+    {"h2o_mma_h32x8_d128_bf16_T17_len17_1", CLKV_SCORE_H2O, 2, 32, 8, 128, 17, 17, BF16, F32, TU_HND, {17, 1}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    {"h2o_mma_h14x2_d64_f16_nhd_T40_len16_15", CLKV_SCORE_H2O, 2, 14, 2, 64, 40, 40, F16, F32, TU_NHD, {16, 15}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    {"h2o_mma_h8x8_d128_bf16_T100_nolengths", CLKV_SCORE_H2O, 1, 8, 8, 128, 100, 100, BF16, F32, TU_HND, {0}, 0, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 3.0},
+    /* fewer query rows than tokens (W < n: rows see every key before n - W); one row piece, then two */
+    {"h2o_mma_h8x2_d128_bf16_W100_len300_250", CLKV_SCORE_H2O, 2, 8, 2, 128, 100, 300, BF16, F32, TU_HND, {300, 250}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    {"h2o_mma_h8x2_d64_f16_W300_len997", CLKV_SCORE_H2O, 1, 8, 2, 64, 300, 1000, F16, F32, TU_NHD, {997}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    {"h2o_mma_h32x8_d128_bf16_T1000_len1000_15", CLKV_SCORE_H2O, 2, 32, 8, 128, 1000, 1000, BF16, F32, TU_HND, {1000, 15}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    {"h2o_mma_h14x2_d128_f16_T1000_len999", CLKV_SCORE_H2O, 1, 14, 2, 128, 1000, 1000, F16, F32, TU_NHD, {999}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    {"h2o_mma_h8x8_d64_bf16_T4099_len4099_17", CLKV_SCORE_H2O, 2, 8, 8, 64, 4099, 4099, BF16, F32, TU_HND, {4099, 17}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+};
+/* clang-format on */
+
 /* Method defaults as documented in include/clkv/score.h. */
 static void resolve_defaults(const scase *c, ref_score_cfg *r) {
     int pool = 0, k = 1, excl = 0;
@@ -281,12 +300,11 @@ static void setup_case(const scase *c, uint64_t stream, score_io *io) {
         io->tau[i] += 1e-20;
 }
 
-static void run_case(void **state) {
-    const scase *c = (const scase *)*state;
+static void run_case_stream(const scase *c, uint64_t stream) {
     tu_set_case("%s", c->name);
     const double t0 = tu_now();
     score_io io;
-    setup_case(c, (uint64_t)(c - g_cases) + 1, &io);
+    setup_case(c, stream, &io);
     const double t1 = tu_now();
     clkv__score_force_tpr(c->force_tpr);
     size_t ws = 0;
@@ -315,6 +333,21 @@ static void run_case(void **state) {
     printf("[ timing   ] %-44s setup+ref %.2f s, clkv_score %.3f s\n", c->name, t1 - t0, t2 - t1);
     free(got);
     free_io(&io);
+}
+
+static void run_case(void **state) {
+    const scase *c = (const scase *)*state;
+    run_case_stream(c, (uint64_t)(c - g_cases) + 1);
+}
+
+static void run_h2o_case(void **state) {
+    const scase *c = (const scase *)*state;
+    if (c->B * c->Hq * c->W * c->L * c->D > 1000000000 &&
+        !clkv_context_device_info(g_ctx)->nvidia_ptx) {
+        printf("[ skip     ] %s: runs where the tensor-core H2O kernel does (NVIDIA)\n", c->name);
+        skip();
+    }
+    run_case_stream(c, (uint64_t)(c - g_h2o_cases) + 1001);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -798,7 +831,7 @@ static void test_keep_bad_inputs(void **state) {
 }
 
 int main(void) {
-    struct CMUnitTest tests[64];
+    struct CMUnitTest tests[96];
     size_t n = 0;
     printf("[ seed     ] 0x%016" PRIx64 " (set CLKV_TEST_SEED to change)\n", tu_seed(DEFAULT_SEED));
     memset(tests, 0, sizeof tests);
@@ -819,6 +852,12 @@ int main(void) {
         tests[n].name = g_cases[i].name;
         tests[n].test_func = run_case;
         tests[n].initial_state = (void *)&g_cases[i];
+        n++;
+    }
+    for (size_t i = 0; i < sizeof g_h2o_cases / sizeof g_h2o_cases[0]; i++) {
+        tests[n].name = g_h2o_cases[i].name;
+        tests[n].test_func = run_h2o_case;
+        tests[n].initial_state = (void *)&g_h2o_cases[i];
         n++;
     }
 #undef ADD

@@ -168,7 +168,11 @@ typedef struct clkv_score_args {
  * On NVIDIA the window methods except DiffKV run on the tensor cores when q and K/V are
  * f16 or bf16 of one dtype and D is 64 or 128 (DropKV then forms ||a - v||^2 as
  * ||a||^2 + ||v||^2 - 2<a, v> clamped at 0, SPEC §2.1); $CLKV_SCORE_MMA=0 selects the
- * portable kernel. Results agree within the SPEC §2.1 tolerance either way.
+ * portable kernel. H2O with G * W >= 64 query rows (the MiniKV prefill, W = the prompt)
+ * takes a third kernel there instead (cl_kernels/score_h2o_mma.cl: key tiles in registers,
+ * query rows streamed, long row ranges cut into pieces whose partial sums are added in the
+ * workspace); $CLKV_SCORE_H2O_MMA=0 selects the window kernels.
+ * Results agree within the SPEC §2.1 tolerance either way.
  * Errors (nothing enqueued, nothing written): CLKV_ERR_ARG_NULL (ctx, args, a tensor the
  * method needs), CLKV_ERR_ARG_DTYPE, CLKV_ERR_ARG_SHAPE (dims disagree, Hq % Hkv != 0,
  * W < 1), CLKV_ERR_ARG_UNSUPPORTED (D not in {64, 128, 256} for a window method, D
