@@ -50,18 +50,13 @@
 #endif
 
 #if KV_DTYPE == CLKV_DT_BF16
-#define MMA_TYPE "bf16"
+#define MMA_TYPE bf16
 #else
-#define MMA_TYPE "f16"
+#define MMA_TYPE f16
 #endif
 
-/* c (16 x 8, f32) += A (16 x 16) B (16 x 8); fragments as in PLATFORM.md. */
-inline void mma16816(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPE "." MMA_TYPE ".f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+/* c (16 x 8, f32) += A (16 x 16) B (16 x 8) in the K/V dtype (common.cl). */
+#define mma16816 CLKV_CAT(clkv_mma_, MMA_TYPE)
 
 /* Four 8 x 8 16-bit matrices; lane l gives the row address of matrix l / 8, row l % 8. */
 inline void ldmatrix4(uint *r, __local const void *row) {

@@ -120,6 +120,38 @@ inline float clkv_shfl_xor(float x, int lane_mask) {
 }
 #endif
 
+/* ---- tensor-core helpers (NVIDIA, sm_80+) ----
+ * clkv_mma_bf16 / clkv_mma_f16: c (16 x 8, f32) += A (16 x 16) B (16 x 8), mma.sync
+ * m16n8k16 with the fragment layouts of PLATFORM.md (g = lane / 4, t = lane % 4;
+ * a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..];
+ * b0 = B[2t..2t+1][g], b1 = B[2t+8..2t+9][g]; c0..c3 = C[g][2t], C[g][2t+1], C[g+8][2t],
+ * C[g+8][2t+1]; 16-bit pairs packed with the lower index in the low half).
+ * clkv_bf16x2_rn(lo, hi): two f32 rounded to bf16 (RNE) and packed.
+ * clkv_warp_sync(): the lanes of a warp reconverge; their local-memory writes before it
+ * are visible to the warp after it. */
+#ifdef CLKV_NVIDIA_PTX
+inline void clkv_mma_bf16(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+inline void clkv_mma_f16(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+inline uint clkv_bf16x2_rn(float lo, float hi) {
+    uint r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+inline void clkv_warp_sync(void) {
+    asm volatile("bar.warp.sync 0xffffffff;" ::: "memory");
+}
+#endif
+
 /* ---- asynchronous global -> local copies (cp.async, sm_80+) ----
  * A tile pipeline issues clkv_cp_async16/4 per work-item, closes each stage with
  * clkv_cp_async_commit() and waits with CLKV_CP_ASYNC_WAIT(n): every group but the n most
