@@ -6,8 +6,9 @@
  * splits 4x .. 4x + 3 of one (sequence, KV head, head group).
  *
  * Build options: Q_DTYPE, RES_DTYPE, META_DTYPE, HEAD_DIM, KBITS, VBITS, GQ (as in
- * attention_quant.cl); VPRE (default 1): the value codes of a tile are loaded with its key
- * codes, before the key product.
+ * attention_quant.cl); NST (default 4): tiles in flight per warp (cp.async stages in local
+ * memory: key and value codes, value metadata, and the key metadata of a tile that starts
+ * a key group).
  *
  * A warp walks its token range in tiles of 16 tokens (a tile lies in one key group and is
  * all quantized or all residual: n_quant is a multiple of GQ >= 16 and splits start at
@@ -56,9 +57,25 @@
     (VBITS != 2 && VBITS != 4) || !defined(CLKV_NVIDIA_PTX) || GQ < 16
 #error "attention_quant_mma: D 64/128, 2- or 4-bit codes, NVIDIA PTX"
 #endif
-#ifndef VPRE
-#define VPRE 1
+#ifndef NST
+#define NST 4
 #endif
+#if META_DTYPE == CLKV_DT_F16
+#define MSZ 2
+#define LOAD_META_L(p, i) vload_half((size_t)(i), (p))
+#elif META_DTYPE == CLKV_DT_F32
+#define MSZ 4
+#define LOAD_META_L(p, i) ((p)[i])
+#else
+#error "attention_quant_mma: f16 or f32 metadata"
+#endif
+/* one stage, in 16-byte chunks: key codes, value codes, value (scale, min), key (scale,
+ * min) of the tile's group */
+#define KC_N (HEAD_DIM * KBITS / 8)
+#define VC_N (HEAD_DIM * VBITS / 8)
+#define VM_N (DG * MSZ)
+#define KM_N (HEAD_DIM * MSZ / 16)
+#define STG_N (KC_N + VC_N + 2 * VM_N + 2 * KM_N)
 
 typedef CLKV_STORAGE(Q_DTYPE) q_t;
 typedef CLKV_STORAGE(RES_DTYPE) res_t;
@@ -98,6 +115,31 @@ inline float shfl(float x, int m) {
 #define VROW_CH(r) (r)
 #endif
 
+/* Copy the quantized data of the tile at token `base` into stage st (the key metadata
+ * only when with_km): 16-byte cp.async chunks, lane-strided. */
+inline void issue_tile(__local uint4 *st, int lane, int base, int with_km, __global const uint *kcb,
+                       __global const meta_t *ksb, __global const meta_t *kmb,
+                       __global const uint *vcb, __global const meta_t *vsb,
+                       __global const meta_t *vmb) {
+    __global const uchar *src = (__global const uchar *)(kcb + (long)(base / KP) * HEAD_DIM);
+    for (int i = lane; i < KC_N; i += 32)
+        clkv_cp_async16(st + i, src + 16 * i);
+    src = (__global const uchar *)(vcb + (long)base * NW);
+    for (int i = lane; i < VC_N; i += 32)
+        clkv_cp_async16(st + KC_N + i, src + 16 * i);
+    __global const uchar *s0 = (__global const uchar *)(vsb + (long)base * DG);
+    __global const uchar *s1 = (__global const uchar *)(vmb + (long)base * DG);
+    for (int i = lane; i < 2 * VM_N; i += 32)
+        clkv_cp_async16(st + KC_N + VC_N + i, i < VM_N ? s0 + 16 * i : s1 + 16 * (i - VM_N));
+    if (with_km) {
+        s0 = (__global const uchar *)(ksb + (long)(base / GQ) * HEAD_DIM);
+        s1 = (__global const uchar *)(kmb + (long)(base / GQ) * HEAD_DIM);
+        for (int i = lane; i < 2 * KM_N; i += 32)
+            clkv_cp_async16(st + KC_N + VC_N + 2 * VM_N + i,
+                            i < KM_N ? s0 + 16 * i : s1 + 16 * (i - KM_N));
+    }
+}
+
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_quant_mma_partial(
     __global const q_t *q, long q_off, long q_sb, long q_sh, __global const uint *kc,
     __global const meta_t *ks, __global const meta_t *km, __global const uint *vc,
@@ -108,9 +150,10 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     __local uint2 bsm[NWARP][8 * LDB / 4]; /* key operand B [8 columns][LDB] (bf16) */
     __local float psm[NWARP][16 * HP];     /* probabilities of the tile [token][head] */
     __local float fsm[NWARP][HP];          /* rescale factors of the tile per head */
-    __local float vsm[NWARP][2][16 * DG];  /* value S and m - S [token][group] */
+    __local float4 vsm[NWARP][2][4 * DG];  /* value S and m - S [token][group] */
     __local float csm[NWARP][HP * DG];     /* minimum terms at the end */
     __local float qsm[HP][HEAD_DIM];       /* q' of the work-group's heads */
+    __local uint4 stg[NWARP][NST][STG_N];  /* tiles in flight */
 
     __global float *part_ml = part_acc + ml_off;
     const int lid = (int)get_local_id(0);
@@ -150,8 +193,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     __local ushort *bs16 = (__local ushort *)bs;
     __local float *ps = psm[wid];
     __local float *fs = fsm[wid];
-    __local float *vss = vsm[wid][0];
-    __local float *vms = vsm[wid][1];
+    __local float *vss = (__local float *)vsm[wid][0];
+    __local float *vms = (__local float *)vsm[wid][1];
 
     /* lane roles: C fragments hold heads ha, ha + 1 (column part ft / 2); B fragments
      * column fg = head fg % 4, part fg / 4 */
@@ -180,40 +223,48 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
         cmv[g] = 0.0f;
     int kgrp = -1; /* key group whose operand is in bs */
 
-    for (int base = start; base < end; base += 16) {
+    const int ntiles = end > start ? (end - start + 15) / 16 : 0;
+    UNROLL
+    for (int i = 0; i < NST - 1; i++) {
+        const int bi = start + 16 * i;
+        if (i < ntiles && bi < nq)
+            issue_tile(stg[wid][i], lane, bi, i == 0 || bi % GQ == 0, kcb, ksb, kmb, vcb, vsb, vmb);
+        clkv_cp_async_commit(); /* empty groups keep the count uniform */
+    }
+    for (int it = 0; it < ntiles; it++) {
+        const int base = start + 16 * it;
+        {
+            const int ia = it + NST - 1, ba = start + 16 * ia;
+            if (ia < ntiles && ba < nq)
+                issue_tile(stg[wid][ia % NST], lane, ba, ia == 0 || ba % GQ == 0, kcb, ksb, kmb,
+                           vcb, vsb, vmb);
+            clkv_cp_async_commit();
+        }
+        CLKV_CP_ASYNC_WAIT(NST - 1); /* this lane's copies of tile it have landed */
+        clkv_warp_sync();            /* and every lane's */
+        __local const uint4 *st = stg[wid][it % NST];
         const int quant = base < nq;
         float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        uint4 vw[4][VW4]; /* value words of tokens 2t, 2t+1, 2t+8, 2t+9 */
         if (quant) {
-            /* ---- loads: key codes, value codes, value metadata ---- */
+            /* ---- value metadata as f32 S and m - S ---- */
+            __local const meta_t *vmr = (__local const meta_t *)(st + KC_N + VC_N);
+            for (int e = lane; e < 16 * DG; e += 32) {
+                const float S = LOAD_META_L(vmr, e) * (float)(1 << VBITS);
+                vss[e] = S;
+                vms[e] = LOAD_META_L(vmr, 16 * DG + e) - S;
+            }
             uint4 kw[KW4][NKS];
-            __global const uint *crow = kcb + (long)(base / KP) * HEAD_DIM + 4 * ft;
             UNROLL
             for (int r = 0; r < KW4; r++)
                 UNROLL
             for (int s = 0; s < NKS; s++)
-                kw[r][s] = *(__global const uint4 *)(crow + (long)r * HEAD_DIM + 16 * s);
-#if VPRE
-            UNROLL
-            for (int k = 0; k < 4; k++) {
-                const long tk = base + 2 * ft + (k & 1) + 8 * (k >> 1);
-                UNROLL
-                for (int i = 0; i < VW4; i++)
-                    vw[k][i] = *(__global const uint4 *)(vcb + tk * NW + 4 * i);
-            }
-#endif
-            for (int e = lane; e < 16 * DG; e += 32) {
-                const long mi = (long)base * DG + e;
-                const float S = LOAD_META(vsb, mi) * (float)(1 << VBITS);
-                vss[e] = S;
-                vms[e] = LOAD_META(vmb, mi) - S;
-            }
+                kw[r][s] = st[r * (HEAD_DIM / 4) + 4 * s + ft];
 
             /* ---- the key operand of this group (q' S hi/lo, constant rows) ---- */
             const int grp = base / GQ;
             if (grp != kgrp) {
                 kgrp = grp;
-                clkv_warp_sync(); /* earlier readers of bs are done */
+                __local const meta_t *kmr = (__local const meta_t *)(st + KC_N + VC_N + 2 * VM_N);
                 float cz[HP];
                 UNROLL
                 for (int h = 0; h < HP; h++)
@@ -221,9 +272,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 float S[CPL], mS[CPL];
                 UNROLL
                 for (int j = 0; j < CPL; j++) {
-                    const long mi = (long)grp * HEAD_DIM + lane * CPL + j;
-                    S[j] = LOAD_META(ksb, mi) * (float)(1 << KBITS);
-                    mS[j] = LOAD_META(kmb, mi) - S[j];
+                    S[j] = LOAD_META_L(kmr, lane * CPL + j) * (float)(1 << KBITS);
+                    mS[j] = LOAD_META_L(kmr, HEAD_DIM + lane * CPL + j) - S[j];
                 }
                 UNROLL
                 for (int h = 0; h < HP; h++) {
@@ -340,21 +390,42 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
         for (int g = 0; g < DG; g++)
             cmv[g] *= fb;
         if (quant) {
-#if !VPRE
+            uint4 vw[4][VW4]; /* value words of tokens 2t, 2t+1, 2t+8, 2t+9 */
             UNROLL
             for (int k = 0; k < 4; k++) {
-                const long tk = base + 2 * ft + (k & 1) + 8 * (k >> 1);
+                const int tk = 2 * ft + (k & 1) + 8 * (k >> 1);
                 UNROLL
                 for (int i = 0; i < VW4; i++)
-                    vw[k][i] = *(__global const uint4 *)(vcb + tk * NW + 4 * i);
+                    vw[k][i] = st[KC_N + tk * (NW / 4) + i];
             }
-#endif
             float pk[4];
             int tkk[4];
             UNROLL
             for (int k = 0; k < 4; k++) {
                 tkk[k] = 2 * ft + (k & 1) + 8 * (k >> 1);
                 pk[k] = ps[tkk[k] * HP + hb];
+            }
+            /* S and m - S of the lane's 4 tokens, every group (16-byte loads) */
+            float vS[4][DG], vM[4][DG];
+            UNROLL
+            for (int k = 0; k < 4; k++) {
+#if DG % 4 == 0
+                UNROLL
+                for (int g4 = 0; g4 < DG / 4; g4++) {
+                    const float4 a = vsm[wid][0][tkk[k] * (DG / 4) + g4];
+                    const float4 c = vsm[wid][1][tkk[k] * (DG / 4) + g4];
+                    vS[k][4 * g4] = a.x, vS[k][4 * g4 + 1] = a.y;
+                    vS[k][4 * g4 + 2] = a.z, vS[k][4 * g4 + 3] = a.w;
+                    vM[k][4 * g4] = c.x, vM[k][4 * g4 + 1] = c.y;
+                    vM[k][4 * g4 + 2] = c.z, vM[k][4 * g4 + 3] = c.w;
+                }
+#else
+                UNROLL
+                for (int g = 0; g < DG; g++) {
+                    vS[k][g] = vss[tkk[k] * DG + g];
+                    vM[k][g] = vms[tkk[k] * DG + g];
+                }
+#endif
             }
             uint vb0 = 0u, vb1 = 0u;
             UNROLL
@@ -364,8 +435,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                     float r[4];
                     UNROLL
                     for (int k = 0; k < 4; k++) {
-                        r[k] = split_part(pk[k] * vss[tkk[k] * DG + grp], pb);
-                        cmv[grp] = fma(pk[k], vms[tkk[k] * DG + grp], cmv[grp]);
+                        r[k] = split_part(pk[k] * vS[k][grp], pb);
+                        cmv[grp] = fma(pk[k], vM[k][grp], cmv[grp]);
                     }
                     vb0 = clkv_bf16x2_rn(r[0], r[1]);
                     vb1 = clkv_bf16x2_rn(r[2], r[3]);
@@ -416,8 +487,9 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 }
             }
         }
-        clkv_warp_sync(); /* ps, fs, vss, vms are refilled by the next tile */
+        clkv_warp_sync(); /* ps, fs, vss, vms and the stage are refilled next */
     }
+    CLKV_CP_ASYNC_WAIT(0);
 
     /* ---- the split's partial state ---- */
     UNROLL

@@ -32,7 +32,7 @@ typedef struct quant_plan {
  *   CLKV_QUANT_MMA=0        always the CUDA-core kernel
  *   CLKV_QUANT_MMA_WARPS=N  automatic splits aim at N warps per compute unit (default 16)
  *   CLKV_QUANT_MMA_MINTOK=N no automatic split shorter than N tokens (default 256)
- *   CLKV_QUANT_MMA_VPRE=0   load a tile's value codes after its key product (default 1) */
+ *   CLKV_QUANT_MMA_STAGES=N 16-token tiles in flight per warp, 1..8 (default 4) */
 static int env_int(const char *name, int def, int lo, int hi) {
     const char *e = getenv(name);
     if (!e || !*e)
@@ -41,7 +41,7 @@ static int env_int(const char *name, int def, int lo, int hi) {
     return v < lo ? lo : v > hi ? hi : (int)v;
 }
 typedef struct mma_knobs {
-    int enabled, warps, mintok, vpre;
+    int enabled, warps, mintok, stages;
 } mma_knobs;
 static const mma_knobs *knobs(void) {
     static mma_knobs k;
@@ -50,7 +50,7 @@ static const mma_knobs *knobs(void) {
         k.enabled = env_int("CLKV_QUANT_MMA", 1, 0, 1);
         k.warps = env_int("CLKV_QUANT_MMA_WARPS", 16, 1, 256);
         k.mintok = env_int("CLKV_QUANT_MMA_MINTOK", 256, 16, 1 << 20);
-        k.vpre = env_int("CLKV_QUANT_MMA_VPRE", 1, 0, 1);
+        k.stages = env_int("CLKV_QUANT_MMA_STAGES", 4, 1, 8);
         done = 1;
     }
     return &k;
@@ -258,7 +258,7 @@ clkv_status clkv_attention_quant_decode(clkv_quant_cache *cache,
     clkv__defs_int(&defs, "GQ", cfg->group);
     const char *kname = p.mma ? "attention_quant_mma_partial" : "attention_quant_partial";
     if (p.mma) {
-        clkv__defs_int(&defs, "VPRE", knobs()->vpre);
+        clkv__defs_int(&defs, "NST", knobs()->stages);
     } else {
         clkv__defs_int(&defs, "GROUP", p.group);
         clkv__defs_int(&defs, "WG_SIZE", p.wg);
