@@ -253,13 +253,6 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 vss[e] = S;
                 vms[e] = LOAD_META_L(vmr, 16 * DG + e) - S;
             }
-            uint4 kw[KW4][NKS];
-            UNROLL
-            for (int r = 0; r < KW4; r++)
-                UNROLL
-            for (int s = 0; s < NKS; s++)
-                kw[r][s] = st[r * (HEAD_DIM / 4) + 4 * s + ft];
-
             /* ---- the key operand of this group (q' S hi/lo, constant rows) ---- */
             const int grp = base / GQ;
             if (grp != kgrp) {
@@ -296,33 +289,38 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
             }
 
             /* ---- logits: 16 tokens x 8 columns ---- */
-            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            /* two accumulators (even / odd k-steps) halve the dependent mma chain */
+            float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
             __local const uint2 *bcol = bs + (fg * LDB + 4 * ft) / 4;
             UNROLL
             for (int s = 0; s < NKS; s++) {
                 uint a0, a1, a2, a3;
+                const uint4 w0 = st[4 * s + ft];
 #if KBITS == 2
-                const uint u01 = pack_lo16(kw[0][s].x, kw[0][s].y, csh);
-                const uint u23 = pack_lo16(kw[0][s].z, kw[0][s].w, csh);
+                const uint u01 = pack_lo16(w0.x, w0.y, csh);
+                const uint u23 = pack_lo16(w0.z, w0.w, csh);
                 a0 = CODES2(u01, 0), a1 = CODES2(u01, 2);
                 a2 = CODES2(u23, 0), a3 = CODES2(u23, 2);
 #else
-                a0 = CODES4(pack_lo16(kw[0][s].x, kw[0][s].y, csh));
-                a1 = CODES4(pack_lo16(kw[1][s].x, kw[1][s].y, csh));
-                a2 = CODES4(pack_lo16(kw[0][s].z, kw[0][s].w, csh));
-                a3 = CODES4(pack_lo16(kw[1][s].z, kw[1][s].w, csh));
+                const uint4 w1 = st[HEAD_DIM / 4 + 4 * s + ft];
+                a0 = CODES4(pack_lo16(w0.x, w0.y, csh));
+                a1 = CODES4(pack_lo16(w1.x, w1.y, csh));
+                a2 = CODES4(pack_lo16(w0.z, w0.w, csh));
+                a3 = CODES4(pack_lo16(w1.z, w1.w, csh));
 #endif
                 const uint2 bf = bcol[4 * s];
-                clkv_mma_bf16(d, a0, a1, a2, a3, bf.x, bf.y);
+                clkv_mma_bf16(d[s & 1], a0, a1, a2, a3, bf.x, bf.y);
             }
             UNROLL
             for (int s = 0; s < 2; s++) {
                 const uint2 bf = bcol[HEAD_DIM / 4 + 4 * s];
-                clkv_mma_bf16(d, BF16_ONE2, BF16_ONE2, BF16_ONE2, BF16_ONE2, bf.x, bf.y);
+                clkv_mma_bf16(d[s], BF16_ONE2, BF16_ONE2, BF16_ONE2, BF16_ONE2, bf.x, bf.y);
             }
             UNROLL
-            for (int i = 0; i < 4; i++)
-                z[i] = d[i] + shfl(d[i], 2);
+            for (int i = 0; i < 4; i++) {
+                const float x = d[0][i] + d[1][i];
+                z[i] = x + shfl(x, 2);
+            }
         } else {
             /* ---- residual logits on the CUDA cores (lanes of column part 0) ---- */
             if (ft < 2) {
@@ -390,14 +388,6 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
         for (int g = 0; g < DG; g++)
             cmv[g] *= fb;
         if (quant) {
-            uint4 vw[4][VW4]; /* value words of tokens 2t, 2t+1, 2t+8, 2t+9 */
-            UNROLL
-            for (int k = 0; k < 4; k++) {
-                const int tk = 2 * ft + (k & 1) + 8 * (k >> 1);
-                UNROLL
-                for (int i = 0; i < VW4; i++)
-                    vw[k][i] = st[KC_N + tk * (NW / 4) + i];
-            }
             float pk[4];
             int tkk[4];
             UNROLL
@@ -405,53 +395,57 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 tkk[k] = 2 * ft + (k & 1) + 8 * (k >> 1);
                 pk[k] = ps[tkk[k] * HP + hb];
             }
-            /* S and m - S of the lane's 4 tokens, every group (16-byte loads) */
-            float vS[4][DG], vM[4][DG];
-            UNROLL
-            for (int k = 0; k < 4; k++) {
-#if DG % 4 == 0
-                UNROLL
-                for (int g4 = 0; g4 < DG / 4; g4++) {
-                    const float4 a = vsm[wid][0][tkk[k] * (DG / 4) + g4];
-                    const float4 c = vsm[wid][1][tkk[k] * (DG / 4) + g4];
-                    vS[k][4 * g4] = a.x, vS[k][4 * g4 + 1] = a.y;
-                    vS[k][4 * g4 + 2] = a.z, vS[k][4 * g4 + 3] = a.w;
-                    vM[k][4 * g4] = c.x, vM[k][4 * g4 + 1] = c.y;
-                    vM[k][4 * g4 + 2] = c.z, vM[k][4 * g4 + 3] = c.w;
-                }
-#else
-                UNROLL
-                for (int g = 0; g < DG; g++) {
-                    vS[k][g] = vss[tkk[k] * DG + g];
-                    vM[k][g] = vms[tkk[k] * DG + g];
-                }
-#endif
-            }
             uint vb0 = 0u, vb1 = 0u;
+            float vS[4][4], vM[4][4];
+            uint4 vw[4];
             UNROLL
             for (int t = 0; t < NMT; t++) {
                 if ((16 * t) % GQ == 0) { /* a new value group: B = p S (hi/lo), min terms */
                     const int grp = (16 * t) / GQ;
+#if DG % 4 == 0
+                    if (grp % 4 == 0) { /* S, m - S of the lane's tokens, groups grp .. +3 */
+                        UNROLL
+                        for (int k = 0; k < 4; k++) {
+                            const float4 a = vsm[wid][0][tkk[k] * (DG / 4) + grp / 4];
+                            const float4 c = vsm[wid][1][tkk[k] * (DG / 4) + grp / 4];
+                            vS[k][0] = a.x, vS[k][1] = a.y, vS[k][2] = a.z, vS[k][3] = a.w;
+                            vM[k][0] = c.x, vM[k][1] = c.y, vM[k][2] = c.z, vM[k][3] = c.w;
+                        }
+                    }
+#else
+                    UNROLL
+                    for (int k = 0; k < 4; k++) {
+                        vS[k][grp % 4] = vss[tkk[k] * DG + grp];
+                        vM[k][grp % 4] = vms[tkk[k] * DG + grp];
+                    }
+#endif
                     float r[4];
                     UNROLL
                     for (int k = 0; k < 4; k++) {
-                        r[k] = split_part(pk[k] * vS[k][grp], pb);
-                        cmv[grp] = fma(pk[k], vM[k][grp], cmv[grp]);
+                        r[k] = split_part(pk[k] * vS[k][grp % 4], pb);
+                        cmv[grp] = fma(pk[k], vM[k][grp % 4], cmv[grp]);
                     }
                     vb0 = clkv_bf16x2_rn(r[0], r[1]);
                     vb1 = clkv_bf16x2_rn(r[2], r[3]);
+                }
+                /* value words of tokens 2t, 2t+1, 2t+8, 2t+9 (one 16-byte load serves 4
+                 * m-tiles at 2 bits, 2 at 4 bits) */
+                if (t % (VBITS == 2 ? 4 : 2) == 0) {
+                    UNROLL
+                    for (int k = 0; k < 4; k++)
+                        vw[k] = st[KC_N + tkk[k] * (NW / 4) + (VBITS == 2 ? t / 4 : t / 2)];
                 }
                 uint w[4][2];
                 UNROLL
                 for (int k = 0; k < 4; k++) {
 #if VBITS == 2
-                    const uint4 v4 = vw[k][t / 4];
+                    const uint4 v4 = vw[k];
                     w[k][0] = (t % 4) == 0   ? v4.x
                               : (t % 4) == 1 ? v4.y
                               : (t % 4) == 2 ? v4.z
                                              : v4.w;
 #else
-                    const uint4 v4 = vw[k][t / 2];
+                    const uint4 v4 = vw[k];
                     w[k][0] = (t % 2) == 0 ? v4.x : v4.z;
                     w[k][1] = (t % 2) == 0 ? v4.y : v4.w;
 #endif
