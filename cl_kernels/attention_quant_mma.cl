@@ -84,19 +84,34 @@ typedef CLKV_STORAGE(META_DTYPE) meta_t;
 #define LOAD_RES CLKV_LOAD(RES_DTYPE)
 
 #define BF16_ONE2 0x3F803F80u
-/* Codes at bits 0 .. b-1 of each 16-bit half of u (after a right shift by `sh` bits) as
- * bf16 x = 1 + c / 2^b. */
-#define CODES2(u, sh) ((((u) >> (sh)) << 5) & 0x00600060u | BF16_ONE2)
-#define CODES4(u) (((u) << 3) & 0x00780078u | BF16_ONE2)
-/* bits 0..15 of x >> sh in the low half, of y >> sh in the high half */
-inline uint pack_lo16(uint x, uint y, uint sh) {
-    return ((x >> sh) & 0xffffu) | ((y >> sh) << 16);
+/* A lane's codes as bf16 mma operands. A lane reads code index 2g, 2g + 1 (2-bit) or g
+ * (4-bit) of a word: bits 4g .. 4g + 3, nibble g % 2 of byte g / 2. gather(x, y) moves that
+ * byte of x to byte 0 and of y to byte 2 (one prmt with the lane's selector); a rotation by
+ * a lane constant then puts the wanted code at the top mantissa bits of each 16-bit half
+ * (bits 5-6 for 2 bits, 3-6 for 4 bits; a rotation right by one is a left rotation by 31)
+ * and the mask keeps it under bf16 1.0: x = 1 + c / 2^b. */
+inline uint gather(uint x, uint y, uint sel) {
+    uint d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(y), "r"(sel));
+    return d;
 }
+#define CODES2(u, rot) ((rotate((u), (rot)) & 0x00600060u) | BF16_ONE2)
+#define CODES4(u, rot) ((rotate((u), (rot)) & 0x00780078u) | BF16_ONE2)
 
 /* f32 split for the column halves: part 0 the bf16 truncation, part 1 the rest */
 inline float split_part(float y, int part) {
     const float hi = as_float(as_uint(y) & 0xffff0000u);
     return part ? y - hi : hi;
+}
+
+/* nonzero on every lane when p is nonzero on some lane of the warp */
+inline int warp_any(int p) {
+    int r;
+    asm volatile("{\n\t.reg .pred p, q;\n\tsetp.ne.s32 p, %1, 0;\n\t"
+                 "vote.sync.any.pred q, p, 0xffffffff;\n\tselp.s32 %0, 1, 0, q;\n\t}"
+                 : "=r"(r)
+                 : "r"(p));
+    return r;
 }
 
 inline float shfl(float x, int m) {
@@ -152,9 +167,10 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     __local float fsm[NWARP][HP];          /* rescale factors of the tile per head */
     __local float4 vsm[NWARP][2][4 * DG];  /* value S and m - S [token][group] */
     __local float csm[NWARP][HP * DG];     /* minimum terms at the end */
-    __local float qsm[HP][HEAD_DIM];       /* q' of the work-group's heads */
+    __local float4 qsm4[HP][HEAD_DIM / 4]; /* q' of the work-group's heads */
     __local uint4 stg[NWARP][NST][STG_N];  /* tiles in flight */
 
+    __local float(*qsm)[HEAD_DIM] = (__local float(*)[HEAD_DIM])qsm4;
     __global float *part_ml = part_acc + ml_off;
     const int lid = (int)get_local_id(0);
     const int lane = lid & 31, wid = lid >> 5;
@@ -201,15 +217,11 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     const int ha = 2 * (ft & 1);
     const int hb = fg & 3, pb = fg >> 2;
     const int tok_a = KROW_TOK(fg), tok_b = KROW_TOK(fg + 8);
-    const uint csh = 4u * (uint)fg; /* bit offset of the lane's codes in a word (2 and 4 bit) */
-
-    /* q' of the lane's key-operand channels lane * CPL + j, all heads */
-    float qk[HP][CPL];
-    UNROLL
-    for (int h = 0; h < HP; h++)
-        UNROLL
-    for (int j = 0; j < CPL; j++)
-        qk[h][j] = qsm[h][lane * CPL + j];
+    /* code gathering constants (see gather): byte g / 2 of x and y, rotations */
+    const uint gsel = (uint)(fg >> 1) | (uint)((fg >> 1) + 4) << 8;
+    const uint odd = (uint)(fg & 1);
+    const uint rot_a = odd ? 1u : 5u, rot_b = odd ? 31u : 3u; /* 2-bit codes 2g, 2g + 1 */
+    const uint rot_4 = odd ? 31u : 3u;                        /* 4-bit code g */
 
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
     float acc[NMT][4], cmv[DG];
@@ -270,11 +282,20 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 }
                 UNROLL
                 for (int h = 0; h < HP; h++) {
+                    /* q' of the lane's channels lane * CPL + j (re-read: fewer live registers) */
+                    float qk[CPL];
+#if CPL == 4
+                    const float4 q4 = qsm4[h][lane];
+                    qk[0] = q4.x, qk[1] = q4.y, qk[2] = q4.z, qk[3] = q4.w;
+#else
+                    const float2 q2 = ((__local const float2 *)qsm4[h])[lane];
+                    qk[0] = q2.x, qk[1] = q2.y;
+#endif
                     UNROLL
                     for (int j = 0; j < CPL; j += 2) {
-                        const float y0 = qk[h][j] * S[j], y1 = qk[h][j + 1] * S[j + 1];
-                        cz[h] = fma(qk[h][j], mS[j], cz[h]);
-                        cz[h] = fma(qk[h][j + 1], mS[j + 1], cz[h]);
+                        const float y0 = qk[j] * S[j], y1 = qk[j + 1] * S[j + 1];
+                        cz[h] = fma(qk[j], mS[j], cz[h]);
+                        cz[h] = fma(qk[j + 1], mS[j + 1], cz[h]);
                         const int e = lane * CPL + j;
                         bs32[(h * LDB + e) / 2] =
                             clkv_bf16x2_rn(split_part(y0, 0), split_part(y1, 0));
@@ -297,16 +318,16 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 uint a0, a1, a2, a3;
                 const uint4 w0 = st[4 * s + ft];
 #if KBITS == 2
-                const uint u01 = pack_lo16(w0.x, w0.y, csh);
-                const uint u23 = pack_lo16(w0.z, w0.w, csh);
-                a0 = CODES2(u01, 0), a1 = CODES2(u01, 2);
-                a2 = CODES2(u23, 0), a3 = CODES2(u23, 2);
+                const uint u01 = gather(w0.x, w0.y, gsel);
+                const uint u23 = gather(w0.z, w0.w, gsel);
+                a0 = CODES2(u01, rot_a), a1 = CODES2(u01, rot_b);
+                a2 = CODES2(u23, rot_a), a3 = CODES2(u23, rot_b);
 #else
                 const uint4 w1 = st[HEAD_DIM / 4 + 4 * s + ft];
-                a0 = CODES4(pack_lo16(w0.x, w0.y, csh));
-                a1 = CODES4(pack_lo16(w1.x, w1.y, csh));
-                a2 = CODES4(pack_lo16(w0.z, w0.w, csh));
-                a3 = CODES4(pack_lo16(w1.z, w1.w, csh));
+                a0 = CODES4(gather(w0.x, w0.y, gsel), rot_4);
+                a1 = CODES4(gather(w1.x, w1.y, gsel), rot_4);
+                a2 = CODES4(gather(w0.z, w0.w, gsel), rot_4);
+                a3 = CODES4(gather(w1.z, w1.w, gsel), rot_4);
 #endif
                 const uint2 bf = bcol[4 * s];
                 clkv_mma_bf16(d[s & 1], a0, a1, a2, a3, bf.x, bf.y);
@@ -363,13 +384,6 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
         const float p2 = native_exp2(z[2] - bs0), p3 = native_exp2(z[3] - bs1);
         l0 = fma(l0, f0, p0 + p2);
         l1 = fma(l1, f1, p1 + p3);
-        UNROLL
-        for (int t = 0; t < NMT; t++) {
-            acc[t][0] *= f0;
-            acc[t][1] *= f1;
-            acc[t][2] *= f0;
-            acc[t][3] *= f1;
-        }
         if (ft < 2) {
             ps[tok_a * HP + ha] = p0;
             ps[tok_a * HP + ha + 1] = p1;
@@ -383,10 +397,21 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
         clkv_warp_sync();
 
         /* ---- values ---- */
+        /* rescale the accumulators, skipped when no running maximum of the warp moved
+         * (factors exactly 1, the common case once the maxima settle) */
         const float fb = fs[hb];
-        UNROLL
-        for (int g = 0; g < DG; g++)
-            cmv[g] *= fb;
+        if (warp_any(f0 != 1.0f || f1 != 1.0f || fb != 1.0f)) {
+            UNROLL
+            for (int t = 0; t < NMT; t++) {
+                acc[t][0] *= f0;
+                acc[t][1] *= f1;
+                acc[t][2] *= f0;
+                acc[t][3] *= f1;
+            }
+            UNROLL
+            for (int g = 0; g < DG; g++)
+                cmv[g] *= fb;
+        }
         if (quant) {
             float pk[4];
             int tkk[4];
@@ -452,15 +477,15 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 }
                 uint a0, a1, a2, a3;
 #if VBITS == 2
-                const uint u01 = pack_lo16(w[0][0], w[1][0], csh);
-                const uint u23 = pack_lo16(w[2][0], w[3][0], csh);
-                a0 = CODES2(u01, 0), a1 = CODES2(u01, 2);
-                a2 = CODES2(u23, 0), a3 = CODES2(u23, 2);
+                const uint u01 = gather(w[0][0], w[1][0], gsel);
+                const uint u23 = gather(w[2][0], w[3][0], gsel);
+                a0 = CODES2(u01, rot_a), a1 = CODES2(u01, rot_b);
+                a2 = CODES2(u23, rot_a), a3 = CODES2(u23, rot_b);
 #else
-                a0 = CODES4(pack_lo16(w[0][0], w[1][0], csh));
-                a1 = CODES4(pack_lo16(w[0][1], w[1][1], csh));
-                a2 = CODES4(pack_lo16(w[2][0], w[3][0], csh));
-                a3 = CODES4(pack_lo16(w[2][1], w[3][1], csh));
+                a0 = CODES4(gather(w[0][0], w[1][0], gsel), rot_4);
+                a1 = CODES4(gather(w[0][1], w[1][1], gsel), rot_4);
+                a2 = CODES4(gather(w[2][0], w[3][0], gsel), rot_4);
+                a3 = CODES4(gather(w[2][1], w[3][1], gsel), rot_4);
 #endif
                 clkv_mma_bf16(acc[t], a0, a1, a2, a3, vb0, vb1);
             }

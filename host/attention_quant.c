@@ -30,7 +30,7 @@ typedef struct quant_plan {
 
 /* Knobs of the tensor-core kernel, read once per process (tuning and tests, not API):
  *   CLKV_QUANT_MMA=0        always the CUDA-core kernel
- *   CLKV_QUANT_MMA_WARPS=N  automatic splits aim at N warps per compute unit (default 16)
+ *   CLKV_QUANT_MMA_WARPS=N  automatic splits aim at N warps per compute unit (default 64)
  *   CLKV_QUANT_MMA_MINTOK=N no automatic split shorter than N tokens (default 256)
  *   CLKV_QUANT_MMA_STAGES=N 16-token tiles in flight per warp, 1..8 (default 4) */
 static int env_int(const char *name, int def, int lo, int hi) {
@@ -48,7 +48,7 @@ static const mma_knobs *knobs(void) {
     static int done;
     if (!done) { /* a context is used by one thread at a time; racing readers agree */
         k.enabled = env_int("CLKV_QUANT_MMA", 1, 0, 1);
-        k.warps = env_int("CLKV_QUANT_MMA_WARPS", 16, 1, 256);
+        k.warps = env_int("CLKV_QUANT_MMA_WARPS", 64, 1, 256);
         k.mintok = env_int("CLKV_QUANT_MMA_MINTOK", 256, 16, 1 << 20);
         k.stages = env_int("CLKV_QUANT_MMA_STAGES", 4, 1, 8);
         done = 1;
