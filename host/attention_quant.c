@@ -58,12 +58,18 @@ static const mma_knobs *knobs(void) {
 
 /* The tensor-core kernel applies on NVIDIA (inline PTX) to D 64 / 128, 2- or 4-bit keys
  * and values and a 16-bit o: its products keep ~16 significant bits of q*s and p*s (bf16
- * high part + bf16 rest), within the tolerance of 16-bit outputs but not of f32 ones. */
+ * high part + bf16 rest), within the tolerance of 16-bit outputs but not of f32 ones.
+ * It is taken where it was measured faster than the CUDA-core kernel (H200, Hq 32 / Hkv 8,
+ * D 128, B 1 and 8, 32K and 128K tokens): 2-bit keys and values at every group size, and
+ * groups of 64+ tokens / channels (its per-group operand work is small there) at 4 bits;
+ * 4-bit codes with groups of 16 or 32 stay on the CUDA cores (up to 1.4x faster there). */
 static int use_mma(const clkv_quant_cache *c, const clkv_attention_quant_decode_args *a) {
     const clkv_quant_cache_create_args *cfg = &c->cfg;
-    return c->ctx->info.nvidia_ptx && knobs()->enabled &&
+    const int bits_ok =
+        (cfg->k_bits == 2 || cfg->k_bits == 4) && (cfg->v_bits == 2 || cfg->v_bits == 4);
+    const int faster = (cfg->k_bits == 2 && cfg->v_bits == 2) || cfg->group >= 64;
+    return c->ctx->info.nvidia_ptx && knobs()->enabled && bits_ok && faster &&
            (cfg->head_dim == 64 || cfg->head_dim == 128) &&
-           (cfg->k_bits == 2 || cfg->k_bits == 4) && (cfg->v_bits == 2 || cfg->v_bits == 4) &&
            (a->o.dtype == CLKV_F16 || a->o.dtype == CLKV_BF16);
 }
 
