@@ -1,7 +1,8 @@
 /* Fused decode attention over a quantized KV cache on the tensor cores (NVIDIA): the
  * variant of attention_quant_partial (cl_kernels/attention_quant.cl) that
  * host/attention_quant.c picks where CLKV_NVIDIA_PTX is defined, D is 64 or 128, both code
- * widths are 2 or 4 bits and o is 16-bit. Same arguments and partial layout (merged by
+ * widths are 2 or 4 bits and o is 16-bit (and where it measured faster; see use_mma there).
+ * Same arguments and partial layout (merged by
  * attention_decode_merge), except that every warp is one split: work-group x holds the
  * splits 4x .. 4x + 3 of one (sequence, KV head, head group).
  *
@@ -36,7 +37,13 @@
  *   of a 16-channel step (one 16-byte load of code words); value k = token of the tile.
  * Residual tiles (16-bit or f32 tokens, fewer than n_r per sequence) are computed on the
  * CUDA cores into the same fragments. The online softmax works on the fragments (a lane
- * holds two tokens of two heads; maxima by shuffles over the 8 row lanes). */
+ * holds two tokens of two heads; maxima by shuffles over the 8 row lanes).
+ *
+ * Cost (H200, 2-bit, G = 4, groups of 16): about 700 warp instructions per 16-token tile,
+ * of which ~45 % form the bf16 hi/lo operands (q'S per key group, p S per token and value
+ * group), ~25 % turn codes into operands and ~20 % are the per-tile softmax bookkeeping;
+ * with ~150 registers per lane (3 work-groups per SM) the kernel is issue- and
+ * latency-bound at 20-30 % of the read bandwidth, not bandwidth-bound. */
 
 #define HP 4 /* query heads per work-group */
 #define NWARP 4
