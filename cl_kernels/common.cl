@@ -120,11 +120,18 @@ inline float clkv_shfl_xor(float x, int lane_mask) {
 }
 #endif
 
-/* ---- tensor-core fragments (NVIDIA, sm_80+) ----
- * mma.sync m16n8k16 with f32 accumulation: c (16 x 8) += A (16 x 16) B (16 x 8), fragments
- * as in PLATFORM.md (a0..a3 row-major A, b0 b1 column-major B, lower index in the low half).
- * ldmatrix x4: four 8 x 8 16-bit matrices; lane l gives the row address of matrix l / 8,
- * row l % 8 (`.trans` transposes each matrix). Local addresses must be 16-byte aligned. */
+/* ---- tensor-core helpers (NVIDIA, sm_80+) ----
+ * clkv_mma_bf16 / clkv_mma_f16: c (16 x 8, f32) += A (16 x 16) B (16 x 8), mma.sync
+ * m16n8k16 with the fragment layouts of PLATFORM.md (g = lane / 4, t = lane % 4;
+ * a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..];
+ * b0 = B[2t..2t+1][g], b1 = B[2t+8..2t+9][g]; c0..c3 = C[g][2t], C[g][2t+1], C[g+8][2t],
+ * C[g+8][2t+1]; 16-bit pairs packed with the lower index in the low half).
+ * clkv_bf16x2_rn(lo, hi): two f32 rounded to bf16 (RNE) and packed.
+ * clkv_warp_sync(): the lanes of a warp reconverge; their local-memory writes before it
+ * are visible to the warp after it.
+ * clkv_ldmatrix4(_trans): four 8 x 8 16-bit matrices; lane l gives the row address of
+ * matrix l / 8, row l % 8 (`.trans` transposes each matrix). Local addresses must be
+ * 16-byte aligned. */
 #ifdef CLKV_NVIDIA_PTX
 inline void clkv_mma_bf16(float *c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
@@ -156,6 +163,14 @@ inline void clkv_ldmatrix4_trans(uint *r, __local const void *row) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(a)
                  : "memory");
+}
+inline uint clkv_bf16x2_rn(float lo, float hi) {
+    uint r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+inline void clkv_warp_sync(void) {
+    asm volatile("bar.warp.sync 0xffffffff;" ::: "memory");
 }
 #endif
 

@@ -1,12 +1,18 @@
 /* clkv_attention_quant_decode: validation, split-K sizing and launch of
- * cl_kernels/attention_quant.cl, merged by the decode-attention merge kernel. */
+ * cl_kernels/attention_quant.cl (CUDA cores, every device) or
+ * cl_kernels/attention_quant_mma.cl (tensor cores, NVIDIA), merged by the decode-attention
+ * merge kernel. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "host/quant_cache_internal.h"
 
 #define KERNEL_FILE "attention_quant.cl"
+#define MMA_FILE "attention_quant_mma.cl"
+#define MMA_HEADS 4 /* query heads per work-group of the tensor-core kernel */
+#define MMA_WARPS 4 /* warps (= splits) per work-group of the tensor-core kernel */
 #define MERGE_FILE "attention_decode.cl"
 #define MAX_GROUP 8
 #define MERGE_WG 256
@@ -18,8 +24,54 @@ typedef struct quant_plan {
     float scale;
     int group, nhg, wg, ktok;
     int splits, chunk;
+    int mma; /* the tensor-core kernel (each warp one split, MMA_WARPS per work-group) */
     size_t part_acc_bytes, part_ml_bytes;
 } quant_plan;
+
+/* Knobs of the tensor-core kernel, read once per process (tuning and tests, not API):
+ *   CLKV_QUANT_MMA=0        always the CUDA-core kernel
+ *   CLKV_QUANT_MMA_WARPS=N  automatic splits aim at N warps per compute unit (default 64)
+ *   CLKV_QUANT_MMA_MINTOK=N no automatic split shorter than N tokens (default 256)
+ *   CLKV_QUANT_MMA_STAGES=N 16-token tiles in flight per warp, 1..8 (default 4) */
+static int env_int(const char *name, int def, int lo, int hi) {
+    const char *e = getenv(name);
+    if (!e || !*e)
+        return def;
+    const long v = strtol(e, NULL, 10);
+    return v < lo ? lo : v > hi ? hi : (int)v;
+}
+typedef struct mma_knobs {
+    int enabled, warps, mintok, stages;
+} mma_knobs;
+static const mma_knobs *knobs(void) {
+    static mma_knobs k;
+    static int done;
+    if (!done) { /* a context is used by one thread at a time; racing readers agree */
+        k.enabled = env_int("CLKV_QUANT_MMA", 1, 0, 1);
+        k.warps = env_int("CLKV_QUANT_MMA_WARPS", 64, 1, 256);
+        k.mintok = env_int("CLKV_QUANT_MMA_MINTOK", 256, 16, 1 << 20);
+        k.stages = env_int("CLKV_QUANT_MMA_STAGES", 4, 1, 8);
+        done = 1;
+    }
+    return &k;
+}
+
+/* The tensor-core kernel applies on NVIDIA (inline PTX) to D 64 / 128, 2- or 4-bit keys
+ * and values and a 16-bit o: its products keep ~16 significant bits of q*s and p*s (bf16
+ * high part + bf16 rest), within the tolerance of 16-bit outputs but not of f32 ones.
+ * It is taken where it was measured faster than the CUDA-core kernel (H200, Hq 32 / Hkv 8,
+ * D 128, B 1 and 8, 32K and 128K tokens): 2-bit keys and values at every group size, and
+ * groups of 64+ tokens / channels (its per-group operand work is small there) at 4 bits;
+ * 4-bit codes with groups of 16 or 32 stay on the CUDA cores (up to 1.4x faster there). */
+static int use_mma(const clkv_quant_cache *c, const clkv_attention_quant_decode_args *a) {
+    const clkv_quant_cache_create_args *cfg = &c->cfg;
+    const int bits_ok =
+        (cfg->k_bits == 2 || cfg->k_bits == 4) && (cfg->v_bits == 2 || cfg->v_bits == 4);
+    const int faster = (cfg->k_bits == 2 && cfg->v_bits == 2) || cfg->group >= 64;
+    return c->ctx->info.nvidia_ptx && knobs()->enabled && bits_ok && faster &&
+           (cfg->head_dim == 64 || cfg->head_dim == 128) &&
+           (a->o.dtype == CLKV_F16 || a->o.dtype == CLKV_BF16);
+}
 
 static clkv_status validate(clkv_quant_cache *c, const clkv_attention_quant_decode_args *a) {
     clkv_context *ctx = c->ctx;
@@ -64,6 +116,40 @@ static void plan_launch(const clkv_quant_cache *c, const clkv_attention_quant_de
     p->D = c->cfg.head_dim;
     p->max_len = (int)c->max_len;
     p->scale = a->scale != 0.0f ? a->scale : (float)(1.0 / sqrt((double)p->D));
+    if (use_mma(c, a)) {
+        /* one split per warp, chunks of whole 16-token tiles (automatic: at least mintok
+         * tokens, about `warps` warps per compute unit over all (sequence, KV head, head
+         * group) units); the splits of a unit padded to whole work-groups */
+        const mma_knobs *kn = knobs();
+        p->mma = 1;
+        p->group = MMA_HEADS;
+        p->nhg = (int)((p->G + MMA_HEADS - 1) / MMA_HEADS);
+        p->wg = 32 * MMA_WARPS;
+        const int64_t units = p->B * p->Hkv * p->nhg;
+        const int64_t len = p->max_len > 0 ? p->max_len : 1;
+        int64_t splits = a->num_splits;
+        if (splits <= 0) {
+            const int64_t target = (int64_t)dev->compute_units * kn->warps;
+            splits = (target + units - 1) / units;
+            const int64_t cap = (len + kn->mintok - 1) / kn->mintok;
+            if (splits > cap)
+                splits = cap;
+        }
+        if (splits > len)
+            splits = len;
+        if (splits > MAX_SPLITS)
+            splits = MAX_SPLITS;
+        if (splits < 1)
+            splits = 1;
+        int64_t chunk = (len + splits - 1) / splits;
+        chunk = (chunk + 15) / 16 * 16;
+        splits = (len + chunk - 1) / chunk;
+        p->chunk = (int)chunk;
+        p->splits = (int)((splits + MMA_WARPS - 1) / MMA_WARPS * MMA_WARPS);
+        p->part_acc_bytes = clkv__ws_align((size_t)(p->B * p->Hq * p->splits * p->D) * 4);
+        p->part_ml_bytes = clkv__ws_align((size_t)(p->B * p->Hq * p->splits) * 2 * 4);
+        return;
+    }
     p->group = (int)(p->G < MAX_GROUP ? p->G : MAX_GROUP);
     p->nhg = (int)((p->G + p->group - 1) / p->group);
     const int gpu = dev->kind == CLKV_DEVICE_KIND_GPU;
@@ -176,14 +262,19 @@ clkv_status clkv_attention_quant_decode(clkv_quant_cache *cache,
     clkv__defs_int(&defs, "KBITS", cfg->k_bits);
     clkv__defs_int(&defs, "VBITS", cfg->v_bits);
     clkv__defs_int(&defs, "GQ", cfg->group);
-    clkv__defs_int(&defs, "GROUP", p.group);
-    clkv__defs_int(&defs, "WG_SIZE", p.wg);
-    clkv__defs_int(&defs, "KTOK", p.ktok);
+    const char *kname = p.mma ? "attention_quant_mma_partial" : "attention_quant_partial";
+    if (p.mma) {
+        clkv__defs_int(&defs, "NST", knobs()->stages);
+    } else {
+        clkv__defs_int(&defs, "GROUP", p.group);
+        clkv__defs_int(&defs, "WG_SIZE", p.wg);
+        clkv__defs_int(&defs, "KTOK", p.ktok);
+    }
     cl_kernel kp, km;
-    if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_quant_partial", &kp)) ||
+    if ((st = clkv__get_kernel(ctx, p.mma ? MMA_FILE : KERNEL_FILE, &defs, kname, &kp)) ||
         (st = get_merge(ctx, args->o.dtype, p.D, &km)))
         return st;
-    if ((st = clkv__check_local_mem(ctx, kp, "attention_quant_partial", 0)) ||
+    if ((st = clkv__check_local_mem(ctx, kp, kname, 0)) ||
         (st = clkv__check_local_mem(ctx, km, "attention_decode_merge", 0)))
         return st;
     cl_mem ws;
@@ -196,14 +287,13 @@ clkv_status clkv_attention_quant_decode(clkv_quant_cache *cache,
     const cl_int B = (cl_int)p.B, Hkv = (cl_int)p.Hkv, NR = cfg->residual, Hq = (cl_int)p.Hq,
                  G = (cl_int)p.G, nhg = p.nhg, chunk = p.chunk, splits = p.splits;
     const cl_float scale_log2 = p.scale * 1.4426950408889634f;
-    st = clkv__set_args(ctx, kp, "attention_quant_partial", 25, CLKV_ARG(args->q.buf),
-                        CLKV_ARG(q_off), CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(cache->k_codes),
-                        CLKV_ARG(cache->k_scale), CLKV_ARG(cache->k_min), CLKV_ARG(cache->v_codes),
-                        CLKV_ARG(cache->v_scale), CLKV_ARG(cache->v_min), CLKV_ARG(cache->k_res),
-                        CLKV_ARG(cache->v_res), CLKV_ARG(cache->counts), CLKV_ARG(B), CLKV_ARG(Hkv),
-                        CLKV_ARG(CQ), CLKV_ARG(NR), CLKV_ARG(Hq), CLKV_ARG(G), CLKV_ARG(nhg),
-                        CLKV_ARG(chunk), CLKV_ARG(splits), CLKV_ARG(scale_log2), CLKV_ARG(ws),
-                        CLKV_ARG(ml_off));
+    st = clkv__set_args(ctx, kp, kname, 25, CLKV_ARG(args->q.buf), CLKV_ARG(q_off), CLKV_ARG(q_sb),
+                        CLKV_ARG(q_sh), CLKV_ARG(cache->k_codes), CLKV_ARG(cache->k_scale),
+                        CLKV_ARG(cache->k_min), CLKV_ARG(cache->v_codes), CLKV_ARG(cache->v_scale),
+                        CLKV_ARG(cache->v_min), CLKV_ARG(cache->k_res), CLKV_ARG(cache->v_res),
+                        CLKV_ARG(cache->counts), CLKV_ARG(B), CLKV_ARG(Hkv), CLKV_ARG(CQ),
+                        CLKV_ARG(NR), CLKV_ARG(Hq), CLKV_ARG(G), CLKV_ARG(nhg), CLKV_ARG(chunk),
+                        CLKV_ARG(splits), CLKV_ARG(scale_log2), CLKV_ARG(ws), CLKV_ARG(ml_off));
     const cl_mem o_buf = args->o.buf, lse_buf = args->lse.buf;
     const cl_long o_off = clkv__elem_offset(&args->o), o_sb = args->o.strides[0],
                   o_sh = args->o.strides[1];
@@ -219,13 +309,15 @@ clkv_status clkv_attention_quant_decode(clkv_quant_cache *cache,
     if (st)
         return st;
     clkv__log(ctx,
-              "attention_quant_decode: B=%lld Hq=%lld Hkv=%lld D=%lld bound=%d k_bits=%d "
+              "attention_quant_decode: %s B=%lld Hq=%lld Hkv=%lld D=%lld bound=%d k_bits=%d "
               "v_bits=%d group=%d wg=%d ktok=%d splits=%d chunk=%d",
-              (long long)p.B, (long long)p.Hq, (long long)p.Hkv, (long long)p.D, p.max_len,
-              cfg->k_bits, cfg->v_bits, p.group, p.wg, p.ktok, p.splits, p.chunk);
-    const size_t gp[3] = {(size_t)p.splits * p.wg, (size_t)(p.Hkv * p.nhg), (size_t)p.B};
+              p.mma ? "tensor-core" : "cuda-core", (long long)p.B, (long long)p.Hq,
+              (long long)p.Hkv, (long long)p.D, p.max_len, cfg->k_bits, cfg->v_bits, p.group, p.wg,
+              p.ktok, p.splits, p.chunk);
+    const size_t wgs = p.mma ? (size_t)p.splits / MMA_WARPS : (size_t)p.splits;
+    const size_t gp[3] = {wgs * p.wg, (size_t)(p.Hkv * p.nhg), (size_t)p.B};
     const size_t lp[3] = {(size_t)p.wg, 1, 1};
-    if ((st = clkv__enqueue(ctx, kp, "attention_quant_partial", 3, gp, lp, NULL)))
+    if ((st = clkv__enqueue(ctx, kp, kname, 3, gp, lp, NULL)))
         return st;
     const size_t gm[2] = {(size_t)p.Hq * MERGE_WG, (size_t)p.B};
     const size_t lm[2] = {MERGE_WG, 1};
