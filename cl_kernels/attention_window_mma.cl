@@ -435,17 +435,31 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
  *    the order of global writes and reads (no host sync inside a step);
  *  - the slot mask: a slot takes part when it holds a position (staged with its tile) or
  *    is the victim; a masked row's V is zeroed in the tile (it may hold NaN);
- *  - ||v||_1 per slot from the V tile in local memory, and per (query head, slot) the
+ *  - ||v||_1 per slot from the V tile in local memory (a tensor-core product of ones and
+ *    |V|^T, which lands in the layout of the score fragments), and per (query head, slot) the
  *    base-2 score logit y = z*log2(e) + log2 ||v||_1 (-inf for a masked slot) into
  *    ws[y_off + (b*Hq + h)*S + slot], which the finish kernel turns into scores.
  * Build options: KV_DTYPE (f16 | bf16; Q_DTYPE = O_DTYPE = KV_DTYPE), HEAD_DIM, QT, NWK,
  * KW, NSTG, KV_ALIGNED = 1 (the cache is contiguous), P_LO, PER_HEAD. */
 
-#define LPK (KW >= 32 ? 1 : 32 / KW) /* lanes per key of the norm pass */
-#define KPL (KW >= 32 ? KW / 32 : 1) /* keys per lane */
+#define NMW ((KW + 31) / 32) /* 32-key words of a warp's slot mask */
+#if KV_DTYPE == CLKV_DT_BF16
+#define ONES16X2 0x3f803f80u /* two 1.0 in bf16 */
+#else
+#define ONES16X2 0x3c003c00u /* two 1.0 in f16 */
+#endif
 
 inline void warp_sync(void) {
     asm volatile("bar.warp.sync -1;" ::: "memory");
+}
+
+/* Bit l set when lane l's predicate is non-zero. */
+inline uint warp_ballot(int p) {
+    uint r;
+    asm volatile("{ .reg .pred q; setp.ne.s32 q, %1, 0; vote.sync.ballot.b32 %0, q, -1; }"
+                 : "=r"(r)
+                 : "r"(p));
+    return r;
 }
 
 /* The cache dtype's bits of x (RNE). */
@@ -466,15 +480,6 @@ inline float lf_load_any(__global const void *p, int dt, long i) {
     return ((__global const float *)p)[i];
 }
 
-/* Sum of |x| over the 8 16-bit values of a raw chunk. */
-inline float abs_sum8(uint4 r) {
-    float s = 0.0f;
-    UNROLL
-    for (int j = 0; j < 8; j++)
-        s += fabs(CLKV_RAW_ELEM(KV_DTYPE)(r, j));
-    return s;
-}
-
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_partial_mma(
     __global const Q_T *q, long q_off, long q_sb, long q_sh, __global const void *kn, int n_dt,
     long kn_off, long kn_sb, long kn_sh, __global const void *vn, long vn_off, long vn_sb,
@@ -484,7 +489,6 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
     __local uint4 smem[NSTG * 2 * TILE16];
     __local int spos[NSTG][KT];
     __local float wm[NWK][QT], wl[NWK][QT];
-    __local float lvn[4][KW]; /* per warp: log2 ||v||_1 of its keys of the tile */
     __local uint4 new_k[CH], new_v[CH];
 
     const int lid = (int)get_local_id(0);
@@ -610,28 +614,26 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
         __local const ushort *vs = (__local const ushort *)v4;
         const int j0 = tfirst + wk * KW; /* first key of this warp */
 
-        /* ||v||_1 of the warp's keys (LPK lanes per key); a masked row's V is zeroed (every
-         * warp reading these rows zeroes them itself before its reads, with equal values) */
+        /* The warp's slot mask (bit kl of word kl / 32: key j0 + kl takes part): in range
+         * and holding a position, or the victim. Masked rows' V (may hold NaN) is zeroed
+         * before any product reads it, by every warp reading those rows (equal values). */
+        uint okm[NMW];
+        int any_masked = 0;
         UNROLL
-        for (int kk = 0; kk < KPL; kk++) {
-            const int kl = kk * 32 + lane / LPK, part = lane % LPK;
-            const int j = j0 + kl;
-            const int valid = j < kend && (j == vslot || spos[st][wk * KW + kl] >= 0);
-            __local uint4 *vrow = v4 + (wk * KW + kl) * ROW16;
-            float sum = 0.0f;
-            for (int c = part; c < CH; c += LPK) {
-                if (valid)
-                    sum += abs_sum8(vrow[c]);
-                else
-                    vrow[c] = (uint4)(0u);
-            }
-            UNROLL
-            for (int o = 1; o < LPK; o <<= 1)
-                sum += clkv_shfl_xor(sum, o);
-            if (part == 0)
-                lvn[w][kl] = valid ? log2(sum) : NAN; /* NaN marks a masked key */
+        for (int wd = 0; wd < NMW; wd++) {
+            const int kl = wd * 32 + lane, j = j0 + kl;
+            const int ok = kl < KW && j < kend && (j == vslot || spos[st][wk * KW + kl] >= 0);
+            okm[wd] = warp_ballot(ok);
+            any_masked |= okm[wd] != (KW - wd * 32 >= 32 ? 0xffffffffu : (1u << (KW % 32)) - 1u);
         }
-        warp_sync();
+        if (any_masked) { /* uniform over the warp */
+            for (int i = lane; i < KW * CH; i += 32) {
+                const int kl = i / CH;
+                if (!((okm[kl / 32] >> (kl % 32)) & 1u))
+                    v4[(wk * KW + kl) * ROW16 + i % CH] = (uint4)(0u);
+            }
+            warp_sync();
+        }
 
         /* S = Q K^T for the warp's 16 rows x KW keys */
         float s[NST][4];
@@ -641,14 +643,28 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
             for (int i = 0; i < 4; i++)
                 s[n][i] = 0.0f;
         }
+        /* ||v||_1 of the keys as the same product with A = ones and B = |V|^T: nv[n][i]
+         * (i < 2) is the norm of key n * 8 + 2 ft + i, as the score fragments index keys */
+        float nv[NST][4];
+        UNROLL
+        for (int n = 0; n < NST; n++) {
+            UNROLL
+            for (int i = 0; i < 4; i++)
+                nv[n][i] = 0.0f;
+        }
         UNROLL
         for (int n = 0; n < NST; n += 2) {
             UNROLL
             for (int kk = 0; kk < NKS; kk++) {
-                uint bf[4];
+                uint bf[4], bv[4];
                 ldmatrix4(bf, ks + (k_row + n * 8) * LDH + kk * 16 + k_col);
+                ldmatrix4(bv, vs + (k_row + n * 8) * LDH + kk * 16 + k_col);
                 mma16816(s[n], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], bf[0], bf[1]);
                 mma16816(s[n + 1], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], bf[2], bf[3]);
+                mma16816(nv[n], ONES16X2, ONES16X2, ONES16X2, ONES16X2, bv[0] & 0x7fff7fffu,
+                         bv[1] & 0x7fff7fffu);
+                mma16816(nv[n + 1], ONES16X2, ONES16X2, ONES16X2, ONES16X2, bv[2] & 0x7fff7fffu,
+                         bv[3] & 0x7fff7fffu);
             }
         }
 
@@ -660,8 +676,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
             for (int i = 0; i < 4; i++) {
                 const int kl = n * 8 + 2 * ft + (i & 1);
                 const int j = j0 + kl;
-                const float lv = lvn[w][kl];
-                const int valid = !isnan(lv); /* j < kend and a position or the victim */
+                const int valid = (okm[kl / 32] >> (kl % 32)) & 1u;
+                const float lv = log2(nv[n][i & 1]);
                 const float x = valid ? s[n][i] * scale_log2 : -INFINITY;
                 s[n][i] = x;
                 if (i < 2) {

@@ -31,6 +31,8 @@ inline void store_any(__global void *p, int dt, long i, float x) {
 #endif
 
 #define MERGE_Q (HEAD_DIM / 4)
+#define Y_PRE 8 /* logits per work-item loaded ahead of the LSE work */
+#define UNROLL_LOOP _Pragma("unroll")
 #define MERGE_LANES (FIN_WG / MERGE_Q)
 
 /* Order of victim candidates: an idx of -1 is no candidate; otherwise the smaller key
@@ -153,6 +155,26 @@ void score_map(__global float *ws, long ml_off, long y_off, long cand_off, int n
     const int newest = mode == 0 ? prow[vold] : next_pos[b] - 1;
     const long prot_from = (long)newest - protect + 1;
 
+    /* The first round's slot, position and up to Y_PRE logits of this work-item, loaded
+     * before the LSE work below so that their latency overlaps it (on a GPU the plan makes
+     * one round the rule). */
+    const float inv_nh = 1.0f / (float)nh;
+    const int spr = FIN_WG / hl; /* slots per round */
+    const int lane = lid / spr, so = lid % spr;
+    const int first = chunk * chunk_slots;
+    const int last_slot = min(first + chunk_slots, S);
+    const int i0 = first + so;
+    const int p0 = i0 < last_slot ? prow[i0] : -1;
+    float y0[Y_PRE];
+    {
+        __global const float *yrow = ys + ((long)b * Hq + hf) * S + i0;
+        UNROLL_LOOP
+        for (int k = 0; k < Y_PRE; k++) {
+            const int t = lane + k * hl;
+            y0[k] = mode != 2 && p0 >= 0 && t < nh ? yrow[(long)t * S] : -INFINITY;
+        }
+    }
+
     if (mode != 2) {
         /* LSE of each averaged head from its split partials: tph work-items per head
          * merge strided subsets of the splits, then a tree over the tph partials. */
@@ -192,21 +214,25 @@ void score_map(__global float *ws, long ml_off, long y_off, long cand_off, int n
      * r, r + hl, ... (consecutive work-items read consecutive slots of one head), then
      * lane 0 adds the lanes up, classifies the slot and keeps its best candidate. The
      * round count is uniform over the work-group (barriers inside). */
-    const float inv_nh = 1.0f / (float)nh;
-    const int spr = FIN_WG / hl; /* slots per round */
-    const int lane = lid / spr, so = lid % spr;
-    const int first = chunk * chunk_slots;
-    const int last_slot = min(first + chunk_slots, S);
     float best_key = 0.0f;
     int best_idx = -1;
     for (int base = first; base < last_slot; base += spr) {
         const int i = base + so;
-        const int p = i < last_slot ? prow[i] : -1;
+        const int p = base == first ? p0 : i < last_slot ? prow[i] : -1;
         float part = 0.0f;
+        int t = lane;
+        if (base == first) {
+            if (mode != 2 && p >= 0) {
+                UNROLL_LOOP
+                for (int k = 0; k < Y_PRE; k++)
+                    part += t + k * hl < nh ? exp2(y0[k] - lse2[t + k * hl]) : 0.0f;
+            }
+            t += Y_PRE * hl;
+        }
         if (mode != 2 && p >= 0) {
             __global const float *yrow = ys + ((long)b * Hq + hf) * S + i;
 #pragma unroll 4
-            for (int t = lane; t < nh; t += hl)
+            for (; t < nh; t += hl)
                 part += exp2(yrow[(long)t * S] - lse2[t]);
         }
         red[lid] = part;

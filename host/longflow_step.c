@@ -46,8 +46,10 @@ static size_t stage_bytes(const lf_plan *p, int64_t D, size_t esize) {
  * takes it when q has the cache dtype (the mma operands are 16-bit), the CUDA-core kernel
  * otherwise. Tiles as the window operator's: QT = 16, 32 or 64 query heads per row tile
  * (G padded), 4 warps, 64-slot tiles, 3 stages (2 with one warp along the slots). Split-K:
- * one wave of work-groups (at most one per compute unit when that many exist), chunks of
- * at least MIN_CHUNK slots (default 256: S = 1024 at B = 2 still spreads over 64
+ * one wave of two work-groups per compute unit (two fit its local memory; the score
+ * products and the slot mask make a tile's work longer than decode's, so a second
+ * work-group hides it: H200, B 2, S 32K: 8 splits 143 us, 16 splits 92 us), chunks of
+ * at least MIN_CHUNK slots (default 128: S = 1024 at B = 2 spreads over 128
  * work-groups). Overrides (tuning): CLKV_LONGFLOW_MMA_KW (16 | 32 | 64),
  * CLKV_LONGFLOW_MMA_STAGES (2..8), CLKV_LONGFLOW_MMA_MIN_CHUNK, CLKV_LONGFLOW_MMA_SPLITS. */
 static void plan_mma(clkv_longflow_cache *c) {
@@ -84,10 +86,8 @@ static void plan_mma(clkv_longflow_cache *c) {
     p->mma_qtiles = (int)((c->G + p->mma_qt - 1) / p->mma_qt);
     const int64_t units = c->B * c->Hkv * p->mma_qtiles;
     const int64_t cu = (int64_t)dev->compute_units;
-    int64_t splits = (cu * 2 + units - 1) / units;
-    if (units * 2 <= cu)
-        splits = cu / units;
-    const int64_t min_chunk = env_int("CLKV_LONGFLOW_MMA_MIN_CHUNK", 256);
+    int64_t splits = cu * 2 / units;
+    const int64_t min_chunk = env_int("CLKV_LONGFLOW_MMA_MIN_CHUNK", 128);
     const int64_t cap =
         (c->S + (min_chunk > 0 ? min_chunk : 1) - 1) / (min_chunk > 0 ? min_chunk : 1);
     if (splits > cap)
@@ -191,9 +191,10 @@ clkv_status lf__plan(clkv_longflow_cache *c) {
     /* Score geometry of the finish kernel: hl lanes share the heads of a slot, FIN_WG / hl
      * slots per round, `rounds` rounds per work-group. On a GPU: enough (slot, lane)
      * work-items to fill the device (but no more lanes than heads, and at most 8: on an
-     * H200, 8 beat 32 and 1 at B=2, Hq=32, S=1024, per-layer), about four
-     * work-groups per compute unit. On CPUs (tests): small chunks, so that maps of a few
-     * dozen slots already span several work-groups and rounds. */
+     * H200, 8 beat 32 and 1 at B=2, Hq=32, S=1024, per-layer), one wave of up to eight
+     * work-groups per compute unit, so one round per work-group is the rule (the
+     * kernel loads the first round's logits ahead of its LSE work). On CPUs (tests): small chunks,
+     * so that maps of a few dozen slots already span several work-groups and rounds. */
     const int64_t nh = c->mode == CLKV_LONGFLOW_PER_KV_HEAD ? c->G : c->Hq;
     const int64_t map_slots = c->B * c->Hm * c->S;
     int64_t rounds;
@@ -202,7 +203,7 @@ clkv_status lf__plan(clkv_longflow_cache *c) {
         p->hl = 1;
         while (p->hl * 2 <= nh && p->hl * 2 <= 8 && map_slots * p->hl * 2 <= fill)
             p->hl *= 2;
-        const int64_t per_wg = (int64_t)LF_FIN_WG * dev->compute_units * 4;
+        const int64_t per_wg = (int64_t)LF_FIN_WG * dev->compute_units * 8; /* one wave */
         rounds = (map_slots * p->hl + per_wg - 1) / per_wg;
     } else {
         p->hl = 16;
