@@ -54,6 +54,29 @@ inline void fence_device(void) {
 #endif
 }
 
+/* A chunk's candidate (key bits, idx) written for, and read by, the last work-group of its
+ * map (the threadfence-reduction pattern: store, device fence, counter). On NVIDIA one
+ * 8-byte store / load at the L2 (.cg: no stale L1 line); elsewhere atomics. */
+inline void cand_store(__global int *cr, int kbits, int idx) {
+#ifdef CLKV_NVIDIA_PTX
+    asm volatile("st.global.cg.v2.s32 [%0], {%1, %2};" ::"l"(cr), "r"(kbits), "r"(idx) : "memory");
+#else
+    atomic_xchg(cr, kbits);
+    atomic_xchg(cr + 1, idx);
+#endif
+}
+inline void cand_load(__global int *cr, int *kbits, int *idx) {
+#ifdef CLKV_NVIDIA_PTX
+    int a, b;
+    asm volatile("ld.global.cg.v2.s32 {%0, %1}, [%2];" : "=r"(a), "=r"(b) : "l"(cr) : "memory");
+    *kbits = a;
+    *idx = b;
+#else
+    *kbits = atomic_add(cr, 0);
+    *idx = atomic_add(cr + 1, 0);
+#endif
+}
+
 /* Reduce (key, idx) candidates of the work-group into rk[0], ri[0] (visible to every
  * work-item on return). On NVIDIA a warp butterfly (cand_better is a total order on
  * candidates, so every lane ends with its warp's best), then one lane over the warps;
@@ -262,8 +285,7 @@ void score_map(__global float *ws, long ml_off, long y_off, long cand_off, int n
     cand_reduce(red, red_i, best_key, best_idx);
     if (lid == 0) {
         __global int *cr = cand + ((long)bu * n_chunks + chunk) * 2;
-        atomic_xchg(cr, as_int(red[0]));
-        atomic_xchg(cr + 1, red_i[0]);
+        cand_store(cr, as_int(red[0]), red_i[0]);
         fence_device();
         *last = atomic_inc(counters + bu) == n_chunks - 1;
     }
@@ -276,9 +298,9 @@ void score_map(__global float *ws, long ml_off, long y_off, long cand_off, int n
     best_idx = -1;
     if (is_last) {
         for (int c = lid; c < n_chunks; c += FIN_WG) {
-            __global int *cr = cand + ((long)bu * n_chunks + c) * 2;
-            const float kc = as_float(atomic_add(cr, 0));
-            const int ic = atomic_add(cr + 1, 0);
+            int kbits, ic;
+            cand_load(cand + ((long)bu * n_chunks + c) * 2, &kbits, &ic);
+            const float kc = as_float(kbits);
             if (cand_better(kc, ic, best_key, best_idx)) {
                 best_key = kc;
                 best_idx = ic;
