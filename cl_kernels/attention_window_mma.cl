@@ -677,7 +677,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
                 const int kl = n * 8 + 2 * ft + (i & 1);
                 const int j = j0 + kl;
                 const int valid = (okm[kl / 32] >> (kl % 32)) & 1u;
-                const float lv = log2(nv[n][i & 1]);
+                const float lv = native_log2(nv[n][i & 1]); /* lg2.approx: ~2 ulp */
                 const float x = valid ? s[n][i] * scale_log2 : -INFINITY;
                 s[n][i] = x;
                 if (i < 2) {

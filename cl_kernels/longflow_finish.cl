@@ -10,7 +10,8 @@
  * resets the counter and (in a step) advances next_pos.
  *
  * Build options (o's dtype is a kernel argument): HEAD_DIM, PER_HEAD, FIN_WG (work-group size),
- * MAX_SPLITS, UNIT_HEADS_MAX (most heads a map averages). The score geometry is run-time
+ * MAX_SPLITS, UNIT_HEADS_MAX (most heads a map averages), Y_PRE (score logits a work-item
+ * loads ahead of the LSE work). The score geometry is run-time
  * (host/longflow_step.c): chunk_slots slots per work-group, hl (a power of two dividing
  * FIN_WG) lanes sharing the heads of a slot, so FIN_WG / hl slots per round. */
 
@@ -31,7 +32,7 @@ inline void store_any(__global void *p, int dt, long i, float x) {
 #endif
 
 #define MERGE_Q (HEAD_DIM / 4)
-#define Y_PRE 8 /* logits per work-item loaded ahead of the LSE work */
+#define R_PRE 4 /* rounds whose slot positions are loaded ahead */
 #define UNROLL_LOOP _Pragma("unroll")
 #define MERGE_LANES (FIN_WG / MERGE_Q)
 
@@ -178,23 +179,37 @@ void score_map(__global float *ws, long ml_off, long y_off, long cand_off, int n
     const int newest = mode == 0 ? prow[vold] : next_pos[b] - 1;
     const long prot_from = (long)newest - protect + 1;
 
-    /* The first round's slot, position and up to Y_PRE logits of this work-item, loaded
-     * before the LSE work below so that their latency overlaps it (on a GPU the plan makes
-     * one round the rule). */
+    /* This work-item's slot positions of the first R_PRE rounds and its first Y_PRE score
+     * logits (round by round, heads lane, lane + hl, ...), loaded before the LSE work
+     * below so that their latency overlaps it; the plan keeps a GPU chunk within them. The
+     * logits are loaded whatever the slot holds (the partial kernel wrote every slot's), so
+     * no load waits for another. */
     const float inv_nh = 1.0f / (float)nh;
     const int spr = FIN_WG / hl; /* slots per round */
     const int lane = lid / spr, so = lid % spr;
     const int first = chunk * chunk_slots;
     const int last_slot = min(first + chunk_slots, S);
-    const int i0 = first + so;
-    const int p0 = i0 < last_slot ? prow[i0] : -1;
-    float y0[Y_PRE];
+    const int hpl = (nh + hl - 1) / hl; /* head indices per lane (the last may be >= nh) */
+    const int nrounds = (last_slot - first + spr - 1) / spr;
+    int pp[R_PRE];
+    UNROLL_LOOP
+    for (int r = 0; r < R_PRE; r++) {
+        const int i = first + r * spr + so;
+        pp[r] = r < nrounds && i < last_slot ? prow[i] : -1;
+    }
+    float yp[Y_PRE];
     {
-        __global const float *yrow = ys + ((long)b * Hq + hf) * S + i0;
+        int r = 0, h = 0;
         UNROLL_LOOP
         for (int k = 0; k < Y_PRE; k++) {
-            const int t = lane + k * hl;
-            y0[k] = mode != 2 && p0 >= 0 && t < nh ? yrow[(long)t * S] : -INFINITY;
+            const int i = first + r * spr + so, t = lane + h * hl;
+            yp[k] = mode != 2 && r < nrounds && i < last_slot && t < nh
+                        ? ys[((long)b * Hq + hf + t) * S + i]
+                        : -INFINITY;
+            if (++h == hpl) {
+                h = 0;
+                r++;
+            }
         }
     }
 
@@ -239,23 +254,31 @@ void score_map(__global float *ws, long ml_off, long y_off, long cand_off, int n
      * round count is uniform over the work-group (barriers inside). */
     float best_key = 0.0f;
     int best_idx = -1;
-    for (int base = first; base < last_slot; base += spr) {
-        const int i = base + so;
-        const int p = base == first ? p0 : i < last_slot ? prow[i] : -1;
+    for (int r = 0; r < nrounds; r++) {
+        const int i = first + r * spr + so;
+        int p = r >= R_PRE && i < last_slot ? prow[i] : -1;
+        UNROLL_LOOP
+        for (int q = 0; q < R_PRE; q++)
+            p = q == r ? pp[q] : p;
         float part = 0.0f;
-        int t = lane;
-        if (base == first) {
-            if (mode != 2 && p >= 0) {
-                UNROLL_LOOP
-                for (int k = 0; k < Y_PRE; k++)
-                    part += t + k * hl < nh ? exp2(y0[k] - lse2[t + k * hl]) : 0.0f;
-            }
-            t += Y_PRE * hl;
-        }
         if (mode != 2 && p >= 0) {
+            /* the prefetched logits of round r (uniform branches), then the rest */
+            int rk = 0, h = 0, pre = 0;
+            UNROLL_LOOP
+            for (int k = 0; k < Y_PRE; k++) {
+                if (rk == r) {
+                    const int t = lane + h * hl;
+                    if (t < nh)
+                        part += exp2(yp[k] - lse2[t]);
+                    pre++;
+                }
+                if (++h == hpl) {
+                    h = 0;
+                    rk++;
+                }
+            }
             __global const float *yrow = ys + ((long)b * Hq + hf) * S + i;
-#pragma unroll 4
-            for (; t < nh; t += hl)
+            for (int t = lane + pre * hl; t < nh; t += hl)
                 part += exp2(yrow[(long)t * S] - lse2[t]);
         }
         red[lid] = part;

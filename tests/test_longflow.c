@@ -124,13 +124,14 @@ static const lcase g_cases[] = {
     {"huge_logits_f16_d64_h4x2_perhead_outf32", 1, 4, 2, 64, 32, F16, F16, F32, F32, F32, PH, 1,
      LOAD_INDICES, 1, TU_HND, {32}, 32, 40, 0.125f, DATA_HUGE, 0, NULL, NULL, NULL, NULL, NULL, NULL},
     /* shapes of the NVIDIA tensor-core partial (q of the cache dtype): row tiles of 32 and
-     * 64 query heads (G 20, G 80 = two row tiles), several splits of a long map */
+     * 64 query heads (G 20, G 80 = two row tiles), several splits of a long map; finish
+     * geometries beyond its prefetch (80 heads on one lane, 6 rounds) */
     {"g20_bf16_d128_h40x2_b2_perhead_s150", 2, 40, 2, 128, 150, BF16, BF16, BF16, BF16, BF16, PH,
      1, LOAD_INDICES, 1, TU_HND, {200, 90, 0}, 200, 12, 0.0f, DATA_NORMAL, 1, NULL, NULL, "3", NULL, NULL, NULL},
     {"g80_f16_d64_h80x1_b1_s70", 1, 80, 1, 64, 70, F16, F16, F16, F16, F16, PL, 1, LOAD_PLAIN, 1,
-     TU_HND, {50}, 70, 10, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, NULL, NULL},
+     TU_HND, {50}, 70, 10, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, "1", "3"},
     {"s1000_bf16_d128_h8x2_b2", 2, 8, 2, 128, 1000, BF16, BF16, BF16, F32, BF16, PL, 1,
-     LOAD_PLAIN, 1, TU_NHD, {1000, 700, 0}, 1000, 8, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, NULL, NULL},
+     LOAD_PLAIN, 1, TU_NHD, {1000, 700, 0}, 1000, 8, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, "2", "6"},
     /* the multi-lane (warp) layout of GPUs, emulated through local memory on CPUs */
     {"lanes_bf16_d64_epl16_h2x2_b2_perhead", 2, 2, 2, 64, 40, BF16, BF16, BF16, BF16, BF16, PH, 1,
      LOAD_INDICES, 1, TU_HND, {40, 3, 0}, 40, 12, 0.0f, DATA_NORMAL, 0, "16", "32", "3", NULL, NULL, NULL},
