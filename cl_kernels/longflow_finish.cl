@@ -10,8 +10,7 @@
  * resets the counter and (in a step) advances next_pos.
  *
  * Build options (o's dtype is a kernel argument): HEAD_DIM, PER_HEAD, FIN_WG (work-group size),
- * MAX_SPLITS, UNIT_HEADS_MAX (most heads a map averages), Y_PRE (score logits a work-item
- * loads ahead of the LSE work). The score geometry is run-time
+ * MAX_SPLITS, UNIT_HEADS_MAX (most heads a map averages). The score geometry is run-time
  * (host/longflow_step.c): chunk_slots slots per work-group, hl (a power of two dividing
  * FIN_WG) lanes sharing the heads of a slot, so FIN_WG / hl slots per round. */
 
@@ -32,8 +31,6 @@ inline void store_any(__global void *p, int dt, long i, float x) {
 #endif
 
 #define MERGE_Q (HEAD_DIM / 4)
-#define R_PRE 4 /* rounds whose slot positions are loaded ahead */
-#define UNROLL_LOOP _Pragma("unroll")
 #define MERGE_LANES (FIN_WG / MERGE_Q)
 
 /* Order of victim candidates: an idx of -1 is no candidate; otherwise the smaller key
@@ -52,29 +49,6 @@ inline void fence_device(void) {
     asm volatile("membar.gl;" ::: "memory");
 #else
     mem_fence(CLK_GLOBAL_MEM_FENCE);
-#endif
-}
-
-/* A chunk's candidate (key bits, idx) written for, and read by, the last work-group of its
- * map (the threadfence-reduction pattern: store, device fence, counter). On NVIDIA one
- * 8-byte store / load at the L2 (.cg: no stale L1 line); elsewhere atomics. */
-inline void cand_store(__global int *cr, int kbits, int idx) {
-#ifdef CLKV_NVIDIA_PTX
-    asm volatile("st.global.cg.v2.s32 [%0], {%1, %2};" ::"l"(cr), "r"(kbits), "r"(idx) : "memory");
-#else
-    atomic_xchg(cr, kbits);
-    atomic_xchg(cr + 1, idx);
-#endif
-}
-inline void cand_load(__global int *cr, int *kbits, int *idx) {
-#ifdef CLKV_NVIDIA_PTX
-    int a, b;
-    asm volatile("ld.global.cg.v2.s32 {%0, %1}, [%2];" : "=r"(a), "=r"(b) : "l"(cr) : "memory");
-    *kbits = a;
-    *idx = b;
-#else
-    *kbits = atomic_add(cr, 0);
-    *idx = atomic_add(cr + 1, 0);
 #endif
 }
 
@@ -179,40 +153,6 @@ void score_map(__global float *ws, long ml_off, long y_off, long cand_off, int n
     const int newest = mode == 0 ? prow[vold] : next_pos[b] - 1;
     const long prot_from = (long)newest - protect + 1;
 
-    /* This work-item's slot positions of the first R_PRE rounds and its first Y_PRE score
-     * logits (round by round, heads lane, lane + hl, ...), loaded before the LSE work
-     * below so that their latency overlaps it; the plan keeps a GPU chunk within them. The
-     * logits are loaded whatever the slot holds (the partial kernel wrote every slot's), so
-     * no load waits for another. */
-    const float inv_nh = 1.0f / (float)nh;
-    const int spr = FIN_WG / hl; /* slots per round */
-    const int lane = lid / spr, so = lid % spr;
-    const int first = chunk * chunk_slots;
-    const int last_slot = min(first + chunk_slots, S);
-    const int hpl = (nh + hl - 1) / hl; /* head indices per lane (the last may be >= nh) */
-    const int nrounds = (last_slot - first + spr - 1) / spr;
-    int pp[R_PRE];
-    UNROLL_LOOP
-    for (int r = 0; r < R_PRE; r++) {
-        const int i = first + r * spr + so;
-        pp[r] = r < nrounds && i < last_slot ? prow[i] : -1;
-    }
-    float yp[Y_PRE];
-    {
-        int r = 0, h = 0;
-        UNROLL_LOOP
-        for (int k = 0; k < Y_PRE; k++) {
-            const int i = first + r * spr + so, t = lane + h * hl;
-            yp[k] = mode != 2 && r < nrounds && i < last_slot && t < nh
-                        ? ys[((long)b * Hq + hf + t) * S + i]
-                        : -INFINITY;
-            if (++h == hpl) {
-                h = 0;
-                r++;
-            }
-        }
-    }
-
     if (mode != 2) {
         /* LSE of each averaged head from its split partials: tph work-items per head
          * merge strided subsets of the splits, then a tree over the tph partials. */
@@ -252,33 +192,21 @@ void score_map(__global float *ws, long ml_off, long y_off, long cand_off, int n
      * r, r + hl, ... (consecutive work-items read consecutive slots of one head), then
      * lane 0 adds the lanes up, classifies the slot and keeps its best candidate. The
      * round count is uniform over the work-group (barriers inside). */
+    const float inv_nh = 1.0f / (float)nh;
+    const int spr = FIN_WG / hl; /* slots per round */
+    const int lane = lid / spr, so = lid % spr;
+    const int first = chunk * chunk_slots;
+    const int last_slot = min(first + chunk_slots, S);
     float best_key = 0.0f;
     int best_idx = -1;
-    for (int r = 0; r < nrounds; r++) {
-        const int i = first + r * spr + so;
-        int p = r >= R_PRE && i < last_slot ? prow[i] : -1;
-        UNROLL_LOOP
-        for (int q = 0; q < R_PRE; q++)
-            p = q == r ? pp[q] : p;
+    for (int base = first; base < last_slot; base += spr) {
+        const int i = base + so;
+        const int p = i < last_slot ? prow[i] : -1;
         float part = 0.0f;
         if (mode != 2 && p >= 0) {
-            /* the prefetched logits of round r (uniform branches), then the rest */
-            int rk = 0, h = 0, pre = 0;
-            UNROLL_LOOP
-            for (int k = 0; k < Y_PRE; k++) {
-                if (rk == r) {
-                    const int t = lane + h * hl;
-                    if (t < nh)
-                        part += exp2(yp[k] - lse2[t]);
-                    pre++;
-                }
-                if (++h == hpl) {
-                    h = 0;
-                    rk++;
-                }
-            }
             __global const float *yrow = ys + ((long)b * Hq + hf) * S + i;
-            for (int t = lane + pre * hl; t < nh; t += hl)
+#pragma unroll 4
+            for (int t = lane; t < nh; t += hl)
                 part += exp2(yrow[(long)t * S] - lse2[t]);
         }
         red[lid] = part;
@@ -308,7 +236,8 @@ void score_map(__global float *ws, long ml_off, long y_off, long cand_off, int n
     cand_reduce(red, red_i, best_key, best_idx);
     if (lid == 0) {
         __global int *cr = cand + ((long)bu * n_chunks + chunk) * 2;
-        cand_store(cr, as_int(red[0]), red_i[0]);
+        atomic_xchg(cr, as_int(red[0]));
+        atomic_xchg(cr + 1, red_i[0]);
         fence_device();
         *last = atomic_inc(counters + bu) == n_chunks - 1;
     }
@@ -321,9 +250,9 @@ void score_map(__global float *ws, long ml_off, long y_off, long cand_off, int n
     best_idx = -1;
     if (is_last) {
         for (int c = lid; c < n_chunks; c += FIN_WG) {
-            int kbits, ic;
-            cand_load(cand + ((long)bu * n_chunks + c) * 2, &kbits, &ic);
-            const float kc = as_float(kbits);
+            __global int *cr = cand + ((long)bu * n_chunks + c) * 2;
+            const float kc = as_float(atomic_add(cr, 0));
+            const int ic = atomic_add(cr + 1, 0);
             if (cand_better(kc, ic, best_key, best_idx)) {
                 best_key = kc;
                 best_idx = ic;

@@ -7,7 +7,6 @@
 
 #define LF_MAX_GROUP 8
 #define LF_FIN_WG 256
-#define LF_FIN_PREFETCH 16 /* Y_PRE of longflow_finish.cl: logits a work-item loads ahead */
 #define LF_MAX_SPLITS 1024
 #define LF_UNIT_HEADS_MAX 1024 /* Hq limit: per-head LSEs of a map in local memory */
 

@@ -45,10 +45,11 @@ static size_t stage_bytes(const lf_plan *p, int64_t D, size_t esize) {
  * the cache is f16 / bf16 and D is 64 or 128, unless CLKV_LONGFLOW_MMA=0. A step or load
  * takes it when q has the cache dtype (the mma operands are 16-bit), the CUDA-core kernel
  * otherwise. Tiles as the window operator's: QT = 16, 32 or 64 query heads per row tile
- * (G padded), 4 warps, 64-slot tiles, 3 stages (2 with one warp along the slots). Split-K:
+ * (G padded), 4 warps, 64-slot tiles, 2 stages. Split-K:
  * one wave of two work-groups per compute unit (two fit its local memory; the score
  * products and the slot mask make a tile's work longer than decode's, so a second
- * work-group hides it: H200, B 2, S 32K: 8 splits 143 us, 16 splits 92 us), chunks of
+ * work-group hides it: H200, B 2, S 32K, the partial kernel with the first version of
+ * this kernel: 8 splits 143 us, 16 splits 92 us; now 16 splits ~84 us), chunks of
  * at least MIN_CHUNK slots (default 128: S = 1024 at B = 2 spreads over 128
  * work-groups). Overrides (tuning): CLKV_LONGFLOW_MMA_KW (16 | 32 | 64),
  * CLKV_LONGFLOW_MMA_STAGES (2..8), CLKV_LONGFLOW_MMA_MIN_CHUNK, CLKV_LONGFLOW_MMA_SPLITS. */
@@ -67,7 +68,7 @@ static void plan_mma(clkv_longflow_cache *c) {
         p->mma_kw = kw_env;
     const int kt = p->mma_nwk * p->mma_kw;
     const size_t stage = 2 * (size_t)kt * (size_t)(c->D + 8) * 2;
-    int nstg = p->mma_nwk == 1 ? 2 : 3;
+    int nstg = 2; /* H200, B 2, S 32K: 2 stages 82.6 / 83.4 us, 3 stages 86.6 / 84.5 */
     const int st_env = env_int("CLKV_LONGFLOW_MMA_STAGES", 0);
     if (st_env >= 2 && st_env <= 8)
         nstg = st_env;
@@ -189,28 +190,21 @@ clkv_status lf__plan(clkv_longflow_cache *c) {
     p->chunk = (int)chunk;
     p->splits = (int)((len + chunk - 1) / chunk);
     /* Score geometry of the finish kernel: hl lanes share the heads of a slot, FIN_WG / hl
-     * slots per round, `rounds` rounds per work-group. A score work-group is a chain of
-     * dependent steps (loads, LSE, sums, chunk argmin, arrival), so on a GPU fewer, fuller
-     * work-groups win as long as a work-item's logits fit the kernel's prefetch
-     * (LF_FIN_PREFETCH): the fewest lanes that keep a slot's heads within it, then rounds
-     * up to it while there are more than about four work-groups per compute unit (H200,
-     * B 2, S 32K: per-layer 2 lanes x 1 round 14.8 us vs 4 x 1 19.2 us; per-KV-head
-     * 1 x 4 18.1 us vs 1 x 1 31.6 us and 4 x 2 63.9 us, before the prefetch). On CPUs
-     * (tests): small chunks, so that maps of a few dozen slots already span several
-     * work-groups and rounds. */
+     * slots per round, `rounds` rounds per work-group. On a GPU: enough (slot, lane)
+     * work-items to fill the device (but no more lanes than heads, and at most 8: on an
+     * H200, 8 beat 32 and 1 at B=2, Hq=32, S=1024, per-layer), about four
+     * work-groups per compute unit. On CPUs (tests): small chunks, so that maps of a few
+     * dozen slots already span several work-groups and rounds. */
     const int64_t nh = c->mode == CLKV_LONGFLOW_PER_KV_HEAD ? c->G : c->Hq;
     const int64_t map_slots = c->B * c->Hm * c->S;
     int64_t rounds;
     if (gpu) {
+        const int64_t fill = (int64_t)dev->compute_units * 2048;
         p->hl = 1;
-        while (p->hl < 64 && p->hl * LF_FIN_PREFETCH < nh)
+        while (p->hl * 2 <= nh && p->hl * 2 <= 8 && map_slots * p->hl * 2 <= fill)
             p->hl *= 2;
-        const int64_t hpl = (nh + p->hl - 1) / p->hl;
-        const int64_t max_rounds = hpl < LF_FIN_PREFETCH ? LF_FIN_PREFETCH / hpl : 1;
         const int64_t per_wg = (int64_t)LF_FIN_WG * dev->compute_units * 4;
         rounds = (map_slots * p->hl + per_wg - 1) / per_wg;
-        if (rounds > max_rounds)
-            rounds = max_rounds;
     } else {
         p->hl = 16;
         rounds = 2;
@@ -275,7 +269,6 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
     clkv__defs_int(&df, "FIN_WG", LF_FIN_WG);
     clkv__defs_int(&df, "MAX_SPLITS", LF_MAX_SPLITS);
     clkv__defs_int(&df, "UNIT_HEADS_MAX", LF_UNIT_HEADS_MAX);
-    clkv__defs_int(&df, "Y_PRE", LF_FIN_PREFETCH);
     /* the tensor-core partial where the plan has it and q has the cache dtype */
     const int use_mma = p->mma && ps->mode != 2 && ps->q && ps->q->dtype == c->dtype;
     clkv_defs dm;

@@ -124,8 +124,8 @@ static const lcase g_cases[] = {
     {"huge_logits_f16_d64_h4x2_perhead_outf32", 1, 4, 2, 64, 32, F16, F16, F32, F32, F32, PH, 1,
      LOAD_INDICES, 1, TU_HND, {32}, 32, 40, 0.125f, DATA_HUGE, 0, NULL, NULL, NULL, NULL, NULL, NULL},
     /* shapes of the NVIDIA tensor-core partial (q of the cache dtype): row tiles of 32 and
-     * 64 query heads (G 20, G 80 = two row tiles), several splits of a long map; finish
-     * geometries beyond its prefetch (80 heads on one lane, 6 rounds) */
+     * 64 query heads (G 20, G 80 = two row tiles), several splits of a long map; two more
+     * finish geometries (80 heads on one lane, 6 rounds) */
     {"g20_bf16_d128_h40x2_b2_perhead_s150", 2, 40, 2, 128, 150, BF16, BF16, BF16, BF16, BF16, PH,
      1, LOAD_INDICES, 1, TU_HND, {200, 90, 0}, 200, 12, 0.0f, DATA_NORMAL, 1, NULL, NULL, "3", NULL, NULL, NULL},
     {"g80_f16_d64_h80x1_b1_s70", 1, 80, 1, 64, 70, F16, F16, F16, F16, F16, PL, 1, LOAD_PLAIN, 1,
