@@ -12,6 +12,8 @@
  *   KV_ALIGNED                  1: every K/V row starts 16-byte aligned (cp.async);
  *                               0: plain loads into the same local tiles
  *   P_LO                        1 (default): hi + lo split of P; 0: P rounded once (below)
+ *   LONGFLOW                    1: build longflow_partial_mma (below) instead of
+ *                               attention_window_partial; with PER_HEAD (LongFlow slot maps)
  *
  * Warp w owns the 16 rows wq = w % NWQ of the tile and the keys [wk * KW, wk * KW + KW) of
  * every K/V tile (wk = w / NWQ). Its q rows stay in registers as mma A fragments; per tile
@@ -38,6 +40,10 @@
 #define NNT (HEAD_DIM / 8)  /* n-tiles of P V (output columns / 8) */
 #define NST (KW / 8)        /* n-tiles of a warp's scores */
 #define UNROLL _Pragma("unroll")
+
+#ifndef LONGFLOW
+#define LONGFLOW 0
+#endif
 
 #if NWQ * NWK != 4 || (KW != 16 && KW != 32 && KW != 64) || (HEAD_DIM != 64 && HEAD_DIM != 128)
 #error "attention_window_mma: inconsistent tile parameters"
@@ -131,6 +137,7 @@ inline uint q_pair(__global const Q_T *q, long rowbase, int valid, int col) {
     return (uint)p[0] | (uint)p[1] << 16;
 }
 
+#if !LONGFLOW
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_window_partial(
     __global const Q_T *q, long q_off, long q_sb, long q_sh, long q_st, __global const KV_T *k,
     long k_off, long k_sb, long k_sh, long k_sl, __global const KV_T *v, long v_off, long v_sb,
@@ -387,3 +394,386 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
         }
     }
 }
+#endif /* !LONGFLOW */
+
+#if LONGFLOW
+/* ---- LongFlow fused step on the tensor cores (SPEC §2.3; host/longflow_step.c) ----
+ *
+ * longflow_partial_mma: the partial kernel of cl_kernels/longflow_partial.cl (same
+ * workspace contract, same finish kernel) with the tiles, fragments and online softmax
+ * above, T = 1: the G query heads of a KV head are the rows (padded to QT). One
+ * work-group per (row tile, split of the S slots, sequence x KV head). On top of decode:
+ *  - the new token: the work-group of row tile 0 whose split holds the victim slot stores
+ *    k_new / v_new there (and, one writer per slot map, the slot's position); every
+ *    work-group whose split holds it patches the victim row of its local tile with the
+ *    new token as the cache stores it, after the tile has landed, so nothing depends on
+ *    the order of global writes and reads (no host sync inside a step);
+ *  - the slot mask: a slot takes part when it holds a position (staged with its tile) or
+ *    is the victim; a masked row's V is zeroed in the tile (it may hold NaN);
+ *  - ||v||_1 per slot from the V tile in local memory (a tensor-core product of ones and
+ *    |V|^T, which lands in the layout of the score fragments), and per (query head, slot) the
+ *    base-2 score logit y = z*log2(e) + log2 ||v||_1 (-inf for a masked slot) into
+ *    ws[y_off + (b*Hq + h)*S + slot], which the finish kernel turns into scores.
+ * Build options: KV_DTYPE (f16 | bf16; Q_DTYPE = O_DTYPE = KV_DTYPE), HEAD_DIM, QT, NWK,
+ * KW, NSTG, KV_ALIGNED = 1 (the cache is contiguous), P_LO, PER_HEAD. */
+
+#define NMW ((KW + 31) / 32) /* 32-key words of a warp's slot mask */
+#if KV_DTYPE == CLKV_DT_BF16
+#define ONES16X2 0x3f803f80u /* two 1.0 in bf16 */
+#else
+#define ONES16X2 0x3c003c00u /* two 1.0 in f16 */
+#endif
+
+inline void warp_sync(void) {
+    asm volatile("bar.warp.sync -1;" ::: "memory");
+}
+
+/* Bit l set when lane l's predicate is non-zero. */
+inline uint warp_ballot(int p) {
+    uint r;
+    asm volatile("{ .reg .pred q; setp.ne.s32 q, %1, 0; vote.sync.ballot.b32 %0, q, -1; }"
+                 : "=r"(r)
+                 : "r"(p));
+    return r;
+}
+
+/* The cache dtype's bits of x (RNE). */
+inline uint kv_bits16(float x) {
+#if KV_DTYPE == CLKV_DT_BF16
+    return (uint)clkv_f32_to_bf16(x);
+#else
+    return (uint)f32_to_f16_bits(x);
+#endif
+}
+
+/* Element i of a buffer whose dtype code `dt` is a run-time value (f32, f16, bf16). */
+inline float lf_load_any(__global const void *p, int dt, long i) {
+    if (dt == CLKV_DT_F16)
+        return vload_half((size_t)i, (__global const half *)p);
+    if (dt == CLKV_DT_BF16)
+        return clkv_bf16_to_f32(((__global const ushort *)p)[i]);
+    return ((__global const float *)p)[i];
+}
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_partial_mma(
+    __global const Q_T *q, long q_off, long q_sb, long q_sh, __global const void *kn, int n_dt,
+    long kn_off, long kn_sb, long kn_sh, __global const void *vn, long vn_off, long vn_sb,
+    long vn_sh, __global KV_T *k, __global KV_T *v, __global int *pos, __global const int *victim,
+    __global const int *next_pos, int do_write, int Hq, int G, int n_qtiles, int S, int chunk,
+    int num_splits, float scale_log2, __global float *ws, long ml_off, long y_off) {
+    __local uint4 smem[NSTG * 2 * TILE16];
+    __local int spos[NSTG][KT];
+    __local float wm[NWK][QT], wl[NWK][QT];
+    __local uint4 new_k[CH], new_v[CH];
+
+    const int lid = (int)get_local_id(0);
+    const int lane = lid % 32, w = lid / 32;
+    const int wq = w % NWQ, wk = w / NWQ;
+    const int fg = lane >> 2, ft = lane & 3;
+    const int qtile = (int)get_group_id(0);
+    const int split = (int)get_group_id(1);
+    const int bh = (int)get_group_id(2);
+    const int Hkv = Hq / G;
+    const int b = bh / Hkv, kvh = bh % Hkv;
+    const int rows = G;
+    const int r0 = qtile * QT;
+    const int Hm = PER_HEAD ? Hkv : 1;
+    const int u = PER_HEAD ? kvh : 0;
+    const int vslot = do_write ? victim[b * Hm + u] : -1;
+    const int kbeg = split * chunk;
+    const int kend = min(kbeg + chunk, S);
+    const int ntiles = kend > kbeg ? (kend - kbeg + KT - 1) / KT : 0;
+    const int has_victim = vslot >= kbeg && vslot < kend;
+    const long kb = ((long)b * Hkv + kvh) * S * HEAD_DIM; /* same for v */
+    __global int *prow = pos + ((long)b * Hm + u) * S;
+
+    /* (a) the new token: stored by one work-group, staged (as stored) by every one whose
+     * split holds the victim */
+    if (has_victim) {
+        const long knrow = kn_off + (long)b * kn_sb + (long)kvh * kn_sh;
+        const long vnrow = vn_off + (long)b * vn_sb + (long)kvh * vn_sh;
+        for (int c = lid; c < CH; c += WG_SIZE) {
+            uint wk4[4], wv4[4];
+            UNROLL
+            for (int i = 0; i < 4; i++) {
+                const long e = c * 8 + 2 * i;
+                wk4[i] = kv_bits16(lf_load_any(kn, n_dt, knrow + e)) |
+                         kv_bits16(lf_load_any(kn, n_dt, knrow + e + 1)) << 16;
+                wv4[i] = kv_bits16(lf_load_any(vn, n_dt, vnrow + e)) |
+                         kv_bits16(lf_load_any(vn, n_dt, vnrow + e + 1)) << 16;
+            }
+            const uint4 rk = (uint4)(wk4[0], wk4[1], wk4[2], wk4[3]);
+            const uint4 rv = (uint4)(wv4[0], wv4[1], wv4[2], wv4[3]);
+            new_k[c] = rk;
+            new_v[c] = rv;
+            if (qtile == 0) {
+                *(__global uint4 *)(k + kb + (long)vslot * HEAD_DIM + c * 8) = rk;
+                *(__global uint4 *)(v + kb + (long)vslot * HEAD_DIM + c * 8) = rv;
+            }
+        }
+#if PER_HEAD
+        const int map_writer = qtile == 0 && lid == 0;
+#else
+        const int map_writer = qtile == 0 && lid == 0 && kvh == 0; /* one writer per map */
+#endif
+        if (map_writer)
+            prow[vslot] = next_pos[b];
+    }
+
+    /* This lane's two rows (heads g and g + 8 of the warp's block) as q fragments. */
+    const int ra = r0 + wq * 16 + fg, rb = ra + 8;
+    uint qf[NKS][4];
+    {
+        const long qa = q_off + (long)b * q_sb + (long)(kvh * G + min(ra, rows - 1)) * q_sh;
+        const long qb = q_off + (long)b * q_sb + (long)(kvh * G + min(rb, rows - 1)) * q_sh;
+        UNROLL
+        for (int s = 0; s < NKS; s++) {
+            qf[s][0] = q_pair(q, qa, ra < rows, s * 16 + 2 * ft);
+            qf[s][1] = q_pair(q, qb, rb < rows, s * 16 + 2 * ft);
+            qf[s][2] = q_pair(q, qa, ra < rows, s * 16 + 2 * ft + 8);
+            qf[s][3] = q_pair(q, qb, rb < rows, s * 16 + 2 * ft + 8);
+        }
+    }
+    /* score logit rows of heads ra, rb: [b, h, slot] */
+    __global float *ya = ws + y_off + ((long)b * Hq + kvh * G + ra) * S;
+    __global float *yb = ws + y_off + ((long)b * Hq + kvh * G + rb) * S;
+
+    float acc[NNT][4];
+    UNROLL
+    for (int n = 0; n < NNT; n++) {
+        UNROLL
+        for (int i = 0; i < 4; i++)
+            acc[n][i] = 0.0f;
+    }
+    float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f; /* l: this lane's part */
+
+    const int mi = lane >> 3, mr = lane & 7;
+    const int k_row = wk * KW + (mi >> 1) * 8 + mr, k_col = (mi & 1) * 8;
+    const int v_row = wk * KW + (mi & 1) * 8 + mr, v_col = (mi >> 1) * 8;
+
+    UNROLL
+    for (int t = 0; t < NSTG - 1; t++) {
+        if (t < ntiles) {
+            issue_tile(smem + (2 * t) * TILE16, smem + (2 * t + 1) * TILE16, k, v, kb, kb, HEAD_DIM,
+                       HEAD_DIM, kbeg + t * KT, kend, lid);
+            for (int r = lid; r < KT; r += WG_SIZE)
+                clkv_cp_async4(&spos[t][r], prow + min(kbeg + t * KT + r, kend - 1));
+        }
+        clkv_cp_async_commit(); /* empty groups keep the group count uniform */
+    }
+    for (int t = 0; t < ntiles; t++) {
+        const int st = t % NSTG;
+        const int ahead = t + NSTG - 1;
+        if (ahead < ntiles) {
+            const int sa = ahead % NSTG;
+            issue_tile(smem + (2 * sa) * TILE16, smem + (2 * sa + 1) * TILE16, k, v, kb, kb,
+                       HEAD_DIM, HEAD_DIM, kbeg + ahead * KT, kend, lid);
+            for (int r = lid; r < KT; r += WG_SIZE)
+                clkv_cp_async4(&spos[sa][r], prow + min(kbeg + ahead * KT + r, kend - 1));
+        }
+        clkv_cp_async_commit();
+        CLKV_CP_ASYNC_WAIT(NSTG - 1); /* tile t has landed (this lane's copies) */
+        barrier(CLK_LOCAL_MEM_FENCE);
+        __local uint4 *k4 = smem + (2 * st) * TILE16;
+        __local uint4 *v4 = smem + (2 * st + 1) * TILE16;
+        const int tfirst = kbeg + t * KT;
+        if (has_victim && vslot >= tfirst && vslot < tfirst + KT) { /* uniform */
+            const int r = vslot - tfirst;
+            for (int c = lid; c < CH; c += WG_SIZE) {
+                k4[r * ROW16 + c] = new_k[c];
+                v4[r * ROW16 + c] = new_v[c];
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        __local const ushort *ks = (__local const ushort *)k4;
+        __local const ushort *vs = (__local const ushort *)v4;
+        const int j0 = tfirst + wk * KW; /* first key of this warp */
+
+        /* The warp's slot mask (bit kl of word kl / 32: key j0 + kl takes part): in range
+         * and holding a position, or the victim. Masked rows' V (may hold NaN) is zeroed
+         * before any product reads it, by every warp reading those rows (equal values). */
+        uint okm[NMW];
+        int any_masked = 0;
+        UNROLL
+        for (int wd = 0; wd < NMW; wd++) {
+            const int kl = wd * 32 + lane, j = j0 + kl;
+            const int ok = kl < KW && j < kend && (j == vslot || spos[st][wk * KW + kl] >= 0);
+            okm[wd] = warp_ballot(ok);
+            any_masked |= okm[wd] != (KW - wd * 32 >= 32 ? 0xffffffffu : (1u << (KW % 32)) - 1u);
+        }
+        if (any_masked) { /* uniform over the warp */
+            for (int i = lane; i < KW * CH; i += 32) {
+                const int kl = i / CH;
+                if (!((okm[kl / 32] >> (kl % 32)) & 1u))
+                    v4[(wk * KW + kl) * ROW16 + i % CH] = (uint4)(0u);
+            }
+            warp_sync();
+        }
+
+        /* S = Q K^T for the warp's 16 rows x KW keys */
+        float s[NST][4];
+        UNROLL
+        for (int n = 0; n < NST; n++) {
+            UNROLL
+            for (int i = 0; i < 4; i++)
+                s[n][i] = 0.0f;
+        }
+        /* ||v||_1 of the keys as the same product with A = ones and B = |V|^T: nv[n][i]
+         * (i < 2) is the norm of key n * 8 + 2 ft + i, as the score fragments index keys */
+        float nv[NST][4];
+        UNROLL
+        for (int n = 0; n < NST; n++) {
+            UNROLL
+            for (int i = 0; i < 4; i++)
+                nv[n][i] = 0.0f;
+        }
+        UNROLL
+        for (int n = 0; n < NST; n += 2) {
+            UNROLL
+            for (int kk = 0; kk < NKS; kk++) {
+                uint bf[4], bv[4];
+                ldmatrix4(bf, ks + (k_row + n * 8) * LDH + kk * 16 + k_col);
+                ldmatrix4(bv, vs + (k_row + n * 8) * LDH + kk * 16 + k_col);
+                mma16816(s[n], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], bf[0], bf[1]);
+                mma16816(s[n + 1], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], bf[2], bf[3]);
+                mma16816(nv[n], ONES16X2, ONES16X2, ONES16X2, ONES16X2, bv[0] & 0x7fff7fffu,
+                         bv[1] & 0x7fff7fffu);
+                mma16816(nv[n + 1], ONES16X2, ONES16X2, ONES16X2, ONES16X2, bv[2] & 0x7fff7fffu,
+                         bv[3] & 0x7fff7fffu);
+            }
+        }
+
+        /* scale, slot mask, score logits, online softmax on the fragments */
+        float mx_a = -INFINITY, mx_b = -INFINITY;
+        UNROLL
+        for (int n = 0; n < NST; n++) {
+            UNROLL
+            for (int i = 0; i < 4; i++) {
+                const int kl = n * 8 + 2 * ft + (i & 1);
+                const int j = j0 + kl;
+                const int valid = (okm[kl / 32] >> (kl % 32)) & 1u;
+                const float lv = native_log2(nv[n][i & 1]); /* lg2.approx: ~2 ulp */
+                const float x = valid ? s[n][i] * scale_log2 : -INFINITY;
+                s[n][i] = x;
+                if (i < 2) {
+                    mx_a = fmax(mx_a, x);
+                    if (ra < rows && j < kend)
+                        ya[j] = valid ? x + lv : -INFINITY;
+                } else {
+                    mx_b = fmax(mx_b, x);
+                    if (rb < rows && j < kend)
+                        yb[j] = valid ? x + lv : -INFINITY;
+                }
+            }
+        }
+        mx_a = fmax(quad_max(mx_a), m_a);
+        mx_b = fmax(quad_max(mx_b), m_b);
+        const float base_a = mx_a == -INFINITY ? 0.0f : mx_a;
+        const float base_b = mx_b == -INFINITY ? 0.0f : mx_b;
+        const float al_a = native_exp2(m_a - base_a), al_b = native_exp2(m_b - base_b);
+        m_a = mx_a;
+        m_b = mx_b;
+        l_a *= al_a;
+        l_b *= al_b;
+        UNROLL
+        for (int n = 0; n < NNT; n++) {
+            acc[n][0] *= al_a;
+            acc[n][1] *= al_a;
+            acc[n][2] *= al_b;
+            acc[n][3] *= al_b;
+        }
+        UNROLL
+        for (int n = 0; n < NST; n++) {
+            s[n][0] = native_exp2(s[n][0] - base_a);
+            s[n][1] = native_exp2(s[n][1] - base_a);
+            s[n][2] = native_exp2(s[n][2] - base_b);
+            s[n][3] = native_exp2(s[n][3] - base_b);
+            l_a += s[n][0] + s[n][1];
+            l_b += s[n][2] + s[n][3];
+        }
+
+        /* acc += P V */
+        UNROLL
+        for (int kk = 0; kk < KW / 16; kk++) {
+            uint ph[4];
+#if P_LO
+            uint pl[4];
+            split16x2(s[2 * kk][0], s[2 * kk][1], &ph[0], &pl[0]);
+            split16x2(s[2 * kk][2], s[2 * kk][3], &ph[1], &pl[1]);
+            split16x2(s[2 * kk + 1][0], s[2 * kk + 1][1], &ph[2], &pl[2]);
+            split16x2(s[2 * kk + 1][2], s[2 * kk + 1][3], &ph[3], &pl[3]);
+#else
+            ph[0] = round16x2(s[2 * kk][0], s[2 * kk][1]);
+            ph[1] = round16x2(s[2 * kk][2], s[2 * kk][3]);
+            ph[2] = round16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            ph[3] = round16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#endif
+            UNROLL
+            for (int n = 0; n < NNT; n += 2) {
+                uint bf[4];
+                ldmatrix4_trans(bf, vs + (v_row + kk * 16) * LDH + n * 8 + v_col);
+                mma16816(acc[n], ph[0], ph[1], ph[2], ph[3], bf[0], bf[1]);
+                mma16816(acc[n + 1], ph[0], ph[1], ph[2], ph[3], bf[2], bf[3]);
+#if P_LO
+                mma16816(acc[n], pl[0], pl[1], pl[2], pl[3], bf[0], bf[1]);
+                mma16816(acc[n + 1], pl[0], pl[1], pl[2], pl[3], bf[2], bf[3]);
+#endif
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* the stage may be refilled */
+    }
+    CLKV_CP_ASYNC_WAIT(0); /* no copy may land in the combine area */
+
+    /* Combine the NWK warps of each row block, then this split's partial state per row. */
+    l_a = quad_sum(l_a);
+    l_b = quad_sum(l_b);
+    const int la = wq * 16 + fg, lb = la + 8; /* local rows */
+    if (ft == 0) {
+        wm[wk][la] = m_a;
+        wm[wk][lb] = m_b;
+        wl[wk][la] = l_a;
+        wl[wk][lb] = l_b;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float ms_a = -INFINITY, ms_b = -INFINITY;
+    UNROLL
+    for (int i = 0; i < NWK; i++) {
+        ms_a = fmax(ms_a, wm[i][la]);
+        ms_b = fmax(ms_b, wm[i][lb]);
+    }
+    const float f_a = m_a == -INFINITY ? 0.0f : exp2(m_a - ms_a);
+    const float f_b = m_b == -INFINITY ? 0.0f : exp2(m_b - ms_b);
+    __local float *cmb = (__local float *)smem; /* [NWK][QT][HEAD_DIM] */
+    UNROLL
+    for (int n = 0; n < NNT; n++) {
+        const int col = n * 8 + 2 * ft;
+        vstore2((float2)(acc[n][0] * f_a, acc[n][1] * f_a), 0,
+                cmb + ((long)wk * QT + la) * HEAD_DIM + col);
+        vstore2((float2)(acc[n][2] * f_b, acc[n][3] * f_b), 0,
+                cmb + ((long)wk * QT + lb) * HEAD_DIM + col);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int e = lid; e < QT * (HEAD_DIM / 4); e += WG_SIZE) {
+        const int r = e / (HEAD_DIM / 4), c4 = e % (HEAD_DIM / 4);
+        const int R = r0 + r;
+        if (R >= rows)
+            continue;
+        float ms = -INFINITY, l = 0.0f;
+        for (int i = 0; i < NWK; i++)
+            ms = fmax(ms, wm[i][r]);
+        float4 x = (float4)(0.0f);
+        for (int i = 0; i < NWK; i++) {
+            const float mw = wm[i][r];
+            if (mw != -INFINITY)
+                l += wl[i][r] * exp2(mw - ms);
+            x += vload4(c4, cmb + ((long)i * QT + r) * HEAD_DIM);
+        }
+        const long idx = ((long)b * Hq + kvh * G + R) * num_splits + split;
+        vstore4(x, 0, ws + idx * HEAD_DIM + c4 * 4);
+        if (c4 == 0) {
+            ws[ml_off + idx * 2] = ms;
+            ws[ml_off + idx * 2 + 1] = l;
+        }
+    }
+}
+#endif /* LONGFLOW */

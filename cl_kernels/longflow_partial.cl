@@ -1,5 +1,6 @@
 /* LongFlow fused decode step over a static cache (SPEC §2.3), kernel 1 of 2 (the second
- * is cl_kernels/longflow_finish.cl).
+ * is cl_kernels/longflow_finish.cl). Its tensor-core variant for NVIDIA with 16-bit caches
+ * (same workspace contract) is longflow_partial_mma in attention_window_mma.cl.
  *
  * longflow_partial: one work-group per (sequence, KV head, head group, split) of the S
  * slots. The work-group whose range holds the victim slot first stores the new token

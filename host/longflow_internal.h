@@ -19,10 +19,15 @@ typedef struct lf_plan {
     int splits, chunk;    /* split-K over the S slots */
     int n_chunks;         /* finish work-groups per slot map */
     int chunk_slots, hl;  /* slots per finish work-group, lanes sharing a slot's heads */
-    size_t acc_bytes;     /* workspace: split acc [B, Hq, splits, D] f32 */
-    size_t ml_bytes;      /* split (m, l) [B, Hq, splits, 2] f32 */
-    size_t y_bytes;       /* score logits [B, Hq, S] f32 */
-    size_t cand_bytes;    /* chunk candidates [B, Hm, n_chunks, 2] i32 */
+    /* The tensor-core partial (attention_window_mma.cl with -DLONGFLOW): NVIDIA, 16-bit
+     * cache, D 64 or 128, q of the cache dtype; its own split-K. */
+    int mma;                               /* available for this cache */
+    int mma_qt, mma_nwk, mma_kw, mma_nstg; /* tile parameters (see the kernel) */
+    int mma_qtiles, mma_splits, mma_chunk; /* row tiles, split-K over the S slots */
+    size_t acc_bytes;  /* workspace: split acc [B, Hq, splits, D] f32 (largest plan) */
+    size_t ml_bytes;   /* split (m, l) [B, Hq, splits, 2] f32 */
+    size_t y_bytes;    /* score logits [B, Hq, S] f32 */
+    size_t cand_bytes; /* chunk candidates [B, Hm, n_chunks, 2] i32 */
 } lf_plan;
 
 struct clkv_longflow_cache {

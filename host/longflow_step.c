@@ -10,6 +10,7 @@
 
 #define PARTIAL_FILE "longflow_partial.cl"
 #define FINISH_FILE "longflow_finish.cl"
+#define MMA_FILE "attention_window_mma.cl" /* -DLONGFLOW=1: longflow_partial_mma */
 
 /* Launch-parameter overrides CLKV_LONGFLOW_EPL / _WG / _UNROLL / _SPLITS / _CPASYNC /
  * _STAGES / _SCORE_LANES / _SCORE_ROUNDS (benchmarks,
@@ -39,6 +40,72 @@ static size_t stage_bytes(const lf_plan *p, int64_t D, size_t esize) {
 }
 
 #define LF_STAGE_BUDGET (96 * 1024) /* two or more work-groups per multiprocessor */
+
+/* The tensor-core partial (attention_window_mma.cl, -DLONGFLOW=1): where inline PTX works,
+ * the cache is f16 / bf16 and D is 64 or 128, unless CLKV_LONGFLOW_MMA=0. A step or load
+ * takes it when q has the cache dtype (the mma operands are 16-bit), the CUDA-core kernel
+ * otherwise. Tiles as the window operator's: QT = 16, 32 or 64 query heads per row tile
+ * (G padded), 4 warps, 64-slot tiles, 2 stages. Split-K:
+ * one wave of two work-groups per compute unit (two fit its local memory; the score
+ * products and the slot mask make a tile's work longer than decode's, so a second
+ * work-group hides it: H200, B 2, S 32K, the partial kernel with the first version of
+ * this kernel: 8 splits 143 us, 16 splits 92 us; now 16 splits ~84 us), chunks of
+ * at least MIN_CHUNK slots (default 128: S = 1024 at B = 2 spreads over 128
+ * work-groups). Overrides (tuning): CLKV_LONGFLOW_MMA_KW (16 | 32 | 64),
+ * CLKV_LONGFLOW_MMA_STAGES (2..8), CLKV_LONGFLOW_MMA_MIN_CHUNK, CLKV_LONGFLOW_MMA_SPLITS. */
+static void plan_mma(clkv_longflow_cache *c) {
+    lf_plan *p = &c->plan;
+    const clkv_device_info *dev = &c->ctx->info;
+    p->mma = dev->nvidia_ptx && c->dtype != CLKV_F32 && (c->D == 64 || c->D == 128) &&
+             env_int("CLKV_LONGFLOW_MMA", 1) != 0;
+    if (!p->mma)
+        return;
+    p->mma_qt = c->G <= 16 ? 16 : c->G <= 32 ? 32 : 64;
+    p->mma_nwk = 4 / (p->mma_qt / 16);
+    p->mma_kw = 64 / p->mma_nwk;
+    const int kw_env = env_int("CLKV_LONGFLOW_MMA_KW", 0);
+    if (kw_env == 16 || kw_env == 32 || kw_env == 64)
+        p->mma_kw = kw_env;
+    const int kt = p->mma_nwk * p->mma_kw;
+    const size_t stage = 2 * (size_t)kt * (size_t)(c->D + 8) * 2;
+    int nstg = 2; /* H200, B 2, S 32K: 2 stages 82.6 / 83.4 us, 3 stages 86.6 / 84.5 */
+    const int st_env = env_int("CLKV_LONGFLOW_MMA_STAGES", 0);
+    if (st_env >= 2 && st_env <= 8)
+        nstg = st_env;
+    /* the kernel's other __local arrays: warp (m, l), staged positions, norms, new row */
+    const size_t extra = (size_t)p->mma_nwk * p->mma_qt * 2 * 4 + (size_t)8 * kt * 4 +
+                         (size_t)4 * p->mma_kw * 4 + (size_t)c->D * 4;
+    while (nstg > 2 && nstg * stage + extra > dev->static_local_mem_bytes)
+        nstg--;
+    p->mma_nstg = nstg;
+    /* the stages also hold the final combine of the warps' accumulators (64 rows x D f32) */
+    if (nstg * stage < (size_t)64 * (size_t)c->D * 4 ||
+        nstg * stage + extra > dev->static_local_mem_bytes) {
+        p->mma = 0;
+        return;
+    }
+    p->mma_qtiles = (int)((c->G + p->mma_qt - 1) / p->mma_qt);
+    const int64_t units = c->B * c->Hkv * p->mma_qtiles;
+    const int64_t cu = (int64_t)dev->compute_units;
+    int64_t splits = cu * 2 / units;
+    const int64_t min_chunk = env_int("CLKV_LONGFLOW_MMA_MIN_CHUNK", 128);
+    const int64_t cap =
+        (c->S + (min_chunk > 0 ? min_chunk : 1) - 1) / (min_chunk > 0 ? min_chunk : 1);
+    if (splits > cap)
+        splits = cap;
+    const int forced = env_int("CLKV_LONGFLOW_MMA_SPLITS", 0);
+    if (forced > 0)
+        splits = forced;
+    if (splits > LF_MAX_SPLITS)
+        splits = LF_MAX_SPLITS;
+    if (splits < 1)
+        splits = 1;
+    int64_t chunk = (c->S + splits - 1) / splits;
+    if (forced <= 0) /* whole tiles per split (tests force any chunk length) */
+        chunk = (chunk + kt - 1) / kt * kt;
+    p->mma_chunk = (int)chunk;
+    p->mma_splits = (int)((c->S + chunk - 1) / chunk);
+}
 
 clkv_status lf__plan(clkv_longflow_cache *c) {
     lf_plan *p = &c->plan;
@@ -154,8 +221,10 @@ clkv_status lf__plan(clkv_longflow_cache *c) {
         cs = c->S;
     p->chunk_slots = (int)cs;
     p->n_chunks = (int)((c->S + cs - 1) / cs);
-    p->acc_bytes = clkv__ws_align((size_t)(c->B * c->Hq * p->splits * c->D) * 4);
-    p->ml_bytes = clkv__ws_align((size_t)(c->B * c->Hq * p->splits) * 2 * 4);
+    plan_mma(c);
+    const int64_t max_splits = p->mma && p->mma_splits > p->splits ? p->mma_splits : p->splits;
+    p->acc_bytes = clkv__ws_align((size_t)(c->B * c->Hq * max_splits * c->D) * 4);
+    p->ml_bytes = clkv__ws_align((size_t)(c->B * c->Hq * max_splits) * 2 * 4);
     p->y_bytes = clkv__ws_align((size_t)(c->B * c->Hq * c->S) * 4);
     p->cand_bytes = clkv__ws_align((size_t)(c->B * c->Hm * p->n_chunks) * 2 * 4);
     return CLKV_OK;
@@ -200,8 +269,27 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
     clkv__defs_int(&df, "FIN_WG", LF_FIN_WG);
     clkv__defs_int(&df, "MAX_SPLITS", LF_MAX_SPLITS);
     clkv__defs_int(&df, "UNIT_HEADS_MAX", LF_UNIT_HEADS_MAX);
+    /* the tensor-core partial where the plan has it and q has the cache dtype */
+    const int use_mma = p->mma && ps->mode != 2 && ps->q && ps->q->dtype == c->dtype;
+    clkv_defs dm;
+    clkv__defs_init(&dm);
+    clkv__defs_int(&dm, "LONGFLOW", 1);
+    clkv__defs_int(&dm, "Q_DTYPE", c->dtype);
+    clkv__defs_int(&dm, "KV_DTYPE", c->dtype);
+    clkv__defs_int(&dm, "O_DTYPE", c->dtype);
+    clkv__defs_int(&dm, "HEAD_DIM", c->D);
+    clkv__defs_int(&dm, "QT", p->mma_qt);
+    clkv__defs_int(&dm, "NWK", p->mma_nwk);
+    clkv__defs_int(&dm, "KW", p->mma_kw);
+    clkv__defs_int(&dm, "NSTG", p->mma_nstg);
+    clkv__defs_int(&dm, "KV_ALIGNED", 1);
+    clkv__defs_int(&dm, "P_LO", 1);
+    clkv__defs_int(&dm, "PER_HEAD", c->mode == CLKV_LONGFLOW_PER_KV_HEAD);
     cl_kernel kp = NULL, kf;
-    if (ps->mode != 2 &&
+    if (use_mma &&
+        (st = clkv__get_kernel(ctx, MMA_FILE, &dm, "longflow_partial_mma", &kp)) != CLKV_OK)
+        return st;
+    if (!use_mma && ps->mode != 2 &&
         (st = clkv__get_kernel(ctx, PARTIAL_FILE, &dp, "longflow_partial", &kp)) != CLKV_OK)
         return st;
     if ((st = clkv__get_kernel(ctx, FINISH_FILE, &df, "longflow_finish", &kf)) != CLKV_OK)
@@ -213,7 +301,8 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
     const cl_long y_off = (cl_long)((p->acc_bytes + p->ml_bytes) / 4);
     const cl_long cand_off = (cl_long)((p->acc_bytes + p->ml_bytes + p->y_bytes) / 4);
     const cl_int Hq = (cl_int)c->Hq, Hkv = (cl_int)c->Hkv, G = (cl_int)c->G, nhg = p->nhg,
-                 S = (cl_int)c->S, chunk = p->chunk, splits = p->splits;
+                 S = (cl_int)c->S, chunk = use_mma ? p->mma_chunk : p->chunk,
+                 splits = use_mma ? p->mma_splits : p->splits;
 
     if (kp) {
         const cl_mem q_buf = buf_of(ps->q), kn_buf = buf_of(ps->k_new), vn_buf = buf_of(ps->v_new);
@@ -226,16 +315,29 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
                       vn_sh = stride_of(ps->v_new, 1);
         const cl_int do_write = ps->mode == 0;
         const cl_float scale_log2 = ps->scale * 1.4426950408889634f;
-        st = clkv__set_args(
-            ctx, kp, "longflow_partial", 31, CLKV_ARG(q_buf), CLKV_ARG(q_dt), CLKV_ARG(q_off),
-            CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(kn_buf), CLKV_ARG(n_dt), CLKV_ARG(kn_off),
-            CLKV_ARG(kn_sb), CLKV_ARG(kn_sh), CLKV_ARG(vn_buf), CLKV_ARG(vn_off), CLKV_ARG(vn_sb),
-            CLKV_ARG(vn_sh), CLKV_ARG(c->k), CLKV_ARG(c->v), CLKV_ARG(c->pos), CLKV_ARG(c->victim),
-            CLKV_ARG(c->next_pos), CLKV_ARG(do_write), CLKV_ARG(Hq), CLKV_ARG(Hkv), CLKV_ARG(G),
-            CLKV_ARG(nhg), CLKV_ARG(S), CLKV_ARG(chunk), CLKV_ARG(splits), CLKV_ARG(scale_log2),
-            CLKV_ARG(ws), CLKV_ARG(ml_off), CLKV_ARG(y_off));
+        const cl_int n_qtiles = p->mma_qtiles;
+        if (use_mma)
+            st = clkv__set_args(
+                ctx, kp, "longflow_partial_mma", 29, CLKV_ARG(q_buf), CLKV_ARG(q_off),
+                CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(kn_buf), CLKV_ARG(n_dt), CLKV_ARG(kn_off),
+                CLKV_ARG(kn_sb), CLKV_ARG(kn_sh), CLKV_ARG(vn_buf), CLKV_ARG(vn_off),
+                CLKV_ARG(vn_sb), CLKV_ARG(vn_sh), CLKV_ARG(c->k), CLKV_ARG(c->v), CLKV_ARG(c->pos),
+                CLKV_ARG(c->victim), CLKV_ARG(c->next_pos), CLKV_ARG(do_write), CLKV_ARG(Hq),
+                CLKV_ARG(G), CLKV_ARG(n_qtiles), CLKV_ARG(S), CLKV_ARG(chunk), CLKV_ARG(splits),
+                CLKV_ARG(scale_log2), CLKV_ARG(ws), CLKV_ARG(ml_off), CLKV_ARG(y_off));
+        else
+            st = clkv__set_args(
+                ctx, kp, "longflow_partial", 31, CLKV_ARG(q_buf), CLKV_ARG(q_dt), CLKV_ARG(q_off),
+                CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(kn_buf), CLKV_ARG(n_dt), CLKV_ARG(kn_off),
+                CLKV_ARG(kn_sb), CLKV_ARG(kn_sh), CLKV_ARG(vn_buf), CLKV_ARG(vn_off),
+                CLKV_ARG(vn_sb), CLKV_ARG(vn_sh), CLKV_ARG(c->k), CLKV_ARG(c->v), CLKV_ARG(c->pos),
+                CLKV_ARG(c->victim), CLKV_ARG(c->next_pos), CLKV_ARG(do_write), CLKV_ARG(Hq),
+                CLKV_ARG(Hkv), CLKV_ARG(G), CLKV_ARG(nhg), CLKV_ARG(S), CLKV_ARG(chunk),
+                CLKV_ARG(splits), CLKV_ARG(scale_log2), CLKV_ARG(ws), CLKV_ARG(ml_off),
+                CLKV_ARG(y_off));
         if (st == CLKV_OK)
-            st = clkv__check_local_mem(ctx, kp, "longflow_partial", 0);
+            st = clkv__check_local_mem(ctx, kp,
+                                       use_mma ? "longflow_partial_mma" : "longflow_partial", 0);
         if (st != CLKV_OK)
             return st;
     }
@@ -271,7 +373,21 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
         if (ps->pre && (st = clkv__enqueue(ctx, ps->pre->kernel, ps->pre->label, 3, ps->pre->global,
                                            ps->pre->local, NULL)) != CLKV_OK)
             return st;
-        if (kp) {
+        if (kp && use_mma) {
+            const size_t gp[3] = {(size_t)p->mma_qtiles * 128, (size_t)p->mma_splits,
+                                  (size_t)(c->B * c->Hkv)};
+            const size_t lp[3] = {128, 1, 1};
+            clkv__log(ctx,
+                      "longflow: B=%lld Hq=%lld Hkv=%lld D=%lld S=%lld mode=%d pass=%d mma "
+                      "(qt=%d nwk=%d kw=%d stages=%d qtiles=%d) splits=%d chunk=%d "
+                      "score_chunks=%d x %d slots, %d lanes",
+                      (long long)c->B, (long long)c->Hq, (long long)c->Hkv, (long long)c->D,
+                      (long long)c->S, (int)c->mode, ps->mode, p->mma_qt, p->mma_nwk, p->mma_kw,
+                      p->mma_nstg, p->mma_qtiles, p->mma_splits, p->mma_chunk, p->n_chunks,
+                      p->chunk_slots, p->hl);
+            if ((st = clkv__enqueue(ctx, kp, "longflow_partial_mma", 3, gp, lp, NULL)) != CLKV_OK)
+                return st;
+        } else if (kp) {
             const size_t gp[3] = {(size_t)p->splits * p->wg, (size_t)(c->Hkv * p->nhg),
                                   (size_t)c->B};
             const size_t lp[3] = {(size_t)p->wg, 1, 1};

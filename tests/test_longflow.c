@@ -98,7 +98,7 @@ static const lcase g_cases[] = {
     /* the long runs: 2,000 steps, both modes */
     {"long_perlayer_bf16_d64_h4x2_b2_s64", 2, 4, 2, 64, 64, BF16, BF16, BF16, BF16, BF16, PL, 1,
      LOAD_PLAIN, 1, TU_HND, {40, 64, 0}, 80, 2000, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, "1", "1"},
-    {"long_perhead_f16_d64_h4x2_b2_s64", 2, 4, 2, 64, 64, F16, F32, F16, F32, F32, PH, 1,
+    {"long_perhead_f16_d64_h4x2_b2_s64", 2, 4, 2, 64, 64, F16, F16, F16, F32, F32, PH, 1,
      LOAD_INDICES, 1, TU_NHD, {100, 30, 0}, 120, 2000, 0.0f, DATA_NORMAL, 0, NULL, NULL, "5", NULL, "8", "1"},
     /* dtypes x D x heads x batch x load variants (each a kernel variant of its own) */
     {"m1_f16_d128_h8x2_b3_indices_q", 3, 8, 2, 128, 100, F16, F16, F16, F16, BF16, PL, 2,
@@ -121,8 +121,17 @@ static const lcase g_cases[] = {
     /* numerics: logits of magnitude ~200 (the authors' exp(z) overflows at ~88) */
     {"huge_logits_bf16_d64_h4x2_b2", 2, 4, 2, 64, 48, BF16, BF16, BF16, BF16, BF16, PL, 1,
      LOAD_PLAIN, 1, TU_HND, {48, 20, 0}, 48, 60, 0.125f, DATA_HUGE, 0, NULL, NULL, "6", NULL, NULL, NULL},
-    {"huge_logits_f16_d64_h4x2_perhead_outf32", 1, 4, 2, 64, 32, F16, F32, F16, F32, F32, PH, 1,
+    {"huge_logits_f16_d64_h4x2_perhead_outf32", 1, 4, 2, 64, 32, F16, F16, F32, F32, F32, PH, 1,
      LOAD_INDICES, 1, TU_HND, {32}, 32, 40, 0.125f, DATA_HUGE, 0, NULL, NULL, NULL, NULL, NULL, NULL},
+    /* shapes of the NVIDIA tensor-core partial (q of the cache dtype): row tiles of 32 and
+     * 64 query heads (G 20, G 80 = two row tiles), several splits of a long map; two more
+     * finish geometries (80 heads on one lane, 6 rounds) */
+    {"g20_bf16_d128_h40x2_b2_perhead_s150", 2, 40, 2, 128, 150, BF16, BF16, BF16, BF16, BF16, PH,
+     1, LOAD_INDICES, 1, TU_HND, {200, 90, 0}, 200, 12, 0.0f, DATA_NORMAL, 1, NULL, NULL, "3", NULL, NULL, NULL},
+    {"g80_f16_d64_h80x1_b1_s70", 1, 80, 1, 64, 70, F16, F16, F16, F16, F16, PL, 1, LOAD_PLAIN, 1,
+     TU_HND, {50}, 70, 10, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, "1", "3"},
+    {"s1000_bf16_d128_h8x2_b2", 2, 8, 2, 128, 1000, BF16, BF16, BF16, F32, BF16, PL, 1,
+     LOAD_PLAIN, 1, TU_NHD, {1000, 700, 0}, 1000, 8, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, "2", "6"},
     /* the multi-lane (warp) layout of GPUs, emulated through local memory on CPUs */
     {"lanes_bf16_d64_epl16_h2x2_b2_perhead", 2, 2, 2, 64, 40, BF16, BF16, BF16, BF16, BF16, PH, 1,
      LOAD_INDICES, 1, TU_HND, {40, 3, 0}, 40, 12, 0.0f, DATA_NORMAL, 0, "16", "32", "3", NULL, NULL, NULL},
@@ -324,6 +333,7 @@ static void run_case(void **state) {
     set_env("CLKV_LONGFLOW_EPL", c->epl);
     set_env("CLKV_LONGFLOW_WG", c->wg);
     set_env("CLKV_LONGFLOW_SPLITS", c->splits);
+    set_env("CLKV_LONGFLOW_MMA_SPLITS", c->splits); /* the tensor-core partial (NVIDIA) */
     set_env("CLKV_LONGFLOW_CPASYNC", c->cpasync);
     set_env("CLKV_LONGFLOW_SCORE_LANES", c->lanes);
     set_env("CLKV_LONGFLOW_SCORE_ROUNDS", c->rounds);
@@ -340,6 +350,7 @@ static void run_case(void **state) {
     set_env("CLKV_LONGFLOW_EPL", NULL);
     set_env("CLKV_LONGFLOW_WG", NULL);
     set_env("CLKV_LONGFLOW_SPLITS", NULL);
+    set_env("CLKV_LONGFLOW_MMA_SPLITS", NULL);
     set_env("CLKV_LONGFLOW_CPASYNC", NULL);
     set_env("CLKV_LONGFLOW_SCORE_LANES", NULL);
     set_env("CLKV_LONGFLOW_SCORE_ROUNDS", NULL);

@@ -45,7 +45,10 @@ void usage_bench_longflow(FILE *f) {
             "partial kernel and its launch gaps). Bytes: B*Hkv*S*D*2*element\n"
             "size (K and V read once). Launch geometry overrides for tuning (read at cache\n"
             "creation): CLKV_LONGFLOW_EPL, CLKV_LONGFLOW_WG, CLKV_LONGFLOW_UNROLL,\n"
-            "CLKV_LONGFLOW_SPLITS, CLKV_LONGFLOW_CPASYNC, CLKV_LONGFLOW_STAGES,\n"
+            "CLKV_LONGFLOW_SPLITS, CLKV_LONGFLOW_CPASYNC, CLKV_LONGFLOW_STAGES (CUDA-core\n"
+            "partial), CLKV_LONGFLOW_MMA (0: never the tensor-core partial),\n"
+            "CLKV_LONGFLOW_MMA_KW, CLKV_LONGFLOW_MMA_STAGES, CLKV_LONGFLOW_MMA_MIN_CHUNK,\n"
+            "CLKV_LONGFLOW_MMA_SPLITS (tensor-core partial: NVIDIA, f16 / bf16, D 64 / 128),\n"
             "CLKV_LONGFLOW_SCORE_LANES, CLKV_LONGFLOW_SCORE_ROUNDS. Progress goes to stderr,\n"
             "results to stdout.\n");
 }

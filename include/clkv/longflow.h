@@ -29,8 +29,11 @@
  * authors' kernel exactly: the argmin runs over every valid slot, the new token
  * included. 0 <= protect < S, so a full cache always has an unprotected slot.
  *
- * Numerics. All arithmetic is f32 with running-max softmax; the score is ranked in the
- * linear domain as exp(z - LSE + log ||v||_1) with the final per-head LSE, so no logit
+ * Numerics. All arithmetic is f32 with running-max softmax (on NVIDIA with a 16-bit
+ * cache, D 64/128 and q of the cache dtype the products run on the tensor cores: 16-bit
+ * operands, exact products, f32 accumulation, the softmax weights split into two 16-bit
+ * parts); the score is ranked in the linear domain as exp(z - LSE + log ||v||_1) with the
+ * final per-head LSE, so no logit
  * magnitude overflows (the authors' kernel uses exp(z) without a max and overflows for
  * |z| > ~88). A slot whose score underflows f32 scores 0 (ties then go to the lower
  * index).
