@@ -870,3 +870,64 @@ double tu_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+/* ------------------------------------------------------------------------------------ */
+/* Bad-input checks                                                                     */
+/* ------------------------------------------------------------------------------------ */
+
+void tu_expect_reject_at(const char *file, int line, clkv_context *ctx, clkv_status st,
+                         clkv_status want, const char *name, cl_mem out, cl_event ev,
+                         const char *what) {
+    const clkv_context *mctx = strcmp(name, "ctx") == 0 ? NULL : ctx;
+    tu_set_case("bad input: %s", what);
+    if (st != want)
+        tu_fail_at(file, line, "status %s (%d), expected %s; message: %s", clkv_status_string(st),
+                   st, clkv_status_string(want), clkv_last_error(mctx));
+    if (!tu_msg_names(clkv_last_error(mctx), name))
+        tu_fail_at(file, line, "message \"%s\" does not name \"%s\"", clkv_last_error(mctx), name);
+    if (ev != NULL) {
+        clReleaseEvent(ev);
+        tu_fail_at(file, line, "the rejected call returned an event");
+    }
+    clFinish(clkv_context_queue(ctx));
+    if (out)
+        tu_assert_buffer_poison_at(file, line, ctx, out, what);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Suites                                                                               */
+/* ------------------------------------------------------------------------------------ */
+
+void tu_suite_add(tu_suite *s, const char *name, CMUnitTestFunction fn, void *state) {
+    if (s->n >= TU_SUITE_MAX) {
+        s->overflow = 1;
+        return;
+    }
+    struct CMUnitTest *t = &s->tests[s->n++];
+    memset(t, 0, sizeof *t);
+    t->name = name;
+    t->test_func = fn;
+    t->initial_state = state;
+}
+
+static clkv_context **g_suite_ctx;
+
+static int suite_setup(void **state) {
+    (void)state;
+    return tu_group_setup((void **)g_suite_ctx);
+}
+
+static int suite_teardown(void **state) {
+    (void)state;
+    return tu_group_teardown((void **)g_suite_ctx);
+}
+
+int tu_suite_run(const tu_suite *s, const char *group, clkv_context **ctx, uint64_t default_seed) {
+    printf("[ seed     ] 0x%016" PRIx64 " (set CLKV_TEST_SEED to change)\n", tu_seed(default_seed));
+    if (s->overflow) {
+        print_error("suite %s: more than %d tests (raise TU_SUITE_MAX)\n", group, TU_SUITE_MAX);
+        return 1;
+    }
+    g_suite_ctx = ctx;
+    return _cmocka_run_group_tests(group, s->tests, s->n, suite_setup, suite_teardown);
+}
