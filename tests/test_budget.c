@@ -110,12 +110,7 @@ static void test_uniform(void **state) {
 
 static void expect_host_reject(clkv_status st, clkv_status want, const char *name,
                                const int64_t *out, size_t n, const char *what) {
-    tu_set_case("bad input: %s", what);
-    if (st != want)
-        TU_FAIL("status %s (%d), expected %s; message: %s", clkv_status_string(st), st,
-                clkv_status_string(want), clkv_last_error(NULL));
-    if (!tu_msg_names(clkv_last_error(NULL), name))
-        TU_FAIL("message \"%s\" does not name \"%s\"", clkv_last_error(NULL), name);
+    tu_expect_status(NULL, st, want, name, what);
     for (size_t i = 0; out && i < n; i++)
         if (out[i] != -5)
             TU_FAIL("out[%zu] was written (%" PRId64 ")", i, out[i]);

@@ -291,10 +291,17 @@ double tu_now(void);
 /* Bad-input checks                                                                     */
 /* ------------------------------------------------------------------------------------ */
 
-/* A rejected device call: `st` is `want`, the message (clkv_last_error(NULL) when name is
- * "ctx", else clkv_last_error(ctx)) names the argument `name`, no event was returned
+/* A rejected call: tu_set_case("bad input: <what>"), `st` is `want` and the message
+ * clkv_last_error(msg_ctx) (NULL: the thread-local one) names the argument `name`. */
+void tu_expect_status_at(const char *file, int line, const clkv_context *msg_ctx, clkv_status st,
+                         clkv_status want, const char *name, const char *what);
+#define tu_expect_status(msg_ctx, st, want, name, what)                                            \
+    tu_expect_status_at(__FILE__, __LINE__, (msg_ctx), (st), (want), (name), (what))
+
+/* A rejected device call: tu_expect_status with the message of ctx (of NULL, the
+ * thread-local one, when name is "ctx": the call got no context), no event was returned
  * (`ev` NULL) and, after a clFinish on ctx's queue, the output buffer `out` (may be NULL)
- * still holds only poison. `what` describes the case ("bad input: <what>"). */
+ * still holds only poison. */
 void tu_expect_reject_at(const char *file, int line, clkv_context *ctx, clkv_status st,
                          clkv_status want, const char *name, cl_mem out, cl_event ev,
                          const char *what);
