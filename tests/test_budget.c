@@ -219,6 +219,13 @@ static void ada_reference(const ada_case *c, const float *s, int64_t stride, int
     }
 }
 
+/* Release the buffers of scores, lengths and k_per_row. */
+static void release_adakv(const clkv_budget_adakv_args *a) {
+    tu_release(a->scores.buf);
+    tu_release(a->lengths.buf);
+    tu_release(a->k_per_row.buf);
+}
+
 static void run_ada(void **state) {
     const ada_case *c = (const ada_case *)*state;
     const int64_t B = c->B, H = c->H, N = c->N, stride = N + c->row_pad;
@@ -282,9 +289,7 @@ static void run_ada(void **state) {
                     b, total, want);
     }
     printf("[ case     ] %-40s device %.3f s, reference %.3f s\n", c->name, t_run, t_ref);
-    tu_release(a.scores.buf);
-    tu_release(a.lengths.buf);
-    tu_release(a.k_per_row.buf);
+    release_adakv(&a);
     free(s);
     free(exp);
     free(got);
@@ -346,9 +351,7 @@ static void test_ada_then_select(void **state) {
                 TU_FAIL("row %" PRId64 ": token %d selected but not kept by AdaKV", r,
                         idx[r * cap + i]);
     }
-    tu_release(a.scores.buf);
-    tu_release(a.lengths.buf);
-    tu_release(a.k_per_row.buf);
+    release_adakv(&a);
     tu_release(sa.indices.buf);
     free(s);
     free(kept);
@@ -430,9 +433,7 @@ static void test_round_trip(void **state) {
     tu_buffer_read(g_ctx, ca.new_lengths.buf, 0, nl, sizeof nl);
     for (int r = 0; r < 4; r++)
         assert_int_equal(nl[r], cnt[r]);
-    tu_release(a.scores.buf);
-    tu_release(a.lengths.buf);
-    tu_release(a.k_per_row.buf);
+    release_adakv(&a);
     tu_release(sa.indices.buf);
     tu_release(ca.k_src.buf);
     tu_release(ca.v_src.buf);
@@ -514,9 +515,7 @@ static void test_ada_bad_inputs(void **state) {
     /* all scores equal: sequence 0 keeps 4 per head, sequence 1 (n = 3) all 3 */
     for (int i = 0; i < 6; i++)
         assert_int_equal(got[i], i < 3 ? 4 : 3);
-    tu_release(base.scores.buf);
-    tu_release(base.lengths.buf);
-    tu_release(base.k_per_row.buf);
+    release_adakv(&base);
     tu_release(big.buf);
     tu_set_case("%s", "");
 }
