@@ -268,11 +268,17 @@ clkv_status demo_time(clkv_context *ctx, demo_call f, void *arg, int iters, int 
     return st;
 }
 
-void *demo_read_tensor(clkv_context *ctx, const clkv_tensor *t, clkv_status *st) {
+/* Elements of a tensor (product of its dims). */
+static int64_t tensor_count(const clkv_tensor *t) {
     int64_t count = 1;
     for (int i = 0; i < t->ndim; i++) {
         count *= t->dims[i];
     }
+    return count;
+}
+
+void *demo_read_tensor(clkv_context *ctx, const clkv_tensor *t, clkv_status *st) {
+    const int64_t count = tensor_count(t);
     const size_t bytes = (size_t)(count > 0 ? count : 1) * clkv_dtype_size(t->dtype);
     void *h = malloc(bytes);
     if (!h) {
@@ -398,11 +404,7 @@ uint64_t demo_quant_cache_bytes(const clkv_quant_cache *cache) {
                                 &w.v_scale, &w.v_min,   &w.k_res, &w.v_res};
     uint64_t bytes = 0;
     for (int i = 0; i < 8; i++) {
-        uint64_t n = 1;
-        for (int d = 0; d < ts[i]->ndim; d++) {
-            n *= (uint64_t)ts[i]->dims[d];
-        }
-        bytes += n * clkv_dtype_size(ts[i]->dtype);
+        bytes += (uint64_t)tensor_count(ts[i]) * clkv_dtype_size(ts[i]->dtype);
     }
     return bytes;
 }
