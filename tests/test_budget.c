@@ -24,16 +24,6 @@
 
 static clkv_context *g_ctx;
 
-static int group_setup(void **state) {
-    (void)state;
-    return tu_group_setup((void **)&g_ctx);
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    return tu_group_teardown((void **)&g_ctx);
-}
-
 /* ------------------------------------------------------------------------------------ */
 /* Layer budgets                                                                        */
 /* ------------------------------------------------------------------------------------ */
@@ -120,12 +110,7 @@ static void test_uniform(void **state) {
 
 static void expect_host_reject(clkv_status st, clkv_status want, const char *name,
                                const int64_t *out, size_t n, const char *what) {
-    tu_set_case("bad input: %s", what);
-    if (st != want)
-        TU_FAIL("status %s (%d), expected %s; message: %s", clkv_status_string(st), st,
-                clkv_status_string(want), clkv_last_error(NULL));
-    if (!tu_msg_names(clkv_last_error(NULL), name))
-        TU_FAIL("message \"%s\" does not name \"%s\"", clkv_last_error(NULL), name);
+    tu_expect_status(NULL, st, want, name, what);
     for (size_t i = 0; out && i < n; i++)
         if (out[i] != -5)
             TU_FAIL("out[%zu] was written (%" PRId64 ")", i, out[i]);
@@ -234,6 +219,13 @@ static void ada_reference(const ada_case *c, const float *s, int64_t stride, int
     }
 }
 
+/* Release the buffers of scores, lengths and k_per_row. */
+static void release_adakv(const clkv_budget_adakv_args *a) {
+    tu_release(a->scores.buf);
+    tu_release(a->lengths.buf);
+    tu_release(a->k_per_row.buf);
+}
+
 static void run_ada(void **state) {
     const ada_case *c = (const ada_case *)*state;
     const int64_t B = c->B, H = c->H, N = c->N, stride = N + c->row_pad;
@@ -297,13 +289,33 @@ static void run_ada(void **state) {
                     b, total, want);
     }
     printf("[ case     ] %-40s device %.3f s, reference %.3f s\n", c->name, t_run, t_ref);
-    tu_release(a.scores.buf);
-    tu_release(a.lengths.buf);
-    tu_release(a.k_per_row.buf);
+    release_adakv(&a);
     free(s);
     free(exp);
     free(got);
     tu_set_case("%s", "");
+}
+
+/* The documented hand-off: clkv_budget_adakv over scores [B, H, N] (f32) with per-sequence
+ * lengths and budget k, then clkv_select_topk with its k_per_row into indices [B, H, cap].
+ * The caller releases a->scores, a->lengths, a->k_per_row and sa->indices. */
+static void run_ada_then_select(const float *s, const int32_t *lens, int64_t B, int64_t H,
+                                int64_t N, int64_t k, int64_t cap, clkv_budget_adakv_args *a,
+                                clkv_select_topk_args *sa) {
+    const int64_t sdims[3] = {B, H, N}, kdims[2] = {B, H}, bdims[1] = {B}, idims[3] = {B, H, cap};
+    *a = (clkv_budget_adakv_args)CLKV_BUDGET_ADAKV_ARGS_INIT;
+    a->scores = tu_tensor_upload(g_ctx, s, CLKV_F32, 3, sdims, 0, 0);
+    a->lengths = tu_tensor_upload_i32(g_ctx, lens, 1, bdims, 0, 0);
+    a->k_per_row = tu_tensor_alloc(g_ctx, CLKV_I32, 2, kdims, 0, 0);
+    a->k = k;
+    TU_CHECK_OK(g_ctx, clkv_budget_adakv(g_ctx, a, NULL));
+    *sa = (clkv_select_topk_args)CLKV_SELECT_TOPK_ARGS_INIT;
+    sa->scores = a->scores;
+    sa->lengths = a->lengths;
+    sa->k_per_row = a->k_per_row;
+    sa->indices = tu_tensor_alloc(g_ctx, CLKV_I32, 3, idims, 0, 0);
+    sa->k = cap;
+    TU_CHECK_OK(g_ctx, clkv_select_topk(g_ctx, sa, NULL));
 }
 
 /* clkv_select_topk with AdaKV's k_per_row keeps exactly the tokens AdaKV kept. */
@@ -323,20 +335,9 @@ static void test_ada_then_select(void **state) {
     ada_reference(&c, s, N, eff, exp, kept);
     if (exp[0] <= c.k)
         TU_FAIL("test setup: head 0 should exceed k (%d)", exp[0]);
-    const int64_t sdims[3] = {B, H, N}, kdims[2] = {B, H}, bdims[1] = {B}, idims[3] = {B, H, cap};
-    clkv_budget_adakv_args a = CLKV_BUDGET_ADAKV_ARGS_INIT;
-    a.scores = tu_tensor_upload(g_ctx, s, CLKV_F32, 3, sdims, 0, 0);
-    a.lengths = tu_tensor_upload_i32(g_ctx, c.lens, 1, bdims, 0, 0);
-    a.k_per_row = tu_tensor_alloc(g_ctx, CLKV_I32, 2, kdims, 0, 0);
-    a.k = c.k;
-    TU_CHECK_OK(g_ctx, clkv_budget_adakv(g_ctx, &a, NULL));
-    clkv_select_topk_args sa = CLKV_SELECT_TOPK_ARGS_INIT;
-    sa.scores = a.scores;
-    sa.lengths = a.lengths;
-    sa.k_per_row = a.k_per_row;
-    sa.indices = tu_tensor_alloc(g_ctx, CLKV_I32, 3, idims, 0, 0);
-    sa.k = cap;
-    TU_CHECK_OK(g_ctx, clkv_select_topk(g_ctx, &sa, NULL));
+    clkv_budget_adakv_args a;
+    clkv_select_topk_args sa;
+    run_ada_then_select(s, c.lens, B, H, N, c.k, cap, &a, &sa);
     int32_t *idx = (int32_t *)tu_malloc((size_t)(B * H * cap) * sizeof(int32_t));
     tu_buffer_read(g_ctx, sa.indices.buf, 0, idx, (size_t)(B * H * cap) * sizeof(int32_t));
     for (int64_t r = 0; r < B * H; r++) {
@@ -350,9 +351,7 @@ static void test_ada_then_select(void **state) {
                 TU_FAIL("row %" PRId64 ": token %d selected but not kept by AdaKV", r,
                         idx[r * cap + i]);
     }
-    tu_release(a.scores.buf);
-    tu_release(a.lengths.buf);
-    tu_release(a.k_per_row.buf);
+    release_adakv(&a);
     tu_release(sa.indices.buf);
     free(s);
     free(kept);
@@ -382,21 +381,10 @@ static void test_round_trip(void **state) {
     tu_round_array(CLKV_BF16, vv, nkv);
     for (int64_t j = 0; j < N; j++) /* head 1 of sequence 0 matters more */
         s[N + j] += 1.0f;
-    const int64_t sdims[3] = {B, H, N}, kdims[2] = {B, H}, bdims[1] = {B}, idims[3] = {B, H, cap},
-                  qdims[3] = {B, Hq, D};
-    clkv_budget_adakv_args a = CLKV_BUDGET_ADAKV_ARGS_INIT;
-    a.scores = tu_tensor_upload(g_ctx, s, CLKV_F32, 3, sdims, 0, 0);
-    a.lengths = tu_tensor_upload_i32(g_ctx, lens, 1, bdims, 0, 0);
-    a.k_per_row = tu_tensor_alloc(g_ctx, CLKV_I32, 2, kdims, 0, 0);
-    a.k = k;
-    TU_CHECK_OK(g_ctx, clkv_budget_adakv(g_ctx, &a, NULL));
-    clkv_select_topk_args sa = CLKV_SELECT_TOPK_ARGS_INIT;
-    sa.scores = a.scores;
-    sa.lengths = a.lengths;
-    sa.k_per_row = a.k_per_row;
-    sa.indices = tu_tensor_alloc(g_ctx, CLKV_I32, 3, idims, 0, 0);
-    sa.k = cap;
-    TU_CHECK_OK(g_ctx, clkv_select_topk(g_ctx, &sa, NULL));
+    const int64_t kdims[2] = {B, H}, qdims[3] = {B, Hq, D};
+    clkv_budget_adakv_args a;
+    clkv_select_topk_args sa;
+    run_ada_then_select(s, lens, B, H, N, k, cap, &a, &sa);
     clkv_compact_kv_args ca = CLKV_COMPACT_KV_ARGS_INIT;
     ca.k_src = tu_kv_tensor(g_ctx, kk, CLKV_BF16, B, H, N, D, TU_NHD);
     ca.v_src = tu_kv_tensor(g_ctx, vv, CLKV_BF16, B, H, N, D, TU_NHD);
@@ -445,9 +433,7 @@ static void test_round_trip(void **state) {
     tu_buffer_read(g_ctx, ca.new_lengths.buf, 0, nl, sizeof nl);
     for (int r = 0; r < 4; r++)
         assert_int_equal(nl[r], cnt[r]);
-    tu_release(a.scores.buf);
-    tu_release(a.lengths.buf);
-    tu_release(a.k_per_row.buf);
+    release_adakv(&a);
     tu_release(sa.indices.buf);
     tu_release(ca.k_src.buf);
     tu_release(ca.v_src.buf);
@@ -466,21 +452,6 @@ static void test_round_trip(void **state) {
     tu_set_case("%s", "");
 }
 
-static void expect_reject(clkv_status st, clkv_status want, const char *name, cl_mem out,
-                          cl_event ev, const char *what) {
-    const clkv_context *mctx = strcmp(name, "ctx") == 0 ? NULL : g_ctx;
-    tu_set_case("bad input: %s", what);
-    if (st != want)
-        TU_FAIL("status %s (%d), expected %s; message: %s", clkv_status_string(st), st,
-                clkv_status_string(want), clkv_last_error(mctx));
-    if (!tu_msg_names(clkv_last_error(mctx), name))
-        TU_FAIL("message \"%s\" does not name \"%s\"", clkv_last_error(mctx), name);
-    assert_null(ev);
-    clFinish(clkv_context_queue(g_ctx));
-    if (out)
-        tu_assert_buffer_poison(g_ctx, out, what);
-}
-
 static void test_ada_bad_inputs(void **state) {
     (void)state;
     float s[2 * 3 * 16] = {0};
@@ -496,18 +467,20 @@ static void test_ada_bad_inputs(void **state) {
     const clkv_tensor big = tu_tensor_alloc(g_ctx, CLKV_I32, 2, bigdims, 0, 0);
     cl_event ev = NULL;
     size_t bytes;
-    expect_reject(clkv_budget_adakv(NULL, &base, &ev), CLKV_ERR_ARG_NULL, "ctx", NULL, ev, "ctx");
-    expect_reject(clkv_budget_adakv(g_ctx, NULL, &ev), CLKV_ERR_ARG_NULL, "args", out, ev, "args");
-    expect_reject(clkv_budget_adakv_workspace_size(g_ctx, &base, NULL), CLKV_ERR_ARG_NULL, "bytes",
-                  out, NULL, "bytes");
+    tu_expect_reject(g_ctx, clkv_budget_adakv(NULL, &base, &ev), CLKV_ERR_ARG_NULL, "ctx", NULL, ev,
+                     "ctx");
+    tu_expect_reject(g_ctx, clkv_budget_adakv(g_ctx, NULL, &ev), CLKV_ERR_ARG_NULL, "args", out, ev,
+                     "args");
+    tu_expect_reject(g_ctx, clkv_budget_adakv_workspace_size(g_ctx, &base, NULL), CLKV_ERR_ARG_NULL,
+                     "bytes", out, NULL, "bytes");
 #define BAD(mut, want, name)                                                                       \
     do {                                                                                           \
         a = base;                                                                                  \
         mut;                                                                                       \
         ev = NULL;                                                                                 \
-        expect_reject(clkv_budget_adakv(g_ctx, &a, &ev), want, name, out, ev, #mut);               \
-        expect_reject(clkv_budget_adakv_workspace_size(g_ctx, &a, &bytes), want, name, out, NULL,  \
-                      #mut " (workspace_size)");                                                   \
+        tu_expect_reject(g_ctx, clkv_budget_adakv(g_ctx, &a, &ev), want, name, out, ev, #mut);     \
+        tu_expect_reject(g_ctx, clkv_budget_adakv_workspace_size(g_ctx, &a, &bytes), want, name,   \
+                         out, NULL, #mut " (workspace_size)");                                     \
     } while (0)
     BAD(a.scores.buf = NULL, CLKV_ERR_ARG_NULL, "scores");
     BAD(a.k_per_row.buf = NULL, CLKV_ERR_ARG_NULL, "k_per_row");
@@ -542,36 +515,19 @@ static void test_ada_bad_inputs(void **state) {
     /* all scores equal: sequence 0 keeps 4 per head, sequence 1 (n = 3) all 3 */
     for (int i = 0; i < 6; i++)
         assert_int_equal(got[i], i < 3 ? 4 : 3);
-    tu_release(base.scores.buf);
-    tu_release(base.lengths.buf);
-    tu_release(base.k_per_row.buf);
+    release_adakv(&base);
     tu_release(big.buf);
     tu_set_case("%s", "");
 }
 
 int main(void) {
-    struct CMUnitTest tests[32];
-    size_t n = 0;
-    printf("[ seed     ] 0x%016" PRIx64 " (set CLKV_TEST_SEED to change)\n", tu_seed(DEFAULT_SEED));
-    memset(tests, 0, sizeof tests);
-#define ADD(nm, fn)                                                                                \
-    do {                                                                                           \
-        tests[n].name = nm;                                                                        \
-        tests[n].test_func = fn;                                                                   \
-        n++;                                                                                       \
-    } while (0)
-    ADD("pyramid", test_pyramid);
-    ADD("uniform", test_uniform);
-    ADD("layer_bad_inputs", test_layer_bad_inputs);
-    ADD("ada_bad_inputs", test_ada_bad_inputs);
-    for (size_t i = 0; i < sizeof g_ada / sizeof g_ada[0]; i++) {
-        tests[n].name = g_ada[i].name;
-        tests[n].test_func = run_ada;
-        tests[n].initial_state = (void *)&g_ada[i];
-        n++;
-    }
-    ADD("ada_then_select", test_ada_then_select);
-    ADD("round_trip", test_round_trip);
-#undef ADD
-    return _cmocka_run_group_tests("budget", tests, n, group_setup, group_teardown);
+    tu_suite suite = {0};
+    tu_suite_add(&suite, "pyramid", test_pyramid, NULL);
+    tu_suite_add(&suite, "uniform", test_uniform, NULL);
+    tu_suite_add(&suite, "layer_bad_inputs", test_layer_bad_inputs, NULL);
+    tu_suite_add(&suite, "ada_bad_inputs", test_ada_bad_inputs, NULL);
+    TU_SUITE_ADD_CASES(&suite, g_ada, run_ada);
+    tu_suite_add(&suite, "ada_then_select", test_ada_then_select, NULL);
+    tu_suite_add(&suite, "round_trip", test_round_trip, NULL);
+    return tu_suite_run(&suite, "budget", &g_ctx, DEFAULT_SEED);
 }

@@ -759,6 +759,12 @@ static void expect_reject_at(int line, const char *label, fn_kind f, clkv_contex
     tu_assert_buffer_poison(g_ctx, g_out, "out buffer");
 }
 #define REJECT(label, f, a, want, name) expect_reject_at(__LINE__, label, f, g_ctx, a, want, name)
+/* var = base with `mutation` applied (parenthesised when it has commas) is rejected. */
+#define REJECT_MUT(label, f, var, base, mutation, want, name)                                      \
+    do {                                                                                           \
+        var = base, mutation;                                                                      \
+        REJECT(label, f, &var, want, name);                                                        \
+    } while (0)
 
 static void expect_ok(fn_kind f, const void *a) {
     tu_set_case("%s: baseline", k_fn_names[f]);
@@ -766,58 +772,50 @@ static void expect_ok(fn_kind f, const void *a) {
     TU_CHECK_OK(g_ctx, clkv_context_finish(g_ctx));
 }
 
-/* Mutations shared by the two quantizers (input/codes/scale/min/flags/bits/group). */
-static void reject_quant_common(fn_kind f, const clkv_quant_args *base) {
-    clkv_quant_args a;
+/* Every function: `base` runs, NULL args and a NULL ctx are rejected. */
+static void reject_null_args(fn_kind f, const void *base) {
     expect_ok(f, base);
     REJECT("NULL args", f, NULL, CLKV_ERR_ARG_NULL, "args");
     expect_reject_at(__LINE__, "NULL ctx", f, NULL, base, CLKV_ERR_ARG_NULL, "ctx");
-    a = *base, a.input.buf = NULL;
-    REJECT("input NULL", f, &a, CLKV_ERR_ARG_NULL, "input");
-    a = *base, a.codes.buf = NULL;
-    REJECT("codes NULL", f, &a, CLKV_ERR_ARG_NULL, "codes");
-    a = *base, a.scale.buf = NULL;
-    REJECT("scale NULL", f, &a, CLKV_ERR_ARG_NULL, "scale");
-    a = *base, a.min.buf = NULL;
-    REJECT("min NULL", f, &a, CLKV_ERR_ARG_NULL, "min");
-    a = *base, a.flags.buf = NULL;
-    REJECT("flags NULL with f16 meta", f, &a, CLKV_ERR_ARG_NULL, "flags");
-    a = *base, a.input.dtype = CLKV_I32;
-    REJECT("input i32", f, &a, CLKV_ERR_ARG_DTYPE, "input");
-    a = *base, a.codes.dtype = CLKV_I32;
-    REJECT("codes i32", f, &a, CLKV_ERR_ARG_DTYPE, "codes");
-    a = *base, a.scale.dtype = CLKV_BF16, a.min.dtype = CLKV_BF16;
-    REJECT("scale bf16", f, &a, CLKV_ERR_ARG_DTYPE, "scale");
-    a = *base, a.min.dtype = CLKV_F32;
-    REJECT("min dtype differs", f, &a, CLKV_ERR_ARG_DTYPE, "min");
-    a = *base, a.flags.dtype = CLKV_F32;
-    REJECT("flags f32", f, &a, CLKV_ERR_ARG_DTYPE, "flags");
-    a = *base, a.flags.dims[0] = 2, a.flags.strides[0] = 1;
-    REJECT("flags 2 words", f, &a, CLKV_ERR_ARG_SHAPE, "flags");
-    a = *base, a.bits = 3;
-    REJECT("bits 3", f, &a, CLKV_ERR_ARG_UNSUPPORTED, "bits");
-    a = *base, a.bits = 0;
-    REJECT("bits 0", f, &a, CLKV_ERR_ARG_UNSUPPORTED, "bits");
-    a = *base, a.group = 24;
-    REJECT("group 24", f, &a, CLKV_ERR_ARG_UNSUPPORTED, "group");
-    a = *base, a.input.ndim = 3;
-    REJECT("input 3-d", f, &a, CLKV_ERR_ARG_SHAPE, "input");
-    a = *base, a.input.strides[3] = 2;
-    REJECT("input last stride 2", f, &a, CLKV_ERR_ARG_STRIDE, "input");
-    a = *base, a.codes.offset = 2;
-    REJECT("codes misaligned", f, &a, CLKV_ERR_ARG_ALIGNMENT, "codes");
-    a = *base, a.codes.dims[0] = 1000, a.input.dims[0] = 1000, a.scale.dims[0] = 1000,
-    a.min.dims[0] = 1000;
-    REJECT("buffer too small", f, &a, CLKV_ERR_ARG_BUFFER_SIZE, "input");
-    a = *base, a.input.strides[0] = INT64_MAX / 2, a.input.dims[0] = 4, a.codes.dims[0] = 4,
-    a.scale.dims[0] = 4, a.min.dims[0] = 4;
-    REJECT("overflow", f, &a, CLKV_ERR_ARG_OVERFLOW, "input");
-    a = *base, a.scale.dims[3] += 1;
-    REJECT("scale shape", f, &a, CLKV_ERR_ARG_SHAPE, "scale");
-    a = *base, a.min.dims[2] += 1;
-    REJECT("min shape", f, &a, CLKV_ERR_ARG_SHAPE, "min");
-    a = *base, a.codes.dims[1] = 2;
-    REJECT("codes heads", f, &a, CLKV_ERR_ARG_SHAPE, "codes");
+}
+
+/* Mutations shared by the two quantizers (input/codes/scale/min/flags/bits/group). */
+static void reject_quant_common(fn_kind f, const clkv_quant_args *base) {
+    clkv_quant_args a;
+    reject_null_args(f, base);
+    REJECT_MUT("input NULL", f, a, *base, a.input.buf = NULL, CLKV_ERR_ARG_NULL, "input");
+    REJECT_MUT("codes NULL", f, a, *base, a.codes.buf = NULL, CLKV_ERR_ARG_NULL, "codes");
+    REJECT_MUT("scale NULL", f, a, *base, a.scale.buf = NULL, CLKV_ERR_ARG_NULL, "scale");
+    REJECT_MUT("min NULL", f, a, *base, a.min.buf = NULL, CLKV_ERR_ARG_NULL, "min");
+    REJECT_MUT("flags NULL with f16 meta", f, a, *base, a.flags.buf = NULL, CLKV_ERR_ARG_NULL,
+               "flags");
+    REJECT_MUT("input i32", f, a, *base, a.input.dtype = CLKV_I32, CLKV_ERR_ARG_DTYPE, "input");
+    REJECT_MUT("codes i32", f, a, *base, a.codes.dtype = CLKV_I32, CLKV_ERR_ARG_DTYPE, "codes");
+    REJECT_MUT("scale bf16", f, a, *base, (a.scale.dtype = CLKV_BF16, a.min.dtype = CLKV_BF16),
+               CLKV_ERR_ARG_DTYPE, "scale");
+    REJECT_MUT("min dtype differs", f, a, *base, a.min.dtype = CLKV_F32, CLKV_ERR_ARG_DTYPE, "min");
+    REJECT_MUT("flags f32", f, a, *base, a.flags.dtype = CLKV_F32, CLKV_ERR_ARG_DTYPE, "flags");
+    REJECT_MUT("flags 2 words", f, a, *base, (a.flags.dims[0] = 2, a.flags.strides[0] = 1),
+               CLKV_ERR_ARG_SHAPE, "flags");
+    REJECT_MUT("bits 3", f, a, *base, a.bits = 3, CLKV_ERR_ARG_UNSUPPORTED, "bits");
+    REJECT_MUT("bits 0", f, a, *base, a.bits = 0, CLKV_ERR_ARG_UNSUPPORTED, "bits");
+    REJECT_MUT("group 24", f, a, *base, a.group = 24, CLKV_ERR_ARG_UNSUPPORTED, "group");
+    REJECT_MUT("input 3-d", f, a, *base, a.input.ndim = 3, CLKV_ERR_ARG_SHAPE, "input");
+    REJECT_MUT("input last stride 2", f, a, *base, a.input.strides[3] = 2, CLKV_ERR_ARG_STRIDE,
+               "input");
+    REJECT_MUT("codes misaligned", f, a, *base, a.codes.offset = 2, CLKV_ERR_ARG_ALIGNMENT,
+               "codes");
+    REJECT_MUT("buffer too small", f, a, *base,
+               (a.codes.dims[0] = 1000, a.input.dims[0] = 1000, a.scale.dims[0] = 1000,
+                a.min.dims[0] = 1000),
+               CLKV_ERR_ARG_BUFFER_SIZE, "input");
+    REJECT_MUT("overflow", f, a, *base,
+               (a.input.strides[0] = INT64_MAX / 2, a.input.dims[0] = 4, a.codes.dims[0] = 4,
+                a.scale.dims[0] = 4, a.min.dims[0] = 4),
+               CLKV_ERR_ARG_OVERFLOW, "input");
+    REJECT_MUT("scale shape", f, a, *base, a.scale.dims[3] += 1, CLKV_ERR_ARG_SHAPE, "scale");
+    REJECT_MUT("min shape", f, a, *base, a.min.dims[2] += 1, CLKV_ERR_ARG_SHAPE, "min");
+    REJECT_MUT("codes heads", f, a, *base, a.codes.dims[1] = 2, CLKV_ERR_ARG_SHAPE, "codes");
     /* f32 metadata needs no flags; f16 with the promise neither */
     a = *base, a.flags.buf = NULL, a.inputs_in_f16_range = 1;
     expect_ok(f, &a);
@@ -830,77 +828,67 @@ static void test_validation(void **state) {
     reject_quant_common(FN_QKEYS, &k);
     reject_quant_common(FN_QVALUES, &v);
     /* keys: N not a multiple of group; codes packed along tokens */
-    a = k, a.input.dims[2] = 24, a.scale.dims[2] = 1, a.min.dims[2] = 1, a.codes.dims[2] = 3;
-    REJECT("N % group", FN_QKEYS, &a, CLKV_ERR_ARG_SHAPE, "input");
-    a = k, a.codes.dims[2] = VN / 16;
-    REJECT("codes tokens", FN_QKEYS, &a, CLKV_ERR_ARG_SHAPE, "codes");
+    REJECT_MUT("N % group", FN_QKEYS, a, k,
+               (a.input.dims[2] = 24, a.scale.dims[2] = 1, a.min.dims[2] = 1, a.codes.dims[2] = 3),
+               CLKV_ERR_ARG_SHAPE, "input");
+    REJECT_MUT("codes tokens", FN_QKEYS, a, k, a.codes.dims[2] = VN / 16, CLKV_ERR_ARG_SHAPE,
+               "codes");
     /* values: D not a multiple of group */
-    a = v, a.group = 128;
-    REJECT("D % group", FN_QVALUES, &a, CLKV_ERR_ARG_SHAPE, "input");
-    a = v, a.codes.dims[3] = VD / 4;
-    REJECT("codes words", FN_QVALUES, &a, CLKV_ERR_ARG_SHAPE, "codes");
+    REJECT_MUT("D % group", FN_QVALUES, a, v, a.group = 128, CLKV_ERR_ARG_SHAPE, "input");
+    REJECT_MUT("codes words", FN_QVALUES, a, v, a.codes.dims[3] = VD / 4, CLKV_ERR_ARG_SHAPE,
+               "codes");
 
     /* dequant */
     for (int kv = 0; kv < 2; kv++) {
         const fn_kind f = kv ? FN_DQVALUES : FN_DQKEYS;
         const clkv_dequant_args base = dq_of(kv ? &v : &k);
         clkv_dequant_args d;
-        expect_ok(f, &base);
-        REJECT("NULL args", f, NULL, CLKV_ERR_ARG_NULL, "args");
-        expect_reject_at(__LINE__, "NULL ctx", f, NULL, &base, CLKV_ERR_ARG_NULL, "ctx");
-        d = base, d.out.buf = NULL;
-        REJECT("out NULL", f, &d, CLKV_ERR_ARG_NULL, "out");
-        d = base, d.codes.buf = NULL;
-        REJECT("codes NULL", f, &d, CLKV_ERR_ARG_NULL, "codes");
-        d = base, d.out.dtype = CLKV_U32;
-        REJECT("out u32", f, &d, CLKV_ERR_ARG_DTYPE, "out");
-        d = base, d.scale.dtype = CLKV_F32;
-        REJECT("min dtype differs", f, &d, CLKV_ERR_ARG_DTYPE, "min");
-        d = base, d.bits = 16;
-        REJECT("bits 16", f, &d, CLKV_ERR_ARG_UNSUPPORTED, "bits");
-        d = base, d.group = 8;
-        REJECT("group 8", f, &d, CLKV_ERR_ARG_UNSUPPORTED, "group");
-        d = base, d.bits = 2;
-        REJECT("bits disagree with codes", f, &d, CLKV_ERR_ARG_SHAPE, "codes");
-        d = base, d.out.dims[0] = 1000, d.codes.dims[0] = 1000, d.scale.dims[0] = 1000,
-        d.min.dims[0] = 1000;
-        REJECT("buffer too small", f, &d, CLKV_ERR_ARG_BUFFER_SIZE, "out");
-        d = base, d.out.strides[1] = INT64_MAX / 2, d.out.dims[1] = 4, d.codes.dims[1] = 4,
-        d.scale.dims[1] = 4, d.min.dims[1] = 4;
-        REJECT("overflow", f, &d, CLKV_ERR_ARG_OVERFLOW, "out");
+        reject_null_args(f, &base);
+        REJECT_MUT("out NULL", f, d, base, d.out.buf = NULL, CLKV_ERR_ARG_NULL, "out");
+        REJECT_MUT("codes NULL", f, d, base, d.codes.buf = NULL, CLKV_ERR_ARG_NULL, "codes");
+        REJECT_MUT("out u32", f, d, base, d.out.dtype = CLKV_U32, CLKV_ERR_ARG_DTYPE, "out");
+        REJECT_MUT("min dtype differs", f, d, base, d.scale.dtype = CLKV_F32, CLKV_ERR_ARG_DTYPE,
+                   "min");
+        REJECT_MUT("bits 16", f, d, base, d.bits = 16, CLKV_ERR_ARG_UNSUPPORTED, "bits");
+        REJECT_MUT("group 8", f, d, base, d.group = 8, CLKV_ERR_ARG_UNSUPPORTED, "group");
+        REJECT_MUT("bits disagree with codes", f, d, base, d.bits = 2, CLKV_ERR_ARG_SHAPE, "codes");
+        REJECT_MUT("buffer too small", f, d, base,
+                   (d.out.dims[0] = 1000, d.codes.dims[0] = 1000, d.scale.dims[0] = 1000,
+                    d.min.dims[0] = 1000),
+                   CLKV_ERR_ARG_BUFFER_SIZE, "out");
+        REJECT_MUT("overflow", f, d, base,
+                   (d.out.strides[1] = INT64_MAX / 2, d.out.dims[1] = 4, d.codes.dims[1] = 4,
+                    d.scale.dims[1] = 4, d.min.dims[1] = 4),
+                   CLKV_ERR_ARG_OVERFLOW, "out");
     }
 
     /* tokens */
     const clkv_quant_tokens_args tb = vtokens();
     clkv_quant_tokens_args t;
-    expect_ok(FN_TOKENS, &tb);
-    REJECT("NULL args", FN_TOKENS, NULL, CLKV_ERR_ARG_NULL, "args");
-    expect_reject_at(__LINE__, "NULL ctx", FN_TOKENS, NULL, &tb, CLKV_ERR_ARG_NULL, "ctx");
-    t = tb, t.v.buf = NULL;
-    REJECT("v NULL", FN_TOKENS, &t, CLKV_ERR_ARG_NULL, "v");
-    t = tb, t.k.dtype = CLKV_U8;
-    REJECT("k u8", FN_TOKENS, &t, CLKV_ERR_ARG_DTYPE, "k");
-    t = tb, t.v_min.dtype = CLKV_F32;
-    REJECT("v_min dtype", FN_TOKENS, &t, CLKV_ERR_ARG_DTYPE, "v_min");
-    t = tb, t.kbits = 6;
-    REJECT("kbits 6", FN_TOKENS, &t, CLKV_ERR_ARG_UNSUPPORTED, "kbits");
-    t = tb, t.vbits = 1;
-    REJECT("vbits 1", FN_TOKENS, &t, CLKV_ERR_ARG_UNSUPPORTED, "vbits");
-    t = tb, t.group = 128;
-    REJECT("group 128 > D", FN_TOKENS, &t, CLKV_ERR_ARG_SHAPE, "k");
-    t = tb, t.k_codes.dims[3] = VD / 8;
-    REJECT("k_codes for 4 bits", FN_TOKENS, &t, CLKV_ERR_ARG_SHAPE, "k_codes");
-    t = tb, t.v_scale.dims[3] = 2;
-    REJECT("v_scale groups", FN_TOKENS, &t, CLKV_ERR_ARG_SHAPE, "v_scale");
-    t = tb, t.v.dims[2] = 16, t.v_codes.dims[2] = 16, t.v_scale.dims[2] = 16, t.v_min.dims[2] = 16;
-    REJECT("v tokens differ from k", FN_TOKENS, &t, CLKV_ERR_ARG_SHAPE, "v");
-    t = tb, t.flags.buf = NULL;
-    REJECT("flags NULL (v meta f16)", FN_TOKENS, &t, CLKV_ERR_ARG_NULL, "flags");
-    t = tb, t.k.dims[3] = 48, t.v.dims[3] = 48;
-    REJECT("group D = 48", FN_TOKENS, &t, CLKV_ERR_ARG_UNSUPPORTED, "group");
-    t = tb, t.k_min.dims[0] = 1000, t.k.dims[0] = 1000, t.v.dims[0] = 1000,
-    t.k_codes.dims[0] = 1000, t.k_scale.dims[0] = 1000;
-    REJECT("buffer too small", FN_TOKENS, &t, CLKV_ERR_ARG_BUFFER_SIZE, "k");
+    reject_null_args(FN_TOKENS, &tb);
+    REJECT_MUT("v NULL", FN_TOKENS, t, tb, t.v.buf = NULL, CLKV_ERR_ARG_NULL, "v");
+    REJECT_MUT("k u8", FN_TOKENS, t, tb, t.k.dtype = CLKV_U8, CLKV_ERR_ARG_DTYPE, "k");
+    REJECT_MUT("v_min dtype", FN_TOKENS, t, tb, t.v_min.dtype = CLKV_F32, CLKV_ERR_ARG_DTYPE,
+               "v_min");
+    REJECT_MUT("kbits 6", FN_TOKENS, t, tb, t.kbits = 6, CLKV_ERR_ARG_UNSUPPORTED, "kbits");
+    REJECT_MUT("vbits 1", FN_TOKENS, t, tb, t.vbits = 1, CLKV_ERR_ARG_UNSUPPORTED, "vbits");
+    REJECT_MUT("group 128 > D", FN_TOKENS, t, tb, t.group = 128, CLKV_ERR_ARG_SHAPE, "k");
+    REJECT_MUT("k_codes for 4 bits", FN_TOKENS, t, tb, t.k_codes.dims[3] = VD / 8,
+               CLKV_ERR_ARG_SHAPE, "k_codes");
+    REJECT_MUT("v_scale groups", FN_TOKENS, t, tb, t.v_scale.dims[3] = 2, CLKV_ERR_ARG_SHAPE,
+               "v_scale");
+    REJECT_MUT(
+        "v tokens differ from k", FN_TOKENS, t, tb,
+        (t.v.dims[2] = 16, t.v_codes.dims[2] = 16, t.v_scale.dims[2] = 16, t.v_min.dims[2] = 16),
+        CLKV_ERR_ARG_SHAPE, "v");
+    REJECT_MUT("flags NULL (v meta f16)", FN_TOKENS, t, tb, t.flags.buf = NULL, CLKV_ERR_ARG_NULL,
+               "flags");
+    REJECT_MUT("group D = 48", FN_TOKENS, t, tb, (t.k.dims[3] = 48, t.v.dims[3] = 48),
+               CLKV_ERR_ARG_UNSUPPORTED, "group");
+    REJECT_MUT("buffer too small", FN_TOKENS, t, tb,
+               (t.k_min.dims[0] = 1000, t.k.dims[0] = 1000, t.v.dims[0] = 1000,
+                t.k_codes.dims[0] = 1000, t.k_scale.dims[0] = 1000),
+               CLKV_ERR_ARG_BUFFER_SIZE, "k");
     expect_ok(FN_TOKENS, &tb);
     tu_set_case("%s", "");
     vfix_release();
@@ -908,25 +896,10 @@ static void test_validation(void **state) {
 
 /* ------------------------------------------------------------------------------------ */
 
-static int group_setup(void **state) {
-    (void)state;
-    return tu_group_setup((void **)&g_ctx);
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    return tu_group_teardown((void **)&g_ctx);
-}
-
 int main(void) {
-    struct CMUnitTest tests[32];
-    size_t n = 0;
-    printf("[ seed     ] 0x%016" PRIx64 " (set CLKV_TEST_SEED to change)\n", tu_seed(DEFAULT_SEED));
-    memset(tests, 0, sizeof tests);
-    tests[n].name = "reference_selfcheck";
-    tests[n++].test_func = test_reference_selfcheck;
-    tests[n].name = "validation";
-    tests[n++].test_func = test_validation;
+    tu_suite suite = {0};
+    tu_suite_add(&suite, "reference_selfcheck", test_reference_selfcheck, NULL);
+    tu_suite_add(&suite, "validation", test_validation, NULL);
     int mi = 0;
     for (int keys = 1; keys >= 0; keys--) {
         for (int di = 0; di < 3; di++) {
@@ -939,23 +912,15 @@ int main(void) {
                          keys ? "keys" : "values", clkv_dtype_name(m->in_dtype),
                          clkv_dtype_name(m->meta_dtype));
                 m->name = g_mnames[mi];
-                tests[n].name = m->name;
-                tests[n].test_func = test_matrix;
-                tests[n++].initial_state = m;
+                tu_suite_add(&suite, m->name, test_matrix, m);
             }
         }
     }
-    tests[n].name = "constant_groups";
-    tests[n++].test_func = test_constant_groups;
-    tests[n].name = "tiny_groups";
-    tests[n++].test_func = test_tiny_groups;
-    tests[n].name = "round_half_even_ties";
-    tests[n++].test_func = test_ties;
-    tests[n].name = "large_magnitude_and_nonfinite";
-    tests[n++].test_func = test_large_magnitude;
-    tests[n].name = "group_256";
-    tests[n++].test_func = test_group256;
-    tests[n].name = "diffkv_tokens";
-    tests[n++].test_func = test_tokens;
-    return _cmocka_run_group_tests("quant", tests, n, group_setup, group_teardown);
+    tu_suite_add(&suite, "constant_groups", test_constant_groups, NULL);
+    tu_suite_add(&suite, "tiny_groups", test_tiny_groups, NULL);
+    tu_suite_add(&suite, "round_half_even_ties", test_ties, NULL);
+    tu_suite_add(&suite, "large_magnitude_and_nonfinite", test_large_magnitude, NULL);
+    tu_suite_add(&suite, "group_256", test_group256, NULL);
+    tu_suite_add(&suite, "diffkv_tokens", test_tokens, NULL);
+    return tu_suite_run(&suite, "quant", &g_ctx, DEFAULT_SEED);
 }

@@ -31,6 +31,7 @@
 
 #include "cli.h"
 #include "demo.h"
+#include "demo_util.h"
 #include "reference.h"
 #include "tool_data.h"
 
@@ -43,34 +44,14 @@ typedef struct demo_evict_cfg {
     int iters, repeats;
 } demo_evict_cfg;
 
-const demo_evict_cfg demo_evict_cpu = {.p = {.B = 2,
-                                             .Hq = 32,
-                                             .Hkv = 8,
-                                             .D = 128,
-                                             .L = 2048,
-                                             .lengths = {2048, 1500},
-                                             .dtype = CLKV_BF16,
-                                             .needles = 12,
-                                             .needle_gain = 7.0f,
-                                             .query_gain = 16.0f,
-                                             .seed = 700u},
+const demo_evict_cfg demo_evict_cpu = {.p = DEMO_NEEDLE_SPEC(2048, 2048, 1500, 12, 7.0f, 700u),
                                        .window = 32,
                                        .h2o_rows = 128,
                                        .followups = 4,
                                        .min_needles = 0.9,
                                        .iters = 1,
                                        .repeats = 1};
-const demo_evict_cfg demo_evict_gpu = {.p = {.B = 2,
-                                             .Hq = 32,
-                                             .Hkv = 8,
-                                             .D = 128,
-                                             .L = 16384,
-                                             .lengths = {16384, 10000},
-                                             .dtype = CLKV_BF16,
-                                             .needles = 64,
-                                             .needle_gain = 7.0f,
-                                             .query_gain = 16.0f,
-                                             .seed = 700u},
+const demo_evict_cfg demo_evict_gpu = {.p = DEMO_NEEDLE_SPEC(16384, 16384, 10000, 64, 7.0f, 700u),
                                        .window = 32,
                                        .h2o_rows = 16384,
                                        .followups = 4,
@@ -132,23 +113,18 @@ int demo_evict(demo_env *env, const void *vcfg, demo_row *row) {
         return report_failure(ctx, st, "eviction: problem");
     }
     const int64_t B = p.s.B, Hq = p.s.Hq, Hkv = p.s.Hkv, D = p.s.D, L = p.s.L, W = cfg->window;
-    int64_t max_len = 0, total_len = 0;
-    for (int64_t b = 0; b < B; b++) {
-        max_len = p.s.lengths[b] > max_len ? p.s.lengths[b] : max_len;
-        total_len += p.s.lengths[b];
-    }
+    int64_t total_len = 0;
+    const int64_t max_len = demo_problem_max_length(&p, &total_len);
     const int64_t TH = cfg->h2o_rows < max_len ? cfg->h2o_rows : max_len;
     const int64_t kada = clkv_keep_count(max_len, 0.1, -1, 0);
     int64_t K = clkv_keep_count(max_len, 0.1, -1, W);
     K = K > Hkv * kada ? K : Hkv * kada;
     K = K < max_len ? K : max_len;
-    snprintf(row->shape, sizeof row->shape, "B=%lld Hq=%lld Hkv=%lld D=%lld len={%d,%d} 10%%",
-             (long long)B, (long long)Hq, (long long)Hkv, (long long)D, p.s.lengths[0],
-             B > 1 ? p.s.lengths[1] : 0);
+    demo_row_shape(row, &p, "len", " 10%");
     snprintf(row->dtype, sizeof row->dtype, "bf16");
     const int64_t qn = B * Hq * D, F = cfg->followups;
     float *qw = demo_problem_queries(&p, W, 1000), *qh = demo_problem_queries(&p, TH, 1000);
-    float *qf = malloc((size_t)(F * qn) * sizeof(float));
+    float *qf = demo_problem_followups(&p, F, 2000);
     double *ref_full = malloc((size_t)(F * qn) * sizeof(double));
     double *ref_kept = malloc((size_t)qn * sizeof(double));
     void *o_host = malloc((size_t)qn * 2);
@@ -160,45 +136,26 @@ int demo_evict(demo_env *env, const void *vcfg, demo_row *row) {
     if (!qw || !qh || !qf || !ref_full || !ref_kept || !o_host || !idx || !cnt) {
         st = CLKV_ERR_OUT_OF_HOST_MEMORY;
     }
+    const demo_buffer bufs[] = {
+        {"eviction window q", CLKV_BF16, B * Hq * W * D, qw, &dqw},
+        {"eviction h2o q", CLKV_BF16, B * Hq * TH * D, qh, &dqh},
+        {"eviction follow-up q", CLKV_BF16, F * qn, qf, &dqf},
+        {"eviction o", CLKV_BF16, qn, NULL, &dout},
+        {"eviction indices", CLKV_I32, B * Hkv * K, NULL, &didx},
+        {"eviction counts", CLKV_I32, B * Hkv, NULL, &dcnt},
+        {"eviction k_dst", CLKV_BF16, B * Hkv * K * D, NULL, &dkd},
+        {"eviction v_dst", CLKV_BF16, B * Hkv * K * D, NULL, &dvd},
+        {"eviction new lengths", CLKV_I32, B * Hkv, NULL, &dnl},
+        {"eviction scores", CLKV_F32, B * Hkv * L, NULL, &dsc},
+        {"eviction k_per_row", CLKV_I32, B * Hkv, NULL, &dkpr},
+    };
+    const size_t nbufs = sizeof bufs / sizeof bufs[0];
     if (st == CLKV_OK) {
         what = "eviction: buffers";
         for (int64_t f = 0; f < F; f++) {
-            demo_problem_query(&p, (int)(2000 + f), 1.5707963 * (double)(f + 1) / (double)(F + 1),
-                               qf + f * qn);
             demo_ref_attention(&p, qf + f * qn, NULL, 0, NULL, ref_full + f * qn, NULL);
         }
-        st = demo_upload(ctx, "eviction window q", qw, B * Hq * W * D, CLKV_BF16, &dqw);
-    }
-    if (st == CLKV_OK) {
-        st = demo_upload(ctx, "eviction h2o q", qh, B * Hq * TH * D, CLKV_BF16, &dqh);
-    }
-    if (st == CLKV_OK) {
-        st = demo_upload(ctx, "eviction follow-up q", qf, F * qn, CLKV_BF16, &dqf);
-    }
-    const uint64_t kvd = (uint64_t)(B * Hkv * K * D) * 2;
-    if (st == CLKV_OK) {
-        st = tool_buffer(ctx, "eviction o", (uint64_t)qn * 2, &dout);
-    }
-    if (st == CLKV_OK) {
-        st = tool_buffer(ctx, "eviction indices", (uint64_t)(B * Hkv * K) * 4, &didx);
-    }
-    if (st == CLKV_OK) {
-        st = tool_buffer(ctx, "eviction counts", (uint64_t)(B * Hkv) * 4, &dcnt);
-    }
-    if (st == CLKV_OK) {
-        st = tool_buffer(ctx, "eviction k_dst", kvd, &dkd);
-    }
-    if (st == CLKV_OK) {
-        st = tool_buffer(ctx, "eviction v_dst", kvd, &dvd);
-    }
-    if (st == CLKV_OK) {
-        st = tool_buffer(ctx, "eviction new lengths", (uint64_t)(B * Hkv) * 4, &dnl);
-    }
-    if (st == CLKV_OK) {
-        st = tool_buffer(ctx, "eviction scores", (uint64_t)(B * Hkv * L) * 4, &dsc);
-    }
-    if (st == CLKV_OK) {
-        st = tool_buffer(ctx, "eviction k_per_row", (uint64_t)(B * Hkv) * 4, &dkpr);
+        st = demo_buffers(ctx, bufs, nbufs);
     }
     const clkv_tensor tk = clkv_tensor_4d(p.dk, CLKV_BF16, B, Hkv, L, D);
     const clkv_tensor tv = clkv_tensor_4d(p.dv, CLKV_BF16, B, Hkv, L, D);
@@ -299,9 +256,7 @@ int demo_evict(demo_env *env, const void *vcfg, demo_row *row) {
                     lists_ok = 0;
                     continue;
                 }
-                for (int64_t i = 0; i < c; i++) {
-                    lists_ok &= li[i] >= 0 && li[i] < n && (i == 0 || li[i] > li[i - 1]);
-                }
+                lists_ok &= demo_list_valid(li, c, n);
                 for (int64_t i = c; i < K; i++) {
                     lists_ok &= li[i] == -1;
                 }
@@ -312,13 +267,8 @@ int demo_evict(demo_env *env, const void *vcfg, demo_row *row) {
                         stream_ok &= li[i] == want;
                     }
                 }
-                for (int32_t j = 0; j < p.s.needles; j++) {
-                    const int32_t pos = p.needles[bh * p.s.needles + j];
-                    needles++;
-                    for (int64_t i = 0; i < c; i++) {
-                        needles_kept += li[i] == pos;
-                    }
-                }
+                needles += p.s.needles;
+                needles_kept += demo_needles_kept(&p, bh, li, c);
             }
             if (em->adakv) {
                 counts_ok &= sum == Hkv * (kada < n ? kada : n);
@@ -349,9 +299,7 @@ int demo_evict(demo_env *env, const void *vcfg, demo_row *row) {
                 break;
             }
             demo_ref_attention(&p, qf + f * qn, idx, K, cnt, ref_kept, NULL);
-            for (int64_t i = 0; i < qn; i++) {
-                tool_compare_value(&ck, tool_load(o_host, CLKV_BF16, (size_t)i), ref_kept[i]);
-            }
+            demo_compare(&ck, o_host, CLKV_BF16, ref_kept, qn);
             const double e = demo_rel_err(o_host, CLKV_BF16, ref_full + f * qn, qn);
             err = e > err || isnan(e) ? e : err;
         }
@@ -382,20 +330,12 @@ int demo_evict(demo_env *env, const void *vcfg, demo_row *row) {
     free(o_host);
     free(idx);
     free(cnt);
-    cl_mem *bufs[] = {&dqw, &dqh, &dqf, &dout, &didx, &dcnt, &dkd, &dvd, &dnl, &dsc, &dkpr};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        tool_release(bufs[i]);
-    }
+    demo_buffers_release(bufs, nbufs);
     demo_problem_free(&p);
     if (st != CLKV_OK) {
         return report_failure(ctx, st, what);
     }
-    row->us_per_call = t_first * 1e6;
-    row->gbps = NAN;
-    row->pct_bw = NAN;
-    row->max_err = worst_err;
-    row->max_lse_err = NAN;
-    row->pass = pass;
+    demo_row_result(row, t_first * 1e6, worst_err, pass);
     snprintf(row->note, sizeof row->note,
              "us/call = dropkv eviction (keep-set + compaction); %d needles per KV head; window "
              "W=%lld, H2O over the last %lld prompt queries; rel.err = max over %d follow-up "

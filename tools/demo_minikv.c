@@ -23,6 +23,7 @@
 #include "bench_util.h"
 #include "cli.h"
 #include "demo.h"
+#include "demo_util.h"
 #include "reference.h"
 #include "tool_data.h"
 
@@ -33,54 +34,16 @@ typedef struct demo_minikv_cfg {
     int iters, repeats;
 } demo_minikv_cfg;
 
-const demo_minikv_cfg demo_minikv_cpu = {.p = {.B = 2,
-                                               .Hq = 32,
-                                               .Hkv = 8,
-                                               .D = 128,
-                                               .L = 1024,
-                                               .lengths = {1024, 700},
-                                               .dtype = CLKV_BF16,
-                                               .needles = 8,
-                                               .needle_gain = 7.0f,
-                                               .query_gain = 16.0f,
-                                               .seed = 900u},
+const demo_minikv_cfg demo_minikv_cpu = {.p = DEMO_NEEDLE_SPEC(1024, 1024, 700, 8, 7.0f, 900u),
                                          .followups = 3,
                                          .min_needles = 0.9,
                                          .iters = 3,
                                          .repeats = 3};
-const demo_minikv_cfg demo_minikv_gpu = {.p = {.B = 2,
-                                               .Hq = 32,
-                                               .Hkv = 8,
-                                               .D = 128,
-                                               .L = 16384,
-                                               .lengths = {16384, 10000},
-                                               .dtype = CLKV_BF16,
-                                               .needles = 32,
-                                               .needle_gain = 7.0f,
-                                               .query_gain = 16.0f,
-                                               .seed = 900u},
+const demo_minikv_cfg demo_minikv_gpu = {.p = DEMO_NEEDLE_SPEC(16384, 16384, 10000, 32, 7.0f, 900u),
                                          .followups = 3,
                                          .min_needles = 0.9,
                                          .iters = 50,
                                          .repeats = 9};
-
-typedef struct qd_call {
-    clkv_quant_cache *cache;
-    clkv_attention_quant_decode_args a;
-} qd_call;
-
-static clkv_status call_quant(void *arg) {
-    qd_call *c = arg;
-    return clkv_attention_quant_decode(c->cache, &c->a, NULL);
-}
-
-static uint64_t tensor_bytes(const clkv_tensor *t) {
-    uint64_t n = 1;
-    for (int i = 0; i < t->ndim; i++) {
-        n *= (uint64_t)t->dims[i];
-    }
-    return n * clkv_dtype_size(t->dtype);
-}
 
 int demo_minikv(demo_env *env, const void *vcfg, demo_row *row) {
     const demo_minikv_cfg *cfg = vcfg;
@@ -91,19 +54,14 @@ int demo_minikv(demo_env *env, const void *vcfg, demo_row *row) {
         return report_failure(ctx, st, "minikv: problem");
     }
     const int64_t B = p.s.B, Hq = p.s.Hq, Hkv = p.s.Hkv, D = p.s.D, L = p.s.L;
-    int64_t T = 0, total = 0;
-    for (int64_t b = 0; b < B; b++) {
-        T = p.s.lengths[b] > T ? p.s.lengths[b] : T;
-        total += p.s.lengths[b];
-    }
+    int64_t total = 0;
+    const int64_t T = demo_problem_max_length(&p, &total);
     const int64_t K = clkv_minikv_budget(T, 0.25, 0.25, -1, NULL, NULL);
-    snprintf(row->shape, sizeof row->shape, "B=%lld Hq=%lld Hkv=%lld D=%lld prompt={%d,%d}",
-             (long long)B, (long long)Hq, (long long)Hkv, (long long)D, p.s.lengths[0],
-             B > 1 ? p.s.lengths[1] : 0);
+    demo_row_shape(row, &p, "prompt", "");
     snprintf(row->dtype, sizeof row->dtype, "bf16->K2V2");
     const int64_t qn = B * Hq * D, F = cfg->followups;
     float *qp = demo_problem_queries(&p, T, 3000);
-    float *qf = malloc((size_t)(F * qn) * sizeof(float));
+    float *qf = demo_problem_followups(&p, F, 4000);
     float *qlast = malloc((size_t)qn * sizeof(float));
     double *ref = malloc((size_t)qn * sizeof(double));
     double *ref2 = malloc((size_t)qn * sizeof(double));
@@ -121,28 +79,18 @@ int demo_minikv(demo_env *env, const void *vcfg, demo_row *row) {
         !vd) {
         st = CLKV_ERR_OUT_OF_HOST_MEMORY;
     }
+    const demo_buffer bufs[] = {
+        {"minikv prompt q", CLKV_BF16, B * Hq * T * D, qp, &dqp},
+        {"minikv follow-up q", CLKV_BF16, F * qn, qf, &dqf},
+        {"minikv prefill o", CLKV_BF16, B * Hq * T * D, NULL, &dop},
+        {"minikv indices", CLKV_I32, B * Hkv * K, NULL, &didx},
+        {"minikv counts", CLKV_I32, B, NULL, &dcnt},
+        {"minikv o", CLKV_BF16, qn, NULL, &dout},
+    };
+    const size_t nbufs = sizeof bufs / sizeof bufs[0];
     if (st == CLKV_OK) {
         what = "minikv: buffers";
-        for (int64_t f = 0; f < F; f++) {
-            demo_problem_query(&p, (int)(4000 + f), 1.5707963 * (double)(f + 1) / (double)(F + 1),
-                               qf + f * qn);
-        }
-        st = demo_upload(ctx, "minikv prompt q", qp, B * Hq * T * D, CLKV_BF16, &dqp);
-    }
-    if (st == CLKV_OK) {
-        st = demo_upload(ctx, "minikv follow-up q", qf, F * qn, CLKV_BF16, &dqf);
-    }
-    if (st == CLKV_OK) {
-        st = tool_buffer(ctx, "minikv prefill o", (uint64_t)(B * Hq * T * D) * 2, &dop);
-    }
-    if (st == CLKV_OK) {
-        st = tool_buffer(ctx, "minikv indices", (uint64_t)(B * Hkv * K) * 4, &didx);
-    }
-    if (st == CLKV_OK) {
-        st = tool_buffer(ctx, "minikv counts", (uint64_t)B * 4, &dcnt);
-    }
-    if (st == CLKV_OK) {
-        st = tool_buffer(ctx, "minikv o", (uint64_t)qn * 2, &dout);
+        st = demo_buffers(ctx, bufs, nbufs);
     }
     clkv_minikv_prefill_args pa = CLKV_MINIKV_PREFILL_ARGS_INIT;
     pa.q = clkv_tensor_4d(dqp, CLKV_BF16, B, Hq, T, D);
@@ -200,16 +148,11 @@ int demo_minikv(demo_env *env, const void *vcfg, demo_row *row) {
                 kept += c;
                 int64_t in_recent = 0;
                 for (int64_t i = 0; i < c; i++) {
-                    lists_ok &= li[i] >= 0 && li[i] < n && (i == 0 || li[i] > li[i - 1]);
                     in_recent += li[i] >= n - recent && li[i] < n;
                 }
-                lists_ok &= in_recent == recent;
-                for (int32_t j = 0; j < p.s.needles; j++) {
-                    needles++;
-                    for (int64_t i = 0; i < c; i++) {
-                        needles_kept += li[i] == p.needles[bh * p.s.needles + j];
-                    }
-                }
+                lists_ok &= demo_list_valid(li, c, n) && in_recent == recent;
+                needles += p.s.needles;
+                needles_kept += demo_needles_kept(&p, bh, li, c);
             }
         }
     }
@@ -242,7 +185,7 @@ int demo_minikv(demo_env *env, const void *vcfg, demo_row *row) {
     tool_compare cd;
     tool_compare_init(&cd, CLKV_BF16);
     double err_q = 0.0, err_sel = 0.0;
-    qd_call qc = {.cache = cache};
+    demo_quant_call qc = {.cache = cache};
     for (int64_t f = 0; f < F && st == CLKV_OK; f++) {
         clkv_attention_quant_decode_args qa = CLKV_ATTENTION_QUANT_DECODE_ARGS_INIT;
         qa.q = clkv_tensor_3d(dqf, CLKV_BF16, B, Hq, D);
@@ -271,37 +214,16 @@ int demo_minikv(demo_env *env, const void *vcfg, demo_row *row) {
         const double eq = demo_rel_err(o_host, CLKV_BF16, ref, qn);
         err_q = eq > err_q || isnan(eq) ? eq : err_q;
         /* The cache's own contents: cache token i of (b, h) is kept token i. */
-        float *k0 = p.k, *v0 = p.v;
-        int32_t len0[DEMO_MAX_B];
-        memcpy(len0, p.s.lengths, sizeof len0);
-        p.k = kd, p.v = vd;
-        memcpy(p.s.lengths, cnt, (size_t)B * sizeof(int32_t));
-        demo_ref_attention(&p, qq, NULL, 0, NULL, ref2, NULL);
-        p.k = k0, p.v = v0;
-        memcpy(p.s.lengths, len0, sizeof len0);
-        for (int64_t i = 0; i < qn; i++) {
-            tool_compare_value(&cd, tool_load(o_host, CLKV_BF16, (size_t)i), ref2[i]);
-        }
+        demo_ref_attention_kv(&p, kd, vd, cnt, qq, ref2);
+        demo_compare(&cd, o_host, CLKV_BF16, ref2, qn);
     }
     if (st == CLKV_OK) {
         what = "clkv_attention_quant_decode (timed)";
-        st = demo_time(ctx, call_quant, &qc, cfg->iters, cfg->repeats, &t_dec);
+        st = demo_time(ctx, demo_call_quant_decode, &qc, cfg->iters, cfg->repeats, &t_dec);
     }
-    uint64_t qbytes = 0;
-    if (st == CLKV_OK) {
-        clkv_quant_cache_view w;
-        clkv_quant_cache_view_get(cache, &w);
-        const clkv_tensor *ts[8] = {&w.k_codes, &w.k_scale, &w.k_min, &w.v_codes,
-                                    &w.v_scale, &w.v_min,   &w.k_res, &w.v_res};
-        for (int i = 0; i < 8; i++) {
-            qbytes += tensor_bytes(ts[i]);
-        }
-    }
+    const uint64_t qbytes = st == CLKV_OK ? demo_quant_cache_bytes(cache) : 0;
     clkv_quant_cache_destroy(cache);
-    cl_mem *bufs[] = {&dqp, &dop, &didx, &dcnt, &dqf, &dout};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        tool_release(bufs[i]);
-    }
+    demo_buffers_release(bufs, nbufs);
     free(qp);
     free(qf);
     free(qlast);
@@ -319,13 +241,10 @@ int demo_minikv(demo_env *env, const void *vcfg, demo_row *row) {
     }
     const double nfrac = needles ? (double)needles_kept / (double)needles : 0.0;
     const int needles_ok = nfrac >= cfg->min_needles;
-    row->pass = tool_compare_pass(&cp) && counts_ok && lists_ok && needles_ok &&
-                tool_compare_pass(&cd) && isfinite(err_q) && cd.count > 0;
-    row->us_per_call = t_dec * 1e6;
-    row->gbps = NAN;
-    row->pct_bw = NAN;
-    row->max_err = cd.max_abs_err > cp.max_abs_err ? cd.max_abs_err : cp.max_abs_err;
-    row->max_lse_err = NAN;
+    demo_row_result(row, t_dec * 1e6,
+                    cd.max_abs_err > cp.max_abs_err ? cd.max_abs_err : cp.max_abs_err,
+                    tool_compare_pass(&cp) && counts_ok && lists_ok && needles_ok &&
+                        tool_compare_pass(&cd) && isfinite(err_q) && cd.count > 0);
     snprintf(row->note, sizeof row->note,
              "us/call = 2-bit decode over the kept tokens; heavy 25%% + recent 25%%, groups of "
              "16, n_r 128; %d needles per KV head",

@@ -19,6 +19,7 @@
 
 #include "cli.h"
 #include "demo.h"
+#include "demo_util.h"
 #include "reference.h"
 #include "tool_data.h"
 
@@ -29,48 +30,18 @@ typedef struct demo_quant_cfg {
     int iters, repeats;
 } demo_quant_cfg;
 
-const demo_quant_cfg demo_quant_cpu = {.p = {.B = 2,
-                                             .Hq = 32,
-                                             .Hkv = 8,
-                                             .D = 128,
-                                             .L = 4196,
-                                             .lengths = {4196, 2500},
-                                             .dtype = CLKV_BF16,
-                                             .needles = 16,
-                                             .needle_gain = 6.0f,
-                                             .query_gain = 16.0f,
-                                             .seed = 100u},
+const demo_quant_cfg demo_quant_cpu = {.p = DEMO_NEEDLE_SPEC(4196, 4196, 2500, 16, 6.0f, 100u),
                                        .group = 32,
                                        .residual = 128,
                                        .max_rel_err_4bit = 0.2,
                                        .iters = 3,
                                        .repeats = 3};
-const demo_quant_cfg demo_quant_gpu = {.p = {.B = 2,
-                                             .Hq = 32,
-                                             .Hkv = 8,
-                                             .D = 128,
-                                             .L = 32868,
-                                             .lengths = {32868, 20000},
-                                             .dtype = CLKV_BF16,
-                                             .needles = 16,
-                                             .needle_gain = 6.0f,
-                                             .query_gain = 16.0f,
-                                             .seed = 100u},
+const demo_quant_cfg demo_quant_gpu = {.p = DEMO_NEEDLE_SPEC(32868, 32868, 20000, 16, 6.0f, 100u),
                                        .group = 32,
                                        .residual = 128,
                                        .max_rel_err_4bit = 0.2,
                                        .iters = 50,
                                        .repeats = 9};
-
-typedef struct quant_call {
-    clkv_quant_cache *cache;
-    clkv_attention_quant_decode_args a;
-} quant_call;
-
-static clkv_status call_quant(void *arg) {
-    quant_call *c = arg;
-    return clkv_attention_quant_decode(c->cache, &c->a, NULL);
-}
 
 typedef struct decode_call {
     clkv_context *ctx;
@@ -80,14 +51,6 @@ typedef struct decode_call {
 static clkv_status call_decode(void *arg) {
     decode_call *c = arg;
     return clkv_attention_decode(c->ctx, &c->a, NULL);
-}
-
-static uint64_t tensor_bytes(const clkv_tensor *t) {
-    uint64_t n = 1;
-    for (int i = 0; i < t->ndim; i++) {
-        n *= (uint64_t)t->dims[i];
-    }
-    return n * clkv_dtype_size(t->dtype);
 }
 
 clkv_status demo_quant_dequant(clkv_context *ctx, const clkv_quant_cache *cache,
@@ -155,9 +118,7 @@ int demo_quant(demo_env *env, const void *vcfg, demo_row *row) {
         return report_failure(ctx, st, "quant-cache: problem");
     }
     const int64_t B = p.s.B, Hq = p.s.Hq, Hkv = p.s.Hkv, D = p.s.D, L = p.s.L;
-    snprintf(row->shape, sizeof row->shape, "B=%lld Hq=%lld Hkv=%lld D=%lld len={%d,%d}",
-             (long long)B, (long long)Hq, (long long)Hkv, (long long)D, p.s.lengths[0],
-             B > 1 ? p.s.lengths[1] : 0);
+    demo_row_shape(row, &p, "len", "");
     snprintf(row->dtype, sizeof row->dtype, "bf16 vs K2V2/K4V4");
     const int64_t qn = B * Hq * D;
     float *q = malloc((size_t)qn * sizeof(float));
@@ -201,9 +162,7 @@ int demo_quant(demo_env *env, const void *vcfg, demo_row *row) {
         st = tool_read(ctx, dout, o_host, (size_t)qn * 2);
     }
     if (st == CLKV_OK) {
-        for (int64_t i = 0; i < qn; i++) {
-            tool_compare_value(&c16, tool_load(o_host, CLKV_BF16, (size_t)i), ref[i]);
-        }
+        demo_compare(&c16, o_host, CLKV_BF16, ref, qn);
         err16 = demo_rel_err(o_host, CLKV_BF16, ref, qn);
     }
     uint64_t bytes16 = 0;
@@ -237,14 +196,14 @@ int demo_quant(demo_env *env, const void *vcfg, demo_row *row) {
             aa.counts = da.lengths;
             st = clkv_quant_cache_append(cache, &aa, NULL);
         }
-        quant_call qc = {.cache = cache};
+        demo_quant_call qc = {.cache = cache};
         clkv_attention_quant_decode_args qa = CLKV_ATTENTION_QUANT_DECODE_ARGS_INIT;
         qa.q = da.q;
         qa.o = da.o;
         qc.a = qa;
         if (st == CLKV_OK) {
             what = "quant-cache: clkv_attention_quant_decode";
-            st = demo_time(ctx, call_quant, &qc, cfg->iters, cfg->repeats, &tq[ib]);
+            st = demo_time(ctx, demo_call_quant_decode, &qc, cfg->iters, cfg->repeats, &tq[ib]);
         }
         if (st == CLKV_OK) {
             st = tool_read(ctx, dout, o_host, (size_t)qn * 2);
@@ -253,25 +212,13 @@ int demo_quant(demo_env *env, const void *vcfg, demo_row *row) {
             what = "quant-cache: view read-back";
             st = demo_quant_dequant(ctx, cache, &p, p.s.lengths, kd, vd);
         }
-        uint64_t qbytes = 0;
         if (st == CLKV_OK) {
-            clkv_quant_cache_view w;
-            clkv_quant_cache_view_get(cache, &w);
-            const clkv_tensor *ts[8] = {&w.k_codes, &w.k_scale, &w.k_min, &w.v_codes,
-                                        &w.v_scale, &w.v_min,   &w.k_res, &w.v_res};
-            for (int i = 0; i < 8; i++) {
-                qbytes += tensor_bytes(ts[i]);
-            }
-            /* The reference over the cache's own contents: swap the dequantised K/V in. */
-            float *k0 = p.k, *v0 = p.v;
-            p.k = kd, p.v = vd;
-            demo_ref_attention(&p, q, NULL, 0, NULL, ref_q, NULL);
-            p.k = k0, p.v = v0;
+            const uint64_t qbytes = demo_quant_cache_bytes(cache);
+            /* The reference over the cache's own contents (the dequantised K/V). */
+            demo_ref_attention_kv(&p, kd, vd, NULL, q, ref_q);
             tool_compare cq;
             tool_compare_init(&cq, CLKV_BF16);
-            for (int64_t i = 0; i < qn; i++) {
-                tool_compare_value(&cq, tool_load(o_host, CLKV_BF16, (size_t)i), ref_q[i]);
-            }
+            demo_compare(&cq, o_host, CLKV_BF16, ref_q, qn);
             rel[ib] = demo_rel_err(o_host, CLKV_BF16, ref, qn);
             worst = cq.max_abs_err > worst ? cq.max_abs_err : worst;
             pass = pass && tool_compare_pass(&cq) && isfinite(rel[ib]);
@@ -298,12 +245,7 @@ int demo_quant(demo_env *env, const void *vcfg, demo_row *row) {
     }
     const int order_ok = rel[0] > rel[1] && rel[1] <= cfg->max_rel_err_4bit;
     pass = pass && order_ok;
-    row->us_per_call = tq[0] * 1e6;
-    row->gbps = NAN;
-    row->pct_bw = NAN;
-    row->max_err = worst;
-    row->max_lse_err = NAN;
-    row->pass = pass;
+    demo_row_result(row, tq[0] * 1e6, worst, pass);
     snprintf(row->note, sizeof row->note,
              "us/call = K2V2; group 32, n_r 128; rel.err vs full bf16 reference: 2-bit %.3g > "
              "4-bit %.3g <= %.2g %s; bf16 reads %.1f MB",

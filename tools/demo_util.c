@@ -1,5 +1,5 @@
 /* Shared pieces of `clkv demo`: row tables, the synthetic needle problem, host
- * references over it, uploads and timing. */
+ * references over it, uploads, checks and timing (demo.h, demo_util.h). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -8,6 +8,7 @@
 
 #include "bench_util.h"
 #include "demo.h"
+#include "demo_util.h"
 #include "reference.h"
 #include "runtime/internal.h"
 #include "tool_data.h"
@@ -267,11 +268,17 @@ clkv_status demo_time(clkv_context *ctx, demo_call f, void *arg, int iters, int 
     return st;
 }
 
-void *demo_read_tensor(clkv_context *ctx, const clkv_tensor *t, clkv_status *st) {
+/* Elements of a tensor (product of its dims). */
+static int64_t tensor_count(const clkv_tensor *t) {
     int64_t count = 1;
     for (int i = 0; i < t->ndim; i++) {
         count *= t->dims[i];
     }
+    return count;
+}
+
+void *demo_read_tensor(clkv_context *ctx, const clkv_tensor *t, clkv_status *st) {
+    const int64_t count = tensor_count(t);
     const size_t bytes = (size_t)(count > 0 ? count : 1) * clkv_dtype_size(t->dtype);
     void *h = malloc(bytes);
     if (!h) {
@@ -288,4 +295,116 @@ void *demo_read_tensor(clkv_context *ctx, const clkv_tensor *t, clkv_status *st)
     }
     *st = CLKV_OK;
     return h;
+}
+
+/* ---- step helpers (demo_util.h) ---- */
+
+void demo_row_shape(demo_row *row, const demo_problem *p, const char *key, const char *suffix) {
+    snprintf(row->shape, sizeof row->shape, "B=%lld Hq=%lld Hkv=%lld D=%lld %s={%d,%d}%s",
+             (long long)p->s.B, (long long)p->s.Hq, (long long)p->s.Hkv, (long long)p->s.D, key,
+             p->s.lengths[0], p->s.B > 1 ? p->s.lengths[1] : 0, suffix);
+}
+
+void demo_row_result(demo_row *row, double us_per_call, double max_err, int pass) {
+    row->us_per_call = us_per_call;
+    row->gbps = NAN;
+    row->pct_bw = NAN;
+    row->max_err = max_err;
+    row->max_lse_err = NAN;
+    row->pass = pass;
+}
+
+int64_t demo_problem_max_length(const demo_problem *p, int64_t *total) {
+    int64_t mx = 0, sum = 0;
+    for (int64_t b = 0; b < p->s.B; b++) {
+        mx = p->s.lengths[b] > mx ? p->s.lengths[b] : mx;
+        sum += p->s.lengths[b];
+    }
+    if (total) {
+        *total = sum;
+    }
+    return mx;
+}
+
+float *demo_problem_followups(const demo_problem *p, int64_t F, int first_step) {
+    const int64_t qn = p->s.B * p->s.Hq * p->s.D;
+    float *q = malloc((size_t)((F > 0 ? F : 1) * qn) * sizeof(float));
+    for (int64_t f = 0; q && f < F; f++) {
+        demo_problem_query(p, (int)(first_step + f), 1.5707963 * (double)(f + 1) / (double)(F + 1),
+                           q + f * qn);
+    }
+    return q;
+}
+
+void demo_ref_attention_kv(const demo_problem *p, float *k, float *v, const int32_t *lengths,
+                           const float *q, double *o) {
+    demo_problem t = *p;
+    t.k = k;
+    t.v = v;
+    if (lengths) {
+        memcpy(t.s.lengths, lengths, (size_t)t.s.B * sizeof(int32_t));
+    }
+    demo_ref_attention(&t, q, NULL, 0, NULL, o, NULL);
+}
+
+void demo_compare(tool_compare *c, const void *x, clkv_dtype dtype, const double *ref,
+                  int64_t count) {
+    for (int64_t i = 0; i < count; i++) {
+        tool_compare_value(c, tool_load(x, dtype, (size_t)i), ref[i]);
+    }
+}
+
+int demo_list_valid(const int32_t *li, int64_t c, int64_t n) {
+    int ok = 1;
+    for (int64_t i = 0; i < c; i++) {
+        ok &= li[i] >= 0 && li[i] < n && (i == 0 || li[i] > li[i - 1]);
+    }
+    return ok;
+}
+
+int64_t demo_needles_kept(const demo_problem *p, int64_t bh, const int32_t *li, int64_t c) {
+    int64_t kept = 0;
+    for (int32_t j = 0; j < p->s.needles; j++) {
+        const int32_t pos = p->needles[bh * p->s.needles + j];
+        for (int64_t i = 0; i < c; i++) {
+            kept += li[i] == pos;
+        }
+    }
+    return kept;
+}
+
+clkv_status demo_buffers(clkv_context *ctx, const demo_buffer *list, size_t n) {
+    clkv_status st = CLKV_OK;
+    for (size_t i = 0; i < n && st == CLKV_OK; i++) {
+        const demo_buffer *e = &list[i];
+        st = e->host ? demo_upload(ctx, e->name, e->host, e->count, e->dtype, e->out)
+                     : tool_buffer(ctx, e->name, (uint64_t)e->count * clkv_dtype_size(e->dtype),
+                                   e->out);
+    }
+    return st;
+}
+
+void demo_buffers_release(const demo_buffer *list, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        tool_release(list[i].out);
+    }
+}
+
+clkv_status demo_call_quant_decode(void *arg) {
+    demo_quant_call *c = arg;
+    return clkv_attention_quant_decode(c->cache, &c->a, NULL);
+}
+
+uint64_t demo_quant_cache_bytes(const clkv_quant_cache *cache) {
+    clkv_quant_cache_view w;
+    if (clkv_quant_cache_view_get(cache, &w) != CLKV_OK) {
+        return 0;
+    }
+    const clkv_tensor *ts[8] = {&w.k_codes, &w.k_scale, &w.k_min, &w.v_codes,
+                                &w.v_scale, &w.v_min,   &w.k_res, &w.v_res};
+    uint64_t bytes = 0;
+    for (int i = 0; i < 8; i++) {
+        bytes += (uint64_t)tensor_count(ts[i]) * clkv_dtype_size(ts[i]->dtype);
+    }
+    return bytes;
 }

@@ -124,6 +124,18 @@ static void restore_test_cache_dir(int was_set) {
     }
 }
 
+/* "[ device   ] platform / device (N CUs)", once per process. */
+static void print_device_once(const clkv_context *ctx) {
+    if (!g_device_printed) {
+        const clkv_device_info *info = clkv_context_device_info(ctx);
+        if (info != NULL) {
+            printf("[ device   ] %s / %s (%u CUs)\n", info->platform_name, info->device_name,
+                   (unsigned)info->compute_units);
+        }
+        g_device_printed = 1;
+    }
+}
+
 clkv_context *tu_context_create(void) {
     clkv_context *ctx = NULL;
     clkv_status st;
@@ -135,14 +147,7 @@ clkv_context *tu_context_create(void) {
         TU_FAIL("clkv_context_create(NULL) (CLKV_DEVICE=%s) returned %s (%d): \"%s\"",
                 dev ? dev : "(unset)", clkv_status_string(st), (int)st, clkv_last_error(NULL));
     }
-    if (!g_device_printed) {
-        const clkv_device_info *info = clkv_context_device_info(ctx);
-        if (info != NULL) {
-            printf("[ device   ] %s / %s (%u CUs)\n", info->platform_name, info->device_name,
-                   (unsigned)info->compute_units);
-        }
-        g_device_printed = 1;
-    }
+    print_device_once(ctx);
     return ctx;
 }
 
@@ -156,14 +161,7 @@ int tu_group_setup(void **state) {
                     (int)st, clkv_last_error(NULL));
         return -1;
     }
-    if (!g_device_printed) {
-        const clkv_device_info *info = clkv_context_device_info(ctx);
-        if (info != NULL) {
-            printf("[ device   ] %s / %s (%u CUs)\n", info->platform_name, info->device_name,
-                   (unsigned)info->compute_units);
-        }
-        g_device_printed = 1;
-    }
+    print_device_once(ctx);
     *state = ctx;
     return 0;
 }
@@ -869,4 +867,70 @@ double tu_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Bad-input checks                                                                     */
+/* ------------------------------------------------------------------------------------ */
+
+void tu_expect_status_at(const char *file, int line, const clkv_context *msg_ctx, clkv_status st,
+                         clkv_status want, const char *name, const char *what) {
+    tu_set_case("bad input: %s", what);
+    if (st != want)
+        tu_fail_at(file, line, "status %s (%d), expected %s; message: %s", clkv_status_string(st),
+                   st, clkv_status_string(want), clkv_last_error(msg_ctx));
+    if (!tu_msg_names(clkv_last_error(msg_ctx), name))
+        tu_fail_at(file, line, "message \"%s\" does not name \"%s\"", clkv_last_error(msg_ctx),
+                   name);
+}
+
+void tu_expect_reject_at(const char *file, int line, clkv_context *ctx, clkv_status st,
+                         clkv_status want, const char *name, cl_mem out, cl_event ev,
+                         const char *what) {
+    tu_expect_status_at(file, line, strcmp(name, "ctx") == 0 ? NULL : ctx, st, want, name, what);
+    if (ev != NULL) {
+        clReleaseEvent(ev);
+        tu_fail_at(file, line, "the rejected call returned an event");
+    }
+    clFinish(clkv_context_queue(ctx));
+    if (out)
+        tu_assert_buffer_poison_at(file, line, ctx, out, what);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Suites                                                                               */
+/* ------------------------------------------------------------------------------------ */
+
+void tu_suite_add(tu_suite *s, const char *name, CMUnitTestFunction fn, void *state) {
+    if (s->n >= TU_SUITE_MAX) {
+        s->overflow = 1;
+        return;
+    }
+    struct CMUnitTest *t = &s->tests[s->n++];
+    memset(t, 0, sizeof *t);
+    t->name = name;
+    t->test_func = fn;
+    t->initial_state = state;
+}
+
+static clkv_context **g_suite_ctx;
+
+static int suite_setup(void **state) {
+    (void)state;
+    return tu_group_setup((void **)g_suite_ctx);
+}
+
+static int suite_teardown(void **state) {
+    (void)state;
+    return tu_group_teardown((void **)g_suite_ctx);
+}
+
+int tu_suite_run(const tu_suite *s, const char *group, clkv_context **ctx, uint64_t default_seed) {
+    printf("[ seed     ] 0x%016" PRIx64 " (set CLKV_TEST_SEED to change)\n", tu_seed(default_seed));
+    if (s->overflow) {
+        print_error("suite %s: more than %d tests (raise TU_SUITE_MAX)\n", group, TU_SUITE_MAX);
+        return 1;
+    }
+    g_suite_ctx = ctx;
+    return _cmocka_run_group_tests(group, s->tests, s->n, suite_setup, suite_teardown);
 }

@@ -17,6 +17,10 @@
  *   - tensors:            tu_tensor_upload / tu_tensor_alloc / tu_tensor_read,
  *                         tu_assert_written_exactly (every element written, guards intact),
  *                         tu_kv_tensor (HND / NHD K/V caches from a logical [B,H,L,D] array)
+ *   - bad inputs:         tu_expect_reject (status, message names the argument, no event,
+ *                         output untouched)
+ *   - suites:             tu_suite_add / TU_SUITE_ADD_CASES / tu_suite_run (test list,
+ *                         seed line, group fixtures)
  *
  * Include order: this header includes everything cmocka needs (stdarg, stddef, stdint,
  * setjmp) before <cmocka.h>.
@@ -282,6 +286,54 @@ clkv_tensor tu_kv_tensor(clkv_context *ctx, const float *logical, clkv_dtype dty
 
 /* Monotonic wall clock in seconds (for the timing lines tests print). */
 double tu_now(void);
+
+/* ------------------------------------------------------------------------------------ */
+/* Bad-input checks                                                                     */
+/* ------------------------------------------------------------------------------------ */
+
+/* A rejected call: tu_set_case("bad input: <what>"), `st` is `want` and the message
+ * clkv_last_error(msg_ctx) (NULL: the thread-local one) names the argument `name`. */
+void tu_expect_status_at(const char *file, int line, const clkv_context *msg_ctx, clkv_status st,
+                         clkv_status want, const char *name, const char *what);
+#define tu_expect_status(msg_ctx, st, want, name, what)                                            \
+    tu_expect_status_at(__FILE__, __LINE__, (msg_ctx), (st), (want), (name), (what))
+
+/* A rejected device call: tu_expect_status with the message of ctx (of NULL, the
+ * thread-local one, when name is "ctx": the call got no context), no event was returned
+ * (`ev` NULL) and, after a clFinish on ctx's queue, the output buffer `out` (may be NULL)
+ * still holds only poison. */
+void tu_expect_reject_at(const char *file, int line, clkv_context *ctx, clkv_status st,
+                         clkv_status want, const char *name, cl_mem out, cl_event ev,
+                         const char *what);
+#define tu_expect_reject(ctx, st, want, name, out, ev, what)                                       \
+    tu_expect_reject_at(__FILE__, __LINE__, (ctx), (st), (want), (name), (out), (ev), (what))
+
+/* ------------------------------------------------------------------------------------ */
+/* Suites                                                                               */
+/* ------------------------------------------------------------------------------------ */
+
+#define TU_SUITE_MAX 64
+
+/* The test list of one cmocka group, built in order. */
+typedef struct tu_suite {
+    struct CMUnitTest tests[TU_SUITE_MAX];
+    size_t n;
+    int overflow; /* more than TU_SUITE_MAX added: tu_suite_run fails */
+} tu_suite;
+
+/* Append a test with its initial *state (may be NULL). */
+void tu_suite_add(tu_suite *s, const char *name, CMUnitTestFunction fn, void *state);
+/* Append one test per element of the array `cases` (whose elements have a `name` member),
+ * each running `fn` with *state = &cases[i]. */
+#define TU_SUITE_ADD_CASES(s, cases, fn)                                                           \
+    for (size_t tu_i_ = 0; tu_i_ < sizeof(cases) / sizeof((cases)[0]); tu_i_++)                    \
+    tu_suite_add((s), (cases)[tu_i_].name, (fn), (void *)&(cases)[tu_i_])
+
+/* Print the seed line ("[ seed     ] 0x... (set CLKV_TEST_SEED to change)", the seed
+ * tu_seed(default_seed)), then run the group `group` with tu_group_setup /
+ * tu_group_teardown keeping the context in *ctx. Returns cmocka's result (non-zero when
+ * a test failed or the list overflowed). */
+int tu_suite_run(const tu_suite *s, const char *group, clkv_context **ctx, uint64_t default_seed);
 
 #ifdef __cplusplus
 }
