@@ -6,20 +6,56 @@
  * Numbers never map to 0 or 0xFFFFFFFF (the keys of -inf / +inf are 0x007FFFFF /
  * 0xFF800000, or the inverse), so T = 0xFFFFFFFF selects nothing.
  *
- * Row state (4 uints per row in the workspace): [0] prefix / threshold key T,
+ * Row state (STATE_WORDS uints per row in the workspace): [0] prefix / threshold key T,
  * [1] rank still wanted inside the prefix (after the last pass: ties at T to take),
- * [2] c = min(k_row, n), [3] done (1: T and take are final).
+ * [2] c = min(k_row, n), [3] done (1: T and take are final), [4] arrival counter of the
+ * row's chunk work-groups (0 between kernels).
  *
- * Pipeline: init; 3 x (hist, scan) radix passes of 11/11/10 bits; count (per chunk:
- * keys > T, keys == T); offsets (per row exclusive scan over chunks); write (ordered
- * compaction, position order). Rows are split into chunks of CHUNK elements, one
- * work-group per (chunk, row).
+ * Pipeline (5 kernels): init; 3 radix passes of 11/11/10 bits (hist); count (per chunk:
+ * keys > T, keys == T). Rows are split into chunks of CHUNK elements, one work-group per
+ * (chunk, row). The per-row step after a pass (the digit scan after hist, the exclusive
+ * scan of the chunk counts after count) is done by the LAST work-group of the row to
+ * finish (threadfence-reduction pattern: each work-group publishes its results, fences,
+ * and counts itself in with an atomic; the one that sees nchunks - 1 reads everything
+ * back with atomics), which saves a launch per pass. Then write (ordered compaction,
+ * position order).
  *
  * -D: SEL_WG (work-group size, power of two <= 256), SELECT_SMALLEST (0/1),
  * PER_ITEM (consecutive elements per work-item in the write kernel).
  */
 
 #define BINS 2048
+#define STATE_WORDS 8
+
+/* Orders this work-item's earlier global writes and atomics before its later ones,
+ * device-wide (CUDA __threadfence). */
+inline void sel_fence(void) {
+#ifdef CLKV_NVIDIA_PTX
+    asm volatile("membar.gl;" ::: "memory");
+#else
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+#endif
+}
+
+/* Every work-item of a chunk work-group calls it after its global writes: returns 1 in
+ * the whole work-group iff it is the last of the row's nchunks work-groups to arrive
+ * (the counter is then reset for the next kernel). flag is a __local uint. */
+inline int sel_arrive(__global uint *counter, uint nchunks, __local uint *flag) {
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    if (get_local_id(0) == 0) {
+        sel_fence();
+        const uint prev = atomic_inc(counter);
+        const uint last = prev == nchunks - 1u;
+        if (last)
+            atomic_xchg(counter, 0u);
+        *flag = last;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int last = *flag != 0u;
+    if (last)
+        sel_fence();
+    return last;
+}
 
 inline uint sel_key(float f) {
     uint u = as_uint(f);
@@ -70,8 +106,9 @@ __kernel void select_init(__global const int *lens, long len_off, int has_len, i
     if (has_krow)
         kr = clamp(kbuf[k_off + b * k_sb + h * k_sh], 0, K);
     const int c = min(kr, n);
-    __global uint *st = state + (size_t)row * 4;
+    __global uint *st = state + (size_t)row * STATE_WORDS;
     st[2] = (uint)c;
+    st[4] = 0u;
     if (c == 0) { /* nothing: T above every key */
         st[0] = 0xffffffffu;
         st[1] = 0u;
@@ -87,70 +124,20 @@ __kernel void select_init(__global const int *lens, long len_off, int has_len, i
     }
 }
 
-/* Histogram of the digit (key >> shift) & (2^nbits - 1) of the keys whose bits above
- * shift + nbits equal the row's prefix. Global: (nchunks * SEL_WG, rows). */
-__kernel void select_hist(__global const float *scores, long s_off, long s_sb, long s_sh, int H,
-                          __global uint *ws, long st_off, long h_off, __global const int *lens,
-                          long len_off, int has_len, int max_len, int chunk, int shift, int nbits) {
-    __local uint lh[BINS];
-    __global const uint *state = ws + st_off;
-    __global uint *hist = ws + h_off;
-    const uint row = get_global_id(1);
-    const uint lid = get_local_id(0);
-    __global const uint *st = state + (size_t)row * 4;
-    if (st[3])
-        return; /* uniform over the work-group */
-    const int b = (int)(row / (uint)H), h = (int)(row % (uint)H);
-    int n = max_len;
-    if (has_len)
-        n = clamp(lens[len_off + b], 0, max_len);
-    const long start = (long)get_group_id(0) * chunk;
-    const long end = min((long)n, start + chunk);
-    if (start >= end)
-        return;
-    for (uint i = lid; i < BINS; i += SEL_WG)
-        lh[i] = 0u;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const uint prefix = st[0];
-    const uint top = (uint)(shift + nbits);
-    const uint mask = top >= 32u ? 0u : ~((1u << top) - 1u);
-    const uint dmask = (1u << nbits) - 1u;
-    __global const float *p = scores + s_off + b * s_sb + h * s_sh;
-    for (long i = start + lid; i < end; i += SEL_WG) {
-        uint key = sel_key(p[i]);
-        if ((key & mask) == prefix)
-            atomic_inc(&lh[(key >> shift) & dmask]);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    __global uint *gh = hist + (size_t)row * BINS;
-    for (uint i = lid; i < BINS; i += SEL_WG) {
-        uint v = lh[i];
-        if (v)
-            atomic_add(&gh[i], v);
-    }
-}
-
 /* Finds the digit holding the wanted rank (counting from the top), extends the prefix,
- * reduces the rank by the count above it, and clears the histogram. One work-group per
- * row. Global: (SEL_WG, rows). */
-__kernel void select_scan(__global uint *ws, long st_off, long h_off, int shift, int last) {
-    __global uint *state = ws + st_off, *hist = ws + h_off;
-    __local uint s[SEL_WG];
-    const uint row = get_global_id(1);
+ * reduces the rank by the count above it, and clears the histogram (read and cleared
+ * with atomics: other work-groups wrote it). Run by one work-group of the row. */
+inline void sel_scan_digit(__global uint *st, __global uint *gh, int shift, int last,
+                           __local uint *s) {
     const uint lid = get_local_id(0);
-    __global uint *st = state + (size_t)row * 4;
-    if (st[3])
-        return;
     const uint r = st[1];
-    __global uint *gh = hist + (size_t)row * BINS;
     const uint per = BINS / SEL_WG;
     /* item lid owns positions lid*per .. lid*per + per - 1 of the descending bin order */
     uint h[BINS / SEL_WG];
     uint sum = 0u;
     for (uint j = 0; j < per; j++) {
         uint bin = BINS - 1u - (lid * per + j);
-        h[j] = gh[bin];
-        gh[bin] = 0u;
+        h[j] = atomic_xchg(&gh[bin], 0u);
         sum += h[j];
     }
     uint total;
@@ -167,12 +154,95 @@ __kernel void select_scan(__global uint *ws, long st_off, long h_off, int shift,
     }
 }
 
-/* Per chunk: the number of keys > T and == T. Global: (nchunks * SEL_WG, rows). */
+/* Histogram of the digit (key >> shift) & (2^nbits - 1) of the keys whose bits above
+ * shift + nbits equal the row's prefix; the row's last work-group then scans it
+ * (sel_scan_digit). Global: (nchunks * SEL_WG, rows). */
+__kernel void select_hist(__global const float *scores, long s_off, long s_sb, long s_sh, int H,
+                          __global uint *ws, long st_off, long h_off, __global const int *lens,
+                          long len_off, int has_len, int max_len, int chunk, int nchunks, int shift,
+                          int nbits, int last) {
+    __local uint lh[BINS];
+    __local uint s[SEL_WG];
+    __local uint flag;
+    __global uint *state = ws + st_off;
+    __global uint *hist = ws + h_off;
+    const uint row = get_global_id(1);
+    const uint lid = get_local_id(0);
+    __global uint *st = state + (size_t)row * STATE_WORDS;
+    if (st[3])
+        return; /* uniform over the row: no work-group of it arrives */
+    const int b = (int)(row / (uint)H), h = (int)(row % (uint)H);
+    int n = max_len;
+    if (has_len)
+        n = clamp(lens[len_off + b], 0, max_len);
+    const long start = (long)get_group_id(0) * chunk;
+    const long end = min((long)n, start + chunk);
+    __global uint *gh = hist + (size_t)row * BINS;
+    if (start < end) { /* uniform over the work-group */
+        for (uint i = lid; i < BINS; i += SEL_WG)
+            lh[i] = 0u;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const uint prefix = st[0];
+        const uint top = (uint)(shift + nbits);
+        const uint mask = top >= 32u ? 0u : ~((1u << top) - 1u);
+        const uint dmask = (1u << nbits) - 1u;
+        __global const float *p = scores + s_off + b * s_sb + h * s_sh;
+        for (long i = start + lid; i < end; i += SEL_WG) {
+            uint key = sel_key(p[i]);
+            if ((key & mask) == prefix)
+                atomic_inc(&lh[(key >> shift) & dmask]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint i = lid; i < BINS; i += SEL_WG) {
+            uint v = lh[i];
+            if (v)
+                atomic_add(&gh[i], v);
+        }
+    }
+    if (sel_arrive(st + 4, (uint)nchunks, &flag))
+        sel_scan_digit(st, gh, shift, last, s);
+}
+
+/* Per row, by its last work-group: exclusive scans over the chunks of (selected count,
+ * ties before), read back with atomics (other work-groups wrote them), and the row's
+ * count. */
+inline void sel_offsets(__global uint *st, __global uint *cc, int nchunks, __global int *counts,
+                        long c_off, long c_sb, long c_sh, int has_counts, int b, int h,
+                        __local uint *s) {
+    const uint lid = get_local_id(0);
+    const uint take = st[1];
+    uint gt_base = 0u, eq_base = 0u;
+    for (int t0 = 0; t0 < nchunks; t0 += SEL_WG) {
+        const int j = t0 + (int)lid;
+        __global uint *o = cc + (size_t)j * 2;
+        uint gt = 0u, eq = 0u;
+        if (j < nchunks) {
+            gt = atomic_add(o, 0u);
+            eq = atomic_add(o + 1, 0u);
+        }
+        uint tgt, teq;
+        uint gt_ex = sel_scan(gt, s, &tgt) + gt_base;
+        uint eq_ex = sel_scan(eq, s, &teq) + eq_base;
+        if (j < nchunks) {
+            o[0] = gt_ex + min(eq_ex, take); /* output offset of the chunk */
+            o[1] = eq_ex;                    /* ties at T before the chunk */
+        }
+        gt_base += tgt;
+        eq_base += teq;
+    }
+    if (has_counts && lid == 0)
+        counts[c_off + b * c_sb + h * c_sh] = (int)st[2];
+}
+
+/* Per chunk: the number of keys > T and == T; the row's last work-group then turns them
+ * into output offsets (sel_offsets). Global: (nchunks * SEL_WG, rows). */
 __kernel void select_count(__global const float *scores, long s_off, long s_sb, long s_sh, int H,
                            __global uint *ws, long st_off, long cc_off, __global const int *lens,
-                           long len_off, int has_len, int max_len, int chunk, int nchunks) {
+                           long len_off, int has_len, int max_len, int chunk, int nchunks,
+                           __global int *counts, long c_off, long c_sb, long c_sh, int has_counts) {
     __local uint s[SEL_WG];
-    __global const uint *state = ws + st_off;
+    __local uint flag;
+    __global uint *state = ws + st_off;
     __global uint *cc = ws + cc_off;
     const uint row = get_global_id(1);
     const uint lid = get_local_id(0);
@@ -182,7 +252,8 @@ __kernel void select_count(__global const float *scores, long s_off, long s_sb, 
         n = clamp(lens[len_off + b], 0, max_len);
     const long start = (long)get_group_id(0) * chunk;
     const long end = min((long)n, start + chunk);
-    const uint T = state[(size_t)row * 4];
+    __global uint *st = state + (size_t)row * STATE_WORDS;
+    const uint T = st[0];
     __global const float *p = scores + s_off + b * s_sb + h * s_sh;
     uint gt = 0u, eq = 0u;
     for (long i = start + lid; i < end; i += SEL_WG) {
@@ -193,48 +264,13 @@ __kernel void select_count(__global const float *scores, long s_off, long s_sb, 
     uint tgt, teq;
     sel_scan(gt, s, &tgt);
     sel_scan(eq, s, &teq);
+    __global uint *rcc = cc + (size_t)row * nchunks * 2;
     if (lid == 0) {
-        size_t o = ((size_t)row * nchunks + get_group_id(0)) * 2;
-        cc[o] = tgt;
-        cc[o + 1] = teq;
+        rcc[get_group_id(0) * 2] = tgt;
+        rcc[get_group_id(0) * 2 + 1] = teq;
     }
-}
-
-/* Per row: exclusive scans over the chunks of (selected count, ties before), and the
- * row's count. Global: (SEL_WG, rows). */
-__kernel void select_offsets(__global uint *ws, long st_off, long cc_off, int nchunks,
-                             __global int *counts, long c_off, long c_sb, long c_sh, int has_counts,
-                             int H) {
-    __local uint s[SEL_WG];
-    __global const uint *state = ws + st_off;
-    __global uint *cc = ws + cc_off;
-    const uint row = get_global_id(1);
-    const uint lid = get_local_id(0);
-    __global const uint *st = state + (size_t)row * 4;
-    const uint take = st[1];
-    uint gt_base = 0u, eq_base = 0u;
-    for (int t0 = 0; t0 < nchunks; t0 += SEL_WG) {
-        const int j = t0 + (int)lid;
-        size_t o = ((size_t)row * nchunks + (size_t)j) * 2;
-        uint gt = 0u, eq = 0u;
-        if (j < nchunks) {
-            gt = cc[o];
-            eq = cc[o + 1];
-        }
-        uint tgt, teq;
-        uint gt_ex = sel_scan(gt, s, &tgt) + gt_base;
-        uint eq_ex = sel_scan(eq, s, &teq) + eq_base;
-        if (j < nchunks) {
-            cc[o] = gt_ex + min(eq_ex, take); /* output offset of the chunk */
-            cc[o + 1] = eq_ex;                /* ties at T before the chunk */
-        }
-        gt_base += tgt;
-        eq_base += teq;
-    }
-    if (has_counts && lid == 0) {
-        const int b = (int)(row / (uint)H), h = (int)(row % (uint)H);
-        counts[c_off + b * c_sb + h * c_sh] = (int)st[2];
-    }
+    if (sel_arrive(st + 4, (uint)nchunks, &flag))
+        sel_offsets(st, rcc, nchunks, counts, c_off, c_sb, c_sh, has_counts, b, h, s);
 }
 
 /* Ordered compaction: each work-group writes its chunk's selected indices at the
@@ -254,7 +290,7 @@ __kernel void select_write(__global const float *scores, long s_off, long s_sb, 
     int n = max_len;
     if (has_len)
         n = clamp(lens[len_off + b], 0, max_len);
-    __global const uint *st = state + (size_t)row * 4;
+    __global const uint *st = state + (size_t)row * STATE_WORDS;
     const uint T = st[0], take = st[1], c = st[2];
     const size_t o = ((size_t)row * nchunks + g) * 2;
     uint out = cc[o], eq_before = cc[o + 1];

@@ -9,6 +9,7 @@
 #define KERNEL_FILE "select.cl"
 #define SEL_BINS 2048
 #define PER_ITEM 8
+#define STATE_WORDS 8 /* per-row state words (cl_kernels/select.cl) */
 
 typedef struct select_plan {
     int64_t B, H, N, rows;
@@ -89,7 +90,7 @@ static void plan_launch(clkv_context *ctx, const clkv_select_topk_args *a, selec
         chunk = tile;
     p->chunk = (int)(chunk > INT32_MAX / 2 ? INT32_MAX / 2 / tile * tile : chunk);
     p->nchunks = (int)((len + p->chunk - 1) / p->chunk);
-    p->state_bytes = clkv__ws_align((size_t)p->rows * 4 * 4);
+    p->state_bytes = clkv__ws_align((size_t)p->rows * STATE_WORDS * 4);
     p->hist_bytes = clkv__ws_align((size_t)p->rows * SEL_BINS * 4);
     p->cc_bytes = clkv__ws_align((size_t)p->rows * (size_t)p->nchunks * 2 * 4);
 }
@@ -129,15 +130,14 @@ clkv_status clkv_select_topk(clkv_context *ctx, const clkv_select_topk_args *arg
     clkv__defs_int(&defs, "SEL_WG", p.wg);
     clkv__defs_int(&defs, "SELECT_SMALLEST", args->largest ? 0 : 1);
     clkv__defs_int(&defs, "PER_ITEM", PER_ITEM);
-    cl_kernel k_init, k_hist, k_scan, k_count, k_offs, k_write;
+    cl_kernel k_init, k_hist, k_count, k_write;
     if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_init", &k_init)) ||
         (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_hist", &k_hist)) ||
-        (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_scan", &k_scan)) ||
         (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_count", &k_count)) ||
-        (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_offsets", &k_offs)) ||
         (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_write", &k_write)))
         return st;
     if ((st = clkv__check_local_mem(ctx, k_hist, "select_hist", 0)) ||
+        (st = clkv__check_local_mem(ctx, k_count, "select_count", 0)) ||
         (st = clkv__check_local_mem(ctx, k_write, "select_write", 0)))
         return st;
     cl_mem ws;
@@ -183,33 +183,23 @@ clkv_status clkv_select_topk(clkv_context *ctx, const clkv_select_topk_args *arg
     static const cl_int shifts[3] = {21, 10, 0}, bits[3] = {11, 11, 10};
     for (int pass = 0; pass < 3 && st == CLKV_OK; pass++) {
         const cl_int shift = shifts[pass], nbits = bits[pass], last = pass == 2;
-        st = clkv__set_args(ctx, k_hist, "select_hist", 15, CLKV_ARG(s_buf), CLKV_ARG(s_off),
+        st = clkv__set_args(ctx, k_hist, "select_hist", 17, CLKV_ARG(s_buf), CLKV_ARG(s_off),
                             CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(ws),
                             CLKV_ARG(st_off), CLKV_ARG(h_off), CLKV_ARG(len_buf), CLKV_ARG(len_off),
-                            CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(chunk), CLKV_ARG(shift),
-                            CLKV_ARG(nbits));
+                            CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(chunk),
+                            CLKV_ARG(nchunks), CLKV_ARG(shift), CLKV_ARG(nbits), CLKV_ARG(last));
         if (st == CLKV_OK)
             st = clkv__launch(ctx, k_hist, "select_hist", 2, chunk_g, loc, 0, NULL);
-        if (st == CLKV_OK)
-            st = clkv__set_args(ctx, k_scan, "select_scan", 5, CLKV_ARG(ws), CLKV_ARG(st_off),
-                                CLKV_ARG(h_off), CLKV_ARG(shift), CLKV_ARG(last));
-        if (st == CLKV_OK)
-            st = clkv__launch(ctx, k_scan, "select_scan", 2, row_g, loc, 0, NULL);
     }
     if (st == CLKV_OK)
-        st = clkv__set_args(ctx, k_count, "select_count", 14, CLKV_ARG(s_buf), CLKV_ARG(s_off),
+        st = clkv__set_args(ctx, k_count, "select_count", 19, CLKV_ARG(s_buf), CLKV_ARG(s_off),
                             CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(ws),
                             CLKV_ARG(st_off), CLKV_ARG(cc_off), CLKV_ARG(len_buf),
                             CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len),
-                            CLKV_ARG(chunk), CLKV_ARG(nchunks));
+                            CLKV_ARG(chunk), CLKV_ARG(nchunks), CLKV_ARG(c_buf), CLKV_ARG(c_off),
+                            CLKV_ARG(c_sb), CLKV_ARG(c_sh), CLKV_ARG(has_counts));
     if (st == CLKV_OK)
         st = clkv__launch(ctx, k_count, "select_count", 2, chunk_g, loc, 0, NULL);
-    if (st == CLKV_OK)
-        st = clkv__set_args(ctx, k_offs, "select_offsets", 10, CLKV_ARG(ws), CLKV_ARG(st_off),
-                            CLKV_ARG(cc_off), CLKV_ARG(nchunks), CLKV_ARG(c_buf), CLKV_ARG(c_off),
-                            CLKV_ARG(c_sb), CLKV_ARG(c_sh), CLKV_ARG(has_counts), CLKV_ARG(H));
-    if (st == CLKV_OK)
-        st = clkv__launch(ctx, k_offs, "select_offsets", 2, row_g, loc, 0, NULL);
     if (st == CLKV_OK)
         st = clkv__set_args(ctx, k_write, "select_write", 19, CLKV_ARG(s_buf), CLKV_ARG(s_off),
                             CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(ws),

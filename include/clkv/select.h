@@ -47,7 +47,8 @@ extern "C" {
  * many work-groups so a single long row fills the device), which yields the c-th best
  * key T and the number of ties at T to take; then per-chunk counts, an exclusive scan of
  * the counts per row, and an ordered compaction writing indices in position order. No
- * sort; the scores are read 5 times. Ten kernels are enqueued on the context's queue;
+ * sort; the scores are read 5 times. Six kernels are enqueued on the context's queue (the
+ * per-row scans run in the last work-group of each row to finish a pass);
  * scratch (histograms, per-chunk counts) comes from the context's workspace (see
  * clkv_select_topk_workspace_size). Nothing blocks.
  */
