@@ -273,33 +273,14 @@ __kernel void select_count(__global const float *scores, long s_off, long s_sb, 
         sel_offsets(st, rcc, nchunks, counts, c_off, c_sb, c_sh, has_counts, b, h, s);
 }
 
-/* Ordered compaction: each work-group writes its chunk's selected indices at the
- * chunk's offset, in position order; then fills the row's slots [c, K) with -1.
- * Global: (nchunks * SEL_WG, rows). */
-__kernel void select_write(__global const float *scores, long s_off, long s_sb, long s_sh, int H,
-                           __global const uint *ws, long st_off, long cc_off,
-                           __global const int *lens, long len_off, int has_len, int max_len,
-                           int chunk, int nchunks, __global int *idx, long i_off, long i_sb,
-                           long i_sh, int K) {
-    __local uint s[SEL_WG];
-    __global const uint *state = ws + st_off, *cc = ws + cc_off;
-    const uint row = get_global_id(1);
+/* Ordered compaction of [start, end) of a row: writes the indices of the keys > T and of
+ * the first `take` ties at T (counting eq_before ties before start) at dst[out ..], in
+ * position order. Tiles of SEL_WG * PER_ITEM elements; item lid owns PER_ITEM consecutive
+ * ones. gt and eq counts of a tile are < 2^16, packed into one scan. Every work-item must
+ * call it. */
+inline void sel_write_range(__global const float *p, long start, long end, uint T, uint take,
+                            uint out, uint eq_before, __global int *dst, __local uint *s) {
     const uint lid = get_local_id(0);
-    const uint g = get_group_id(0);
-    const int b = (int)(row / (uint)H), h = (int)(row % (uint)H);
-    int n = max_len;
-    if (has_len)
-        n = clamp(lens[len_off + b], 0, max_len);
-    __global const uint *st = state + (size_t)row * STATE_WORDS;
-    const uint T = st[0], take = st[1], c = st[2];
-    const size_t o = ((size_t)row * nchunks + g) * 2;
-    uint out = cc[o], eq_before = cc[o + 1];
-    const long start = (long)g * chunk;
-    const long end = min((long)n, start + chunk);
-    __global const float *p = scores + s_off + b * s_sb + h * s_sh;
-    __global int *dst = idx + i_off + b * i_sb + h * i_sh;
-    /* Tiles of SEL_WG * PER_ITEM elements; item lid owns PER_ITEM consecutive ones.
-     * gt and eq counts of a tile are < 2^16, packed into one scan. */
     for (long t0 = start; t0 < end; t0 += (long)SEL_WG * PER_ITEM) {
         const long i0 = t0 + (long)lid * PER_ITEM;
         uint keys[PER_ITEM];
@@ -336,6 +317,133 @@ __kernel void select_write(__global const float *scores, long s_off, long s_sb, 
         out += tgt + (min(eq_before + teq, take) - min(eq_before, take));
         eq_before += teq;
     }
+}
+
+/* Ordered compaction: each work-group writes its chunk's selected indices at the
+ * chunk's offset, in position order; then fills the row's slots [c, K) with -1.
+ * Global: (nchunks * SEL_WG, rows). */
+__kernel void select_write(__global const float *scores, long s_off, long s_sb, long s_sh, int H,
+                           __global const uint *ws, long st_off, long cc_off,
+                           __global const int *lens, long len_off, int has_len, int max_len,
+                           int chunk, int nchunks, __global int *idx, long i_off, long i_sb,
+                           long i_sh, int K) {
+    __local uint s[SEL_WG];
+    __global const uint *state = ws + st_off, *cc = ws + cc_off;
+    const uint row = get_global_id(1);
+    const uint lid = get_local_id(0);
+    const uint g = get_group_id(0);
+    const int b = (int)(row / (uint)H), h = (int)(row % (uint)H);
+    int n = max_len;
+    if (has_len)
+        n = clamp(lens[len_off + b], 0, max_len);
+    __global const uint *st = state + (size_t)row * STATE_WORDS;
+    const uint T = st[0], take = st[1], c = st[2];
+    const size_t o = ((size_t)row * nchunks + g) * 2;
+    const long start = (long)g * chunk;
+    const long end = min((long)n, start + chunk);
+    __global const float *p = scores + s_off + b * s_sb + h * s_sh;
+    __global int *dst = idx + i_off + b * i_sb + h * i_sh;
+    sel_write_range(p, start, end, T, take, cc[o], cc[o + 1], dst, s);
     for (long sl = (long)c + (long)g * SEL_WG + lid; sl < K; sl += (long)nchunks * SEL_WG)
         dst[sl] = -1;
+}
+
+/* Local histogram increment. On NVIDIA the lanes of a warp holding the same bin add once
+ * (match.any): pass 1 sees few distinct exponents, whose bins would otherwise serialize.
+ * bin == BINS means "no increment"; every lane of the warp must call it (uniform loop). */
+inline void sel_hist_add(__local uint *lh, uint bin) {
+#ifdef CLKV_NVIDIA_PTX
+    uint peers, lane;
+    asm volatile("match.any.sync.b32 %0, %1, 0xffffffff;" : "=r"(peers) : "r"(bin));
+    asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+    if (bin < BINS && (peers & ((1u << lane) - 1u)) == 0u)
+        atomic_add(&lh[bin], (uint)popcount(peers));
+#else
+    if (bin < BINS)
+        atomic_inc(&lh[bin]);
+#endif
+}
+
+/* The whole selection of one row in one work-group (rows short enough that one
+ * work-group streams them faster than the multi-kernel pipeline launches; host/select.c
+ * decides): c = min(k_row, n), three radix passes over the row with a local histogram,
+ * the digit scans, then the ordered compaction, the -1 padding and the count.
+ * Global: (SEL_WG, rows). */
+__kernel void select_row(__global const float *scores, long s_off, long s_sb, long s_sh, int H,
+                         __global const int *lens, long len_off, int has_len, int max_len,
+                         __global const int *kbuf, long k_off, long k_sb, long k_sh, int has_krow,
+                         int K, __global int *idx, long i_off, long i_sb, long i_sh,
+                         __global int *counts, long c_off, long c_sb, long c_sh, int has_counts) {
+    __local uint lh[BINS];
+    __local uint s[SEL_WG];
+    __local uint res[2];
+    const uint row = get_group_id(1);
+    const uint lid = get_local_id(0);
+    const int b = (int)(row / (uint)H), h = (int)(row % (uint)H);
+    int n = max_len;
+    if (has_len)
+        n = clamp(lens[len_off + b], 0, max_len);
+    int kr = K;
+    if (has_krow)
+        kr = clamp(kbuf[k_off + b * k_sb + h * k_sh], 0, K);
+    const int c = min(kr, n);
+    __global const float *p = scores + s_off + b * s_sb + h * s_sh;
+    __global int *dst = idx + i_off + b * i_sb + h * i_sh;
+    uint T = 0u, take = (uint)n; /* c == n: everything */
+    if (c == 0) {
+        T = 0xffffffffu;
+        take = 0u;
+    } else if (c < n) {
+        uint prefix = 0u, r = (uint)c;
+        for (int pass = 0; pass < 3; pass++) {
+            const uint shift = pass == 0 ? 21u : pass == 1 ? 10u : 0u;
+            const uint nbits = pass == 2 ? 10u : 11u;
+            const uint top = shift + nbits;
+            const uint mask = top >= 32u ? 0u : ~((1u << top) - 1u);
+            const uint dmask = (1u << nbits) - 1u;
+            for (uint i = lid; i < BINS; i += SEL_WG)
+                lh[i] = 0u;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            /* uniform trip count: sel_hist_add needs whole warps */
+            for (long t0 = 0; t0 < n; t0 += SEL_WG) {
+                const long i = t0 + lid;
+                uint bin = BINS;
+                if (i < n) {
+                    const uint key = sel_key(p[i]);
+                    if ((key & mask) == prefix)
+                        bin = (key >> shift) & dmask;
+                }
+                sel_hist_add(lh, bin);
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            /* item lid owns positions lid*per .. lid*per + per - 1 of the descending order */
+            const uint per = BINS / SEL_WG;
+            uint hv[BINS / SEL_WG];
+            uint sum = 0u;
+            for (uint j = 0; j < per; j++) {
+                hv[j] = lh[BINS - 1u - (lid * per + j)];
+                sum += hv[j];
+            }
+            uint total;
+            uint cum = sel_scan(sum, s, &total);
+            for (uint j = 0; j < per; j++) {
+                const uint bin = BINS - 1u - (lid * per + j);
+                if (cum < r && r <= cum + hv[j]) {
+                    res[0] = prefix | bin << shift;
+                    res[1] = r - cum;
+                }
+                cum += hv[j];
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            prefix = res[0];
+            r = res[1];
+        }
+        T = prefix;
+        take = r;
+    }
+    sel_write_range(p, 0, (long)n, T, take, 0u, 0u, dst, s);
+    for (long sl = (long)c + lid; sl < K; sl += SEL_WG)
+        dst[sl] = -1;
+    if (has_counts && lid == 0)
+        counts[c_off + b * c_sb + h * c_sh] = c;
 }

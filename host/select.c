@@ -4,16 +4,23 @@
 #include <string.h>
 
 #include "clkv/select.h"
+#include "host/select_internal.h"
 #include "runtime/internal.h"
 
 #define KERNEL_FILE "select.cl"
 #define SEL_BINS 2048
 #define PER_ITEM 8
 #define STATE_WORDS 8 /* per-row state words (cl_kernels/select.cl) */
+#define ROW_PER_ITEM 16
+/* Rows up to this many tokens take select_row (one work-group per row, one launch)
+ * unless a chunk length is forced. H200, 8 rows: the multi-kernel pipeline costs ~45 us
+ * at 16K and 128K tokens, almost all of it launches. */
+#define ROW_MAX_LEN (1 << 18)
 
 typedef struct select_plan {
     int64_t B, H, N, rows;
     int max_len, K;
+    int row_path, row_wg; /* select_row and its work-group size */
     int wg, chunk, nchunks;
     size_t state_bytes, hist_bytes, cc_bytes;
 } select_plan;
@@ -58,6 +65,20 @@ static clkv_status validate(clkv_context *ctx, const clkv_select_topk_args *a) {
     return CLKV_OK;
 }
 
+static int g_force_path = -1;
+
+void clkv__select_force_path(int path) {
+    g_force_path = path == 1 || path == 2 ? path : 0;
+}
+
+static int forced_path(void) {
+    if (g_force_path < 0) {
+        const char *e = getenv("CLKV_SELECT_ROW");
+        g_force_path = e && *e ? (e[0] == '0' ? 2 : 1) : 0;
+    }
+    return g_force_path;
+}
+
 static void plan_launch(clkv_context *ctx, const clkv_select_topk_args *a, select_plan *p) {
     memset(p, 0, sizeof *p);
     p->B = a->scores.dims[0];
@@ -83,7 +104,8 @@ static void plan_launch(clkv_context *ctx, const clkv_select_topk_args *a, selec
     int64_t chunk = (len + per_row - 1) / per_row;
     /* CLKV_SELECT_CHUNK forces the chunk length (tests: many chunks per row on any device) */
     const char *force = getenv("CLKV_SELECT_CHUNK");
-    if (force && *force && atoll(force) > 0)
+    const int chunk_forced = force && *force && atoll(force) > 0;
+    if (chunk_forced)
         chunk = atoll(force);
     chunk = (chunk + tile - 1) / tile * tile;
     if (chunk < tile)
@@ -93,6 +115,13 @@ static void plan_launch(clkv_context *ctx, const clkv_select_topk_args *a, selec
     p->state_bytes = clkv__ws_align((size_t)p->rows * STATE_WORDS * 4);
     p->hist_bytes = clkv__ws_align((size_t)p->rows * SEL_BINS * 4);
     p->cc_bytes = clkv__ws_align((size_t)p->rows * (size_t)p->nchunks * 2 * 4);
+    /* one work-group per row: 512 lanes on a GPU (registers of 1024 would be tight) */
+    int rwg = gpu ? 512 : 256;
+    while ((uint64_t)rwg > ctx->info.max_work_group_size && rwg > 1)
+        rwg /= 2;
+    p->row_wg = rwg;
+    const int fp = forced_path();
+    p->row_path = fp == 1 || (fp == 0 && !chunk_forced && p->max_len <= ROW_MAX_LEN);
 }
 
 static clkv_status check_common(clkv_context *ctx, const clkv_select_topk_args *args) {
@@ -116,6 +145,50 @@ clkv_status clkv_select_topk_workspace_size(clkv_context *ctx, const clkv_select
     return CLKV_OK;
 }
 
+/* The one-work-group-per-row kernel (select_row). */
+static clkv_status launch_row(clkv_context *ctx, const clkv_select_topk_args *args,
+                              const select_plan *p, cl_event *done) {
+    clkv_defs defs;
+    clkv__defs_init(&defs);
+    clkv__defs_int(&defs, "SEL_WG", p->row_wg);
+    clkv__defs_int(&defs, "SELECT_SMALLEST", args->largest ? 0 : 1);
+    clkv__defs_int(&defs, "PER_ITEM", ROW_PER_ITEM);
+    cl_kernel kr;
+    clkv_status st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_row", &kr);
+    if (st == CLKV_OK)
+        st = clkv__check_local_mem(ctx, kr, "select_row", 0);
+    if (st)
+        return st;
+    const clkv_tensor *sc = &args->scores;
+    const cl_mem s_buf = sc->buf, len_buf = args->lengths.buf, k_buf = args->k_per_row.buf,
+                 i_buf = args->indices.buf, c_buf = args->counts.buf;
+    const cl_long s_off = clkv__elem_offset(sc), s_sb = sc->strides[0], s_sh = sc->strides[1];
+    const cl_long len_off = len_buf ? clkv__elem_offset(&args->lengths) : 0;
+    const cl_long k_off = k_buf ? clkv__elem_offset(&args->k_per_row) : 0,
+                  k_sb = k_buf ? args->k_per_row.strides[0] : 0,
+                  k_sh = k_buf ? args->k_per_row.strides[1] : 0;
+    const cl_long i_off = clkv__elem_offset(&args->indices), i_sb = args->indices.strides[0],
+                  i_sh = args->indices.strides[1];
+    const cl_long c_off = c_buf ? clkv__elem_offset(&args->counts) : 0,
+                  c_sb = c_buf ? args->counts.strides[0] : 0,
+                  c_sh = c_buf ? args->counts.strides[1] : 0;
+    const cl_int has_len = len_buf != NULL, has_krow = k_buf != NULL, has_counts = c_buf != NULL;
+    const cl_int max_len = p->max_len, K = p->K, H = (cl_int)p->H;
+    clkv__log(ctx, "select_topk (row): B=%lld H=%lld N=%lld max_len=%d k=%d largest=%d wg=%d",
+              (long long)p->B, (long long)p->H, (long long)p->N, p->max_len, p->K,
+              (int)args->largest, p->row_wg);
+    st = clkv__set_args(
+        ctx, kr, "select_row", 24, CLKV_ARG(s_buf), CLKV_ARG(s_off), CLKV_ARG(s_sb), CLKV_ARG(s_sh),
+        CLKV_ARG(H), CLKV_ARG(len_buf), CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len),
+        CLKV_ARG(k_buf), CLKV_ARG(k_off), CLKV_ARG(k_sb), CLKV_ARG(k_sh), CLKV_ARG(has_krow),
+        CLKV_ARG(K), CLKV_ARG(i_buf), CLKV_ARG(i_off), CLKV_ARG(i_sb), CLKV_ARG(i_sh),
+        CLKV_ARG(c_buf), CLKV_ARG(c_off), CLKV_ARG(c_sb), CLKV_ARG(c_sh), CLKV_ARG(has_counts));
+    if (st)
+        return st;
+    const size_t g[2] = {(size_t)p->row_wg, (size_t)p->rows}, l[2] = {(size_t)p->row_wg, 1};
+    return clkv__launch(ctx, kr, "select_row", 2, g, l, 0, done);
+}
+
 clkv_status clkv_select_topk(clkv_context *ctx, const clkv_select_topk_args *args, cl_event *done) {
     clkv_status st = check_common(ctx, args);
     if (st != CLKV_OK)
@@ -124,6 +197,8 @@ clkv_status clkv_select_topk(clkv_context *ctx, const clkv_select_topk_args *arg
     plan_launch(ctx, args, &p);
     if (p.rows == 0)
         return clkv__marker(ctx, done);
+    if (p.row_path)
+        return launch_row(ctx, args, &p, done);
 
     clkv_defs defs;
     clkv__defs_init(&defs);
