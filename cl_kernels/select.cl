@@ -124,6 +124,42 @@ __kernel void select_init(__global const int *lens, long len_off, int has_len, i
     }
 }
 
+/* Local histogram increment. On NVIDIA the lanes of a warp holding the same bin add once
+ * (match.any): pass 1 sees few distinct exponents, whose bins would otherwise serialize.
+ * bin == BINS means "no increment"; every lane of the warp must call it (uniform loop). */
+inline void sel_hist_add(__local uint *lh, uint bin) {
+#ifdef CLKV_NVIDIA_PTX
+    uint peers, lane;
+    asm volatile("match.any.sync.b32 %0, %1, 0xffffffff;" : "=r"(peers) : "r"(bin));
+    asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+    if (bin < BINS && (peers & ((1u << lane) - 1u)) == 0u)
+        atomic_add(&lh[bin], (uint)popcount(peers));
+#else
+    if (bin < BINS)
+        atomic_inc(&lh[bin]);
+#endif
+}
+
+/* Histogram of a tile of SEL_WG * PER_ITEM keys starting at t0 (item lid: keys
+ * t0 + j * SEL_WG + lid, coalesced): all PER_ITEM loads are issued before the first
+ * increment (one dependent load per iteration would leave a work-group a few KiB in
+ * flight). Keys whose bits above `mask` differ from prefix are not counted. */
+inline void sel_hist_tile(__global const float *p, long t0, long end, uint prefix, uint mask,
+                          uint shift, uint dmask, __local uint *lh) {
+    const uint lid = get_local_id(0);
+    uint keys[PER_ITEM];
+    _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
+        const long i = t0 + (long)j * SEL_WG + lid;
+        keys[j] = i < end ? sel_key(p[i]) : 0u;
+    }
+    _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
+        const long i = t0 + (long)j * SEL_WG + lid;
+        const uint bin =
+            (i < end && (keys[j] & mask) == prefix) ? (keys[j] >> shift) & dmask : BINS;
+        sel_hist_add(lh, bin);
+    }
+}
+
 /* Finds the digit holding the wanted rank (counting from the top), extends the prefix,
  * reduces the rank by the count above it, and clears the histogram (read and cleared
  * with atomics: other work-groups wrote it). Run by one work-group of the row. */
@@ -187,11 +223,9 @@ __kernel void select_hist(__global const float *scores, long s_off, long s_sb, l
         const uint mask = top >= 32u ? 0u : ~((1u << top) - 1u);
         const uint dmask = (1u << nbits) - 1u;
         __global const float *p = scores + s_off + b * s_sb + h * s_sh;
-        for (long i = start + lid; i < end; i += SEL_WG) {
-            uint key = sel_key(p[i]);
-            if ((key & mask) == prefix)
-                atomic_inc(&lh[(key >> shift) & dmask]);
-        }
+        /* uniform trip count (sel_hist_add needs whole warps) */
+        for (long t0 = start; t0 < end; t0 += (long)SEL_WG * PER_ITEM)
+            sel_hist_tile(p, t0, end, prefix, mask, (uint)shift, dmask, lh);
         barrier(CLK_LOCAL_MEM_FENCE);
         for (uint i = lid; i < BINS; i += SEL_WG) {
             uint v = lh[i];
@@ -256,10 +290,18 @@ __kernel void select_count(__global const float *scores, long s_off, long s_sb, 
     const uint T = st[0];
     __global const float *p = scores + s_off + b * s_sb + h * s_sh;
     uint gt = 0u, eq = 0u;
-    for (long i = start + lid; i < end; i += SEL_WG) {
-        uint key = sel_key(p[i]);
-        gt += key > T;
-        eq += key == T;
+    for (long t0 = start; t0 < end; t0 += (long)SEL_WG * PER_ITEM) {
+        uint keys[PER_ITEM];
+        _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
+            const long i = t0 + (long)j * SEL_WG + lid;
+            keys[j] = i < end ? sel_key(p[i]) : 0u;
+        }
+        _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
+            if (t0 + (long)j * SEL_WG + lid < end) {
+                gt += keys[j] > T;
+                eq += keys[j] == T;
+            }
+        }
     }
     uint tgt, teq;
     sel_scan(gt, s, &tgt);
@@ -348,22 +390,6 @@ __kernel void select_write(__global const float *scores, long s_off, long s_sb, 
         dst[sl] = -1;
 }
 
-/* Local histogram increment. On NVIDIA the lanes of a warp holding the same bin add once
- * (match.any): pass 1 sees few distinct exponents, whose bins would otherwise serialize.
- * bin == BINS means "no increment"; every lane of the warp must call it (uniform loop). */
-inline void sel_hist_add(__local uint *lh, uint bin) {
-#ifdef CLKV_NVIDIA_PTX
-    uint peers, lane;
-    asm volatile("match.any.sync.b32 %0, %1, 0xffffffff;" : "=r"(peers) : "r"(bin));
-    asm("mov.u32 %0, %%laneid;" : "=r"(lane));
-    if (bin < BINS && (peers & ((1u << lane) - 1u)) == 0u)
-        atomic_add(&lh[bin], (uint)popcount(peers));
-#else
-    if (bin < BINS)
-        atomic_inc(&lh[bin]);
-#endif
-}
-
 /* The whole selection of one row in one work-group (rows short enough that one
  * work-group streams them faster than the multi-kernel pipeline launches; host/select.c
  * decides): c = min(k_row, n), three radix passes over the row with a local histogram,
@@ -405,16 +431,8 @@ __kernel void select_row(__global const float *scores, long s_off, long s_sb, lo
                 lh[i] = 0u;
             barrier(CLK_LOCAL_MEM_FENCE);
             /* uniform trip count: sel_hist_add needs whole warps */
-            for (long t0 = 0; t0 < n; t0 += SEL_WG) {
-                const long i = t0 + lid;
-                uint bin = BINS;
-                if (i < n) {
-                    const uint key = sel_key(p[i]);
-                    if ((key & mask) == prefix)
-                        bin = (key >> shift) & dmask;
-                }
-                sel_hist_add(lh, bin);
-            }
+            for (long t0 = 0; t0 < n; t0 += (long)SEL_WG * PER_ITEM)
+                sel_hist_tile(p, t0, (long)n, prefix, mask, shift, dmask, lh);
             barrier(CLK_LOCAL_MEM_FENCE);
             /* item lid owns positions lid*per .. lid*per + per - 1 of the descending order */
             const uint per = BINS / SEL_WG;

@@ -246,7 +246,8 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
          * (H200, bf16, Hq 32 / Hkv 8, D 128, T = 8, 128K keys: 32 splits 151 us, 16
          * splits 172 us, 24 splits 185 us, 48 splits 192 us). Decode (16 rows) keeps one. */
         if (p->fa && p->fa_qt >= 32 && units > 0 && units * 2 <= cu &&
-            2 * p->fa_local <= ctx->info.static_local_mem_bytes)
+            2 * p->fa_local <= ctx->info.static_local_mem_bytes &&
+            len >= (2 * cu / units) * 1024) /* 16K keys: 16 splits 34.2 us, 32 35.9 us */
             splits = 2 * cu / units;
         if (splits > ceil_div(len, min_chunk))
             splits = ceil_div(len, min_chunk);

@@ -13,9 +13,10 @@
 #define STATE_WORDS 8 /* per-row state words (cl_kernels/select.cl) */
 #define ROW_PER_ITEM 16
 /* Rows up to this many tokens take select_row (one work-group per row, one launch)
- * unless a chunk length is forced. H200, 8 rows: the multi-kernel pipeline costs ~45 us
- * at 16K and 128K tokens, almost all of it launches. */
-#define ROW_MAX_LEN (1 << 18)
+ * unless a chunk length is forced. H200, 8 rows, before the loads of a tile were
+ * batched: the multi-kernel pipeline 52 us at 16K and 55 us at 128K tokens, the row
+ * kernel 35 us at 16K but 284 us at 128K (a row streams through one SM). */
+#define ROW_MAX_LEN (1 << 15)
 
 typedef struct select_plan {
     int64_t B, H, N, rows;
