@@ -6,6 +6,9 @@
  * Numbers never map to 0 or 0xFFFFFFFF (the keys of -inf / +inf are 0x007FFFFF /
  * 0xFF800000, or the inverse), so T = 0xFFFFFFFF selects nothing.
  *
+ * Row count: c = min(k_row, n) with k_row = k, k_per_row[b, h] clamped to [0, k], or (has_rule,
+ * clkv_keep_set) the keep rule clkv_keep_rule(n) of common.cl.
+ *
  * Row state (STATE_WORDS uints per row in the workspace): [0] prefix / threshold key T,
  * [1] rank still wanted inside the prefix (after the last pass: ties at T to take),
  * [2] c = min(k_row, n), [3] done (1: T and take are final), [4] arrival counter of the
@@ -90,7 +93,8 @@ inline uint sel_scan(uint x, __local uint *s, uint *total) {
 
 __kernel void select_init(__global const int *lens, long len_off, int has_len, int max_len,
                           __global const int *kbuf, long k_off, long k_sb, long k_sh, int has_krow,
-                          int K, int H, __global uint *ws, long st_off, long h_off) {
+                          int K, int H, __global uint *ws, long st_off, long h_off, int has_rule,
+                          ulong ratio_bits, float ratio_f, long budget, long window) {
     __global uint *state = ws + st_off, *hist = ws + h_off;
     const uint row = get_global_id(1);
     const uint lid = get_local_id(0);
@@ -103,7 +107,9 @@ __kernel void select_init(__global const int *lens, long len_off, int has_len, i
     if (has_len)
         n = clamp(lens[len_off + b], 0, max_len);
     int kr = K;
-    if (has_krow)
+    if (has_rule) /* the keep-set's own count (clkv_keep_set) */
+        kr = (int)min(clkv_keep_rule(n, ratio_bits, ratio_f, budget, window), (long)K);
+    else if (has_krow)
         kr = clamp(kbuf[k_off + b * k_sb + h * k_sh], 0, K);
     const int c = min(kr, n);
     __global uint *st = state + (size_t)row * STATE_WORDS;
@@ -399,7 +405,8 @@ __kernel void select_row(__global const float *scores, long s_off, long s_sb, lo
                          __global const int *lens, long len_off, int has_len, int max_len,
                          __global const int *kbuf, long k_off, long k_sb, long k_sh, int has_krow,
                          int K, __global int *idx, long i_off, long i_sb, long i_sh,
-                         __global int *counts, long c_off, long c_sb, long c_sh, int has_counts) {
+                         __global int *counts, long c_off, long c_sb, long c_sh, int has_counts,
+                         int has_rule, ulong ratio_bits, float ratio_f, long budget, long window) {
     __local uint lh[BINS];
     __local uint s[SEL_WG];
     __local uint res[2];
@@ -410,7 +417,9 @@ __kernel void select_row(__global const float *scores, long s_off, long s_sb, lo
     if (has_len)
         n = clamp(lens[len_off + b], 0, max_len);
     int kr = K;
-    if (has_krow)
+    if (has_rule) /* the keep-set's own count (clkv_keep_set) */
+        kr = (int)min(clkv_keep_rule(n, ratio_bits, ratio_f, budget, window), (long)K);
+    else if (has_krow)
         kr = clamp(kbuf[k_off + b * k_sb + h * k_sh], 0, K);
     const int c = min(kr, n);
     __global const float *p = scores + s_off + b * s_sb + h * s_sh;

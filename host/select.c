@@ -147,8 +147,28 @@ clkv_status clkv_select_topk_workspace_size(clkv_context *ctx, const clkv_select
 }
 
 /* The one-work-group-per-row kernel (select_row). */
+/* The keep rule as kernel arguments (has_rule = 0 without one). */
+typedef struct rule_args {
+    cl_int has;
+    cl_ulong ratio_bits;
+    cl_float ratio_f;
+    cl_long budget, window;
+} rule_args;
+
+static rule_args make_rule(const clkv__keep_rule *r) {
+    rule_args a = {0, 0, 0.0f, -1, 0};
+    if (r) {
+        a.has = 1;
+        memcpy(&a.ratio_bits, &r->ratio, sizeof a.ratio_bits);
+        a.ratio_f = (cl_float)r->ratio;
+        a.budget = r->budget < 0 ? -1 : r->budget;
+        a.window = r->window;
+    }
+    return a;
+}
+
 static clkv_status launch_row(clkv_context *ctx, const clkv_select_topk_args *args,
-                              const select_plan *p, cl_event *done) {
+                              const select_plan *p, const rule_args *ra, cl_event *done) {
     clkv_defs defs;
     clkv__defs_init(&defs);
     clkv__defs_int(&defs, "SEL_WG", p->row_wg);
@@ -178,12 +198,14 @@ static clkv_status launch_row(clkv_context *ctx, const clkv_select_topk_args *ar
     clkv__log(ctx, "select_topk (row): B=%lld H=%lld N=%lld max_len=%d k=%d largest=%d wg=%d",
               (long long)p->B, (long long)p->H, (long long)p->N, p->max_len, p->K,
               (int)args->largest, p->row_wg);
-    st = clkv__set_args(
-        ctx, kr, "select_row", 24, CLKV_ARG(s_buf), CLKV_ARG(s_off), CLKV_ARG(s_sb), CLKV_ARG(s_sh),
-        CLKV_ARG(H), CLKV_ARG(len_buf), CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len),
-        CLKV_ARG(k_buf), CLKV_ARG(k_off), CLKV_ARG(k_sb), CLKV_ARG(k_sh), CLKV_ARG(has_krow),
-        CLKV_ARG(K), CLKV_ARG(i_buf), CLKV_ARG(i_off), CLKV_ARG(i_sb), CLKV_ARG(i_sh),
-        CLKV_ARG(c_buf), CLKV_ARG(c_off), CLKV_ARG(c_sb), CLKV_ARG(c_sh), CLKV_ARG(has_counts));
+    st = clkv__set_args(ctx, kr, "select_row", 29, CLKV_ARG(s_buf), CLKV_ARG(s_off), CLKV_ARG(s_sb),
+                        CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(len_buf), CLKV_ARG(len_off),
+                        CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(k_buf), CLKV_ARG(k_off),
+                        CLKV_ARG(k_sb), CLKV_ARG(k_sh), CLKV_ARG(has_krow), CLKV_ARG(K),
+                        CLKV_ARG(i_buf), CLKV_ARG(i_off), CLKV_ARG(i_sb), CLKV_ARG(i_sh),
+                        CLKV_ARG(c_buf), CLKV_ARG(c_off), CLKV_ARG(c_sb), CLKV_ARG(c_sh),
+                        CLKV_ARG(has_counts), CLKV_ARG(ra->has), CLKV_ARG(ra->ratio_bits),
+                        CLKV_ARG(ra->ratio_f), CLKV_ARG(ra->budget), CLKV_ARG(ra->window));
     if (st)
         return st;
     const size_t g[2] = {(size_t)p->row_wg, (size_t)p->rows}, l[2] = {(size_t)p->row_wg, 1};
@@ -191,15 +213,21 @@ static clkv_status launch_row(clkv_context *ctx, const clkv_select_topk_args *ar
 }
 
 clkv_status clkv_select_topk(clkv_context *ctx, const clkv_select_topk_args *args, cl_event *done) {
+    return clkv__select_topk_rule(ctx, args, NULL, done);
+}
+
+clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_args *args,
+                                   const clkv__keep_rule *rule, cl_event *done) {
     clkv_status st = check_common(ctx, args);
     if (st != CLKV_OK)
         return st;
+    const rule_args ra = make_rule(rule);
     select_plan p;
     plan_launch(ctx, args, &p);
     if (p.rows == 0)
         return clkv__marker(ctx, done);
     if (p.row_path)
-        return launch_row(ctx, args, &p, done);
+        return launch_row(ctx, args, &p, &ra, done);
 
     clkv_defs defs;
     clkv__defs_init(&defs);
@@ -250,10 +278,12 @@ clkv_status clkv_select_topk(clkv_context *ctx, const clkv_select_topk_args *arg
     const size_t chunk_g[2] = {(size_t)p.nchunks * p.wg, (size_t)p.rows};
     const size_t loc[2] = {(size_t)p.wg, 1};
 
-    st = clkv__set_args(ctx, k_init, "select_init", 14, CLKV_ARG(len_buf), CLKV_ARG(len_off),
+    st = clkv__set_args(ctx, k_init, "select_init", 19, CLKV_ARG(len_buf), CLKV_ARG(len_off),
                         CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(k_buf), CLKV_ARG(k_off),
                         CLKV_ARG(k_sb), CLKV_ARG(k_sh), CLKV_ARG(has_krow), CLKV_ARG(K),
-                        CLKV_ARG(H), CLKV_ARG(ws), CLKV_ARG(st_off), CLKV_ARG(h_off));
+                        CLKV_ARG(H), CLKV_ARG(ws), CLKV_ARG(st_off), CLKV_ARG(h_off),
+                        CLKV_ARG(ra.has), CLKV_ARG(ra.ratio_bits), CLKV_ARG(ra.ratio_f),
+                        CLKV_ARG(ra.budget), CLKV_ARG(ra.window));
     if (st == CLKV_OK)
         st = clkv__launch(ctx, k_init, "select_init", 2, row_g, loc, 0, NULL);
     static const cl_int shifts[3] = {21, 10, 0}, bits[3] = {11, 11, 10};
