@@ -34,9 +34,6 @@
  *   RS          query rows per stage (multiple of 16)
  *   NEED_V, NEED_A, ROUND_P, WRITE_VNORM   as in score_window.cl
  *   KV_ALIGNED  1: K/V rows 16-byte aligned (vector loads); 0: element loads
- *   VNORM_MMA   DropKV: 1 = ||v||^2 as the diagonal of V V^T on the tensor cores (16 mma
- *               per warp and tile instead of ~200 unpack/fma instructions per lane: the
- *               kernel is issue-bound, H200); 0 = f32 sum of squares of the fragments
  *   PREFETCH    1: the next tile's K/V fragments are loaded while this tile is computed
  *               (twice the fragment registers; measured slower on an H200: fewer resident
  *               warps); 0 (default): loaded at the top of each tile
@@ -233,35 +230,7 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
             load_tile(k, v, kb, vb, k_sl, v_sl, j0, n, fg, ft, kf, vf);
 #endif
 
-#if METHOD == M_DROPKV && VNORM_MMA
-        /* ||v||^2 of the warp's 16 keys on the tensor cores: the diagonal of V V^T. The V
-         * B fragments of the two n-tiles are the A fragment of V (rows = keys) under the
-         * same head-dimension permutation: a0 = b0 of n-tile 0, a1 = b0 of n-tile 1,
-         * a2 = b1 of n-tile 0, a3 = b1 of n-tile 1. C[j][j] of key j = 8 nt + 2 t + c sits
-         * in lane (g = 2 t + c, t), element c (n-tile 0) or 2 + c (n-tile 1). */
-        float vc[2][2];
-        {
-            float vv[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-            if (live) {
-                UNROLL
-                for (int kk = 0; kk < NKS; kk++) {
-                    const uint4 c0 = vf[0][kk >> 1], c1 = vf[1][kk >> 1];
-                    const uint b00 = (kk & 1) ? c0.z : c0.x, b01 = (kk & 1) ? c0.w : c0.y;
-                    const uint b10 = (kk & 1) ? c1.z : c1.x, b11 = (kk & 1) ? c1.w : c1.y;
-                    const uint4 va = (uint4)(b00, b10, b01, b11);
-                    mma16816(vv[0], va, b00, b01);
-                    mma16816(vv[1], va, b10, b11);
-                }
-            }
-            UNROLL
-            for (int c = 0; c < 2; c++) {
-                const int src = (2 * ft + c) * 4 + ft;
-                vc[0][c] = shfl_idx(vv[0][c], src);
-                vc[1][c] = shfl_idx(vv[1][2 + c], src);
-            }
-        }
-#endif
-#if (METHOD == M_DROPKV && !VNORM_MMA) || WRITE_VNORM
+#if METHOD == M_DROPKV || WRITE_VNORM
         /* ||v||^2 (DropKV) or ||v||_1 of key j0 + 8 nt + fg, summed over the 4 lanes of fg */
         float vn[2];
         UNROLL
@@ -294,7 +263,7 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
             }
         }
 #endif
-#if METHOD == M_DROPKV && !VNORM_MMA
+#if METHOD == M_DROPKV
         /* ||v||^2 of the keys of this lane's C columns: 8 nt + 2 ft + c */
         float vc[2][2];
         UNROLL
@@ -453,10 +422,7 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
 #if ROUND_P
                         pt = from16(to16(pt));
 #endif
-                        /* approximate division (2 ulp): the weight's error stays far
-                         * below the SPEC §2.1 tolerance, and the IEEE one is ~10
-                         * instructions per element of an issue-bound loop */
-                        const float wt = native_divide(pt, 1.0f - pt + eps);
+                        const float wt = pt / (1.0f - pt + eps);
                         const float d2 = fmax(an + vc[nt][i & 1] - 2.0f * d[nt][i], 0.0f);
                         acc[nt][i & 1] = fma(wt * wt, d2, acc[nt][i & 1]);
 #elif METHOD == M_ANDPRO

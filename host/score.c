@@ -61,7 +61,7 @@ typedef struct score_plan {
     /* window kernel geometry */
     int tpr, wg, kpr, vec_aligned;
     /* tensor-core window kernel (score_window_mma.cl): rows per stage, keys per work-group */
-    int mma, mma_rs, mma_chunk, mma_prefetch, mma_vnorm;
+    int mma, mma_rs, mma_chunk, mma_prefetch;
     /* keydiff */
     int chunk, nchunks;
     /* workspace layout (bytes) */
@@ -236,15 +236,14 @@ static int mma_env(void) {
 }
 
 /* Tuning overrides of the tensor-core kernel, read once per process (-1: the default):
- * $CLKV_SCORE_MMA_PREFETCH (0/1: next tile's K/V loaded during this tile),
- * $CLKV_SCORE_MMA_VNORM (DropKV, 0/1: ||v||^2 on the tensor cores, default 1) and
+ * $CLKV_SCORE_MMA_PREFETCH (0/1: next tile's K/V loaded during this tile) and
  * $CLKV_SCORE_MMA_TILES (64-key tiles per work-group, 1..256). */
 static int mma_tune(const char *name, int lo, int hi) {
     const char *e = getenv(name);
     const int x = e && *e ? atoi(e) : -1;
     return x >= lo && x <= hi ? x : -1;
 }
-static int g_mma_prefetch = -2, g_mma_tiles = -2, g_mma_vnorm = -2;
+static int g_mma_prefetch = -2, g_mma_tiles = -2;
 
 #define MMA_LOCAL_MAX 40960 /* staged query rows, bytes (static local memory <= 48 KiB) */
 #define MMA_KT 64           /* keys per tile of score_window_mma */
@@ -288,9 +287,6 @@ static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p)
     if (g_mma_prefetch == -2)
         g_mma_prefetch = mma_tune("CLKV_SCORE_MMA_PREFETCH", 0, 1);
     p->mma_prefetch = g_mma_prefetch >= 0 ? g_mma_prefetch : 0;
-    if (g_mma_vnorm == -2)
-        g_mma_vnorm = mma_tune("CLKV_SCORE_MMA_VNORM", 0, 1);
-    p->mma_vnorm = g_mma_vnorm >= 0 ? g_mma_vnorm : 1;
 }
 
 int64_t clkv__score_protect(const clkv_score_args *a) {
@@ -445,7 +441,6 @@ static clkv_status launch_window(clkv_context *ctx, const clkv_score_args *a, co
     if (p->mma) {
         clkv__defs_int(&defs, "RS", p->mma_rs);
         clkv__defs_int(&defs, "PREFETCH", p->mma_prefetch);
-        clkv__defs_int(&defs, "VNORM_MMA", p->mma_vnorm && m == CLKV_SCORE_DROPKV);
         clkv__defs_int(&defs, "KV_ALIGNED",
                        clkv__rows_aligned(&a->k, 8) && (!nv || clkv__rows_aligned(&a->v, 8)));
     } else {

@@ -13,9 +13,10 @@
 #define STATE_WORDS 8 /* per-row state words (cl_kernels/select.cl) */
 #define ROW_PER_ITEM 16
 /* Rows up to this many tokens take select_row (one work-group per row, one launch)
- * unless a chunk length is forced. H200, 8 rows, before the loads of a tile were
- * batched: the multi-kernel pipeline 52 us at 16K and 55 us at 128K tokens, the row
- * kernel 35 us at 16K but 284 us at 128K (a row streams through one SM). */
+ * unless a chunk length is forced. H200, clkv_keep_set of 8 rows (DropKV step): 16K
+ * tokens 33 us against 41 us chunked; a row streams through one SM, so long rows stay
+ * chunked (128K: 284 us in one work-group per row before the loads of a tile were
+ * batched, 55 us chunked). */
 #define ROW_MAX_LEN (1 << 15)
 
 typedef struct select_plan {
