@@ -231,3 +231,28 @@ inline float clkv_softmax_merge(float *m, float *l, float m2, float l2, float *f
     *f2 = g;
     return f1;
 }
+
+#ifdef cl_khr_fp64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+
+/* (long)(x * (double)n) as the host computes it; x arrives as the bits of a double (and
+ * as a float for devices without fp64, where the product is rounded in f32 instead). */
+inline long clkv_scaled_floor(ulong x_bits, float x_f, long n) {
+#ifdef cl_khr_fp64
+    (void)x_f;
+    return (long)(as_double(x_bits) * (double)n);
+#else
+    (void)x_bits;
+    return (long)(x_f * (float)n);
+#endif
+}
+
+/* Keep count of an eviction keep-set for n tokens (clkv_keep_count, score.h):
+ * min(n, max(base, window, 1)), base = (long)(ratio * n) or the budget when >= 0. */
+inline long clkv_keep_rule(long n, ulong ratio_bits, float ratio_f, long budget, long window) {
+    long keep = budget >= 0 ? budget : clkv_scaled_floor(ratio_bits, ratio_f, n);
+    keep = max(keep, window);
+    keep = max(keep, 1L);
+    return min(keep, n);
+}

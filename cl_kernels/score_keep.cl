@@ -1,22 +1,6 @@
 /* Keep-set helpers (SPEC §2.1 last part, §2.2 CriticalKV two-stage selection).
  * -D set: WG_SIZE. */
 
-#ifdef cl_khr_fp64
-#pragma OPENCL EXTENSION cl_khr_fp64 : enable
-#endif
-
-/* (long)(x * (double)n) as the host computes it; x arrives as the bits of a double (and
- * as a float for devices without fp64, where the product is rounded in f32 instead). */
-inline long scaled_floor(ulong x_bits, float x_f, long n) {
-#ifdef cl_khr_fp64
-    (void)x_f;
-    return (long)(as_double(x_bits) * (double)n);
-#else
-    (void)x_bits;
-    return (long)(x_f * (float)n);
-#endif
-}
-
 /* Per (b, h): keep = min(n, max(base, window, 1)) with base = (long)(ratio * n) or the
  * absolute budget (>= 0); k1 = (long)(keep * first_stage_ratio) when two_stage. */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
@@ -28,13 +12,10 @@ keep_counts(__global const int *lengths, long len_off, int has_len, int max_len,
         return;
     const int b = row / H;
     const int n = has_len ? clamp(lengths[len_off + b], 0, max_len) : max_len;
-    long keep = budget >= 0 ? budget : scaled_floor(ratio_bits, ratio_f, n);
-    keep = max(keep, window);
-    keep = max(keep, 1L);
-    keep = min(keep, (long)n);
+    const long keep = clkv_keep_rule(n, ratio_bits, ratio_f, budget, window);
     ws[krow_off + row] = (int)keep;
     if (two_stage)
-        ws[k1_off + row] = (int)min(scaled_floor(r1_bits, r1_f, keep), keep);
+        ws[k1_off + row] = (int)min(clkv_scaled_floor(r1_bits, r1_f, keep), keep);
 }
 
 /* dst[b, h, j] = src[b, h, j] for j < N (dense copy of the score rows). */

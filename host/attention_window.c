@@ -21,6 +21,7 @@ typedef struct window_plan {
     int mma;                /* tensor-core (mma.sync) variant, or its portable emulation */
     int fa;                 /* attention_window_mma.cl (NVIDIA tensor cores, FA2 style) */
     int fa_qt, fa_nwk, fa_kw, fa_nstg, fa_aligned; /* its tile parameters */
+    size_t fa_local;                               /* its static local memory, bytes */
     int n_qtiles;
     int splits, chunk;
     size_t part_acc_bytes, part_ml_bytes;
@@ -152,6 +153,7 @@ static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, windo
     while (nstg > 2 && nstg * stage + ml_bytes > ctx->info.static_local_mem_bytes)
         nstg--; /* devices with less static local memory: fewer stages */
     p->fa_nstg = (int)nstg;
+    p->fa_local = nstg * stage + ml_bytes;
     p->fa_aligned = clkv__rows_aligned(&a->k, 8) && clkv__rows_aligned(&a->v, 8);
     /* the stages also hold the final combine of the warps' accumulators (64 rows x D f32) */
     if (nstg * stage < (size_t)64 * (size_t)p->D * 4)
@@ -247,6 +249,14 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
          * keys and 146 us at 128K; 24 splits 36 / 171 us, 32 splits 34 / 150 us). */
         if (p->fa && units > 0 && units * 2 <= cu)
             splits = cu / units;
+        /* Several row blocks (G * T > 16: window scoring, T = 8 with G = 4): two
+         * work-groups per compute unit where two fit its local memory, still one wave
+         * (H200, bf16, Hq 32 / Hkv 8, D 128, T = 8, 128K keys: 32 splits 151 us, 16
+         * splits 172 us, 24 splits 185 us, 48 splits 192 us). Decode (16 rows) keeps one. */
+        if (p->fa && p->fa_qt >= 32 && units > 0 && units * 2 <= cu &&
+            2 * p->fa_local <= ctx->info.static_local_mem_bytes &&
+            len >= (2 * cu / units) * 1024) /* 16K keys: 16 splits 34.2 us, 32 35.9 us */
+            splits = 2 * cu / units;
         static int sp_cached = INT_MIN;
         const int sp_env = env_int_once(&sp_cached, "CLKV_WINDOW_FA_SPLITS");
         if (p->fa && sp_env > 0) /* tuning override */

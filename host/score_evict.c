@@ -166,6 +166,12 @@ clkv_status clkv_evict_keep_set_workspace_size(clkv_context *ctx, const clkv_evi
     return st;
 }
 
+static int g_stages = 0;
+
+void clkv__evict_set_stages(int mask) {
+    g_stages = mask & (CLKV__EVICT_ATTENTION | CLKV__EVICT_SCORE | CLKV__EVICT_KEEP);
+}
+
 clkv_status clkv_evict_keep_set(clkv_context *ctx, const clkv_evict_args *args, cl_event *done) {
     if (!ctx)
         return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
@@ -176,9 +182,13 @@ clkv_status clkv_evict_keep_set(clkv_context *ctx, const clkv_evict_args *args, 
     clkv_status st = plan(ctx, args, &s, &total);
     if (st)
         return st;
-    if (s.window && (st = clkv_attention_window(ctx, &s.att, NULL)))
+    const int stages = g_stages ? g_stages : 7;
+    if (s.window && (stages & CLKV__EVICT_ATTENTION) &&
+        (st = clkv_attention_window(ctx, &s.att, NULL)))
         return st;
-    if ((st = clkv_score(ctx, &s.score, NULL)))
+    if ((stages & CLKV__EVICT_SCORE) && (st = clkv_score(ctx, &s.score, NULL)))
         return st;
-    return clkv_keep_set(ctx, &s.keep, done);
+    if (stages & CLKV__EVICT_KEEP)
+        return clkv_keep_set(ctx, &s.keep, done);
+    return clkv__marker(ctx, done);
 }

@@ -13,4 +13,14 @@ int64_t clkv__score_protect(const clkv_score_args *a);
  * $CLKV_SCORE_TPR sets the same, read once per process. */
 void clkv__score_force_tpr(int tpr);
 
+/* Stages of clkv_evict_keep_set, for per-stage timing (`clkv bench dropkv --breakdown`):
+ * a mask of CLKV__EVICT_ATTENTION | CLKV__EVICT_SCORE | CLKV__EVICT_KEEP; 0 (the default)
+ * runs all. A call that skips a stage reads whatever its predecessor left in the
+ * workspace (benchmarking only; results are meaningless unless the mask is 0). Process
+ * wide, not thread-safe. */
+#define CLKV__EVICT_ATTENTION 1
+#define CLKV__EVICT_SCORE 2
+#define CLKV__EVICT_KEEP 4
+void clkv__evict_set_stages(int mask);
+
 #endif

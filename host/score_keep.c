@@ -1,5 +1,6 @@
-/* clkv_keep_set: per-row keep counts on the device, optional CriticalKV first stage,
- * then clkv_select_topk with k_per_row (cl_kernels/score_keep.cl). */
+/* clkv_keep_set: the selection with per-row keep counts computed on the device (inside
+ * the selection kernels; with the CriticalKV first stage, by keep_counts beforehand,
+ * cl_kernels/score_keep.cl). */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -7,6 +8,7 @@
 
 #include "clkv/score.h"
 #include "clkv/select.h"
+#include "host/select_internal.h"
 #include "runtime/internal.h"
 
 #define KEEP_WG 64
@@ -153,14 +155,13 @@ clkv_status clkv_keep_set(clkv_context *ctx, const clkv_keep_set_args *args, cl_
         return st;
     if (p.B * p.H == 0)
         return clkv__marker(ctx, done);
-    cl_kernel kc, kcopy = NULL, kboost = NULL;
+    cl_kernel kc = NULL, kcopy = NULL, kboost = NULL;
     clkv_defs defs;
     clkv__defs_init(&defs);
     clkv__defs_int(&defs, "WG_SIZE", KEEP_WG);
-    if ((st = clkv__get_kernel(ctx, "score_keep.cl", &defs, "keep_counts", &kc)))
-        return st;
     if (p.two_stage &&
-        ((st = clkv__get_kernel(ctx, "score_keep.cl", &defs, "keep_copy", &kcopy)) ||
+        ((st = clkv__get_kernel(ctx, "score_keep.cl", &defs, "keep_counts", &kc)) ||
+         (st = clkv__get_kernel(ctx, "score_keep.cl", &defs, "keep_copy", &kcopy)) ||
          (st = clkv__get_kernel(ctx, "score_keep.cl", &defs, "keep_boost", &kboost))))
         return st;
     cl_mem ws;
@@ -173,7 +174,10 @@ clkv_status clkv_keep_set(clkv_context *ctx, const clkv_keep_set_args *args, cl_
     clkv_select_topk_args fin = CLKV_SELECT_TOPK_ARGS_INIT, first = CLKV_SELECT_TOPK_ARGS_INIT;
     fin.scores = p.two_stage ? ws_tensor(ws, dense_at, CLKV_F32, 3, p.B, p.H, p.N) : args->scores;
     fin.lengths = args->lengths;
-    fin.k_per_row = ws_tensor(ws, krow_at, CLKV_I32, 2, p.B, p.H, 0);
+    /* one stage: the selection computes each row's keep count itself (no keep_counts
+     * launch); two stages: keep_counts writes both counts first */
+    if (p.two_stage)
+        fin.k_per_row = ws_tensor(ws, krow_at, CLKV_I32, 2, p.B, p.H, 0);
     fin.indices = args->indices;
     fin.counts = args->counts;
     fin.max_length = args->max_length;
@@ -201,13 +205,15 @@ clkv_status clkv_keep_set(clkv_context *ctx, const clkv_keep_set_args *args, cl_
     const cl_float rf = (cl_float)args->ratio, r1f = (cl_float)args->first_stage_ratio;
     const cl_long budget = args->budget < 0 ? -1 : args->budget, window = args->window,
                   krow_off = (cl_long)(krow_at / 4), k1_off = (cl_long)(k1_at / 4);
-    st = clkv__set_args(ctx, kc, "keep_counts", 16, CLKV_ARG(len_buf), CLKV_ARG(len_off),
-                        CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(H), CLKV_ARG(rows),
-                        CLKV_ARG(rbits), CLKV_ARG(rf), CLKV_ARG(budget), CLKV_ARG(window),
-                        CLKV_ARG(r1bits), CLKV_ARG(r1f), CLKV_ARG(two), CLKV_ARG(ws),
-                        CLKV_ARG(krow_off), CLKV_ARG(k1_off));
+    st = !p.two_stage
+             ? CLKV_OK
+             : clkv__set_args(ctx, kc, "keep_counts", 16, CLKV_ARG(len_buf), CLKV_ARG(len_off),
+                              CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(H), CLKV_ARG(rows),
+                              CLKV_ARG(rbits), CLKV_ARG(rf), CLKV_ARG(budget), CLKV_ARG(window),
+                              CLKV_ARG(r1bits), CLKV_ARG(r1f), CLKV_ARG(two), CLKV_ARG(ws),
+                              CLKV_ARG(krow_off), CLKV_ARG(k1_off));
     const size_t gc[1] = {(size_t)(rows + KEEP_WG - 1) / KEEP_WG * KEEP_WG}, lc[1] = {KEEP_WG};
-    if (!st)
+    if (!st && p.two_stage)
         st = clkv__launch(ctx, kc, "keep_counts", 1, gc, lc, 0, NULL);
     if (!st && p.two_stage) {
         const cl_long s_off = clkv__elem_offset(&args->scores), s_sb = args->scores.strides[0],
@@ -234,7 +240,8 @@ clkv_status clkv_keep_set(clkv_context *ctx, const clkv_keep_set_args *args, cl_
                 st = clkv__launch(ctx, kboost, "keep_boost", 3, gb, l3, 0, NULL);
         }
     }
+    const clkv__keep_rule rule = {args->ratio, args->budget, args->window};
     if (!st)
-        st = clkv_select_topk(ctx, &fin, done);
+        st = clkv__select_topk_rule(ctx, &fin, p.two_stage ? NULL : &rule, done);
     return st;
 }

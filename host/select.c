@@ -4,15 +4,25 @@
 #include <string.h>
 
 #include "clkv/select.h"
+#include "host/select_internal.h"
 #include "runtime/internal.h"
 
 #define KERNEL_FILE "select.cl"
 #define SEL_BINS 2048
 #define PER_ITEM 8
+#define STATE_WORDS 8 /* per-row state words (cl_kernels/select.cl) */
+#define ROW_PER_ITEM 16
+/* Rows up to this many tokens take select_row (one work-group per row, one launch)
+ * unless a chunk length is forced. H200, clkv_keep_set of 8 rows (DropKV step): 16K
+ * tokens 33 us against 41 us chunked; a row streams through one SM, so long rows stay
+ * chunked (128K: 284 us in one work-group per row before the loads of a tile were
+ * batched, 55 us chunked). */
+#define ROW_MAX_LEN (1 << 15)
 
 typedef struct select_plan {
     int64_t B, H, N, rows;
     int max_len, K;
+    int row_path, row_wg; /* select_row and its work-group size */
     int wg, chunk, nchunks;
     size_t state_bytes, hist_bytes, cc_bytes;
 } select_plan;
@@ -57,6 +67,20 @@ static clkv_status validate(clkv_context *ctx, const clkv_select_topk_args *a) {
     return CLKV_OK;
 }
 
+static int g_force_path = -1;
+
+void clkv__select_force_path(int path) {
+    g_force_path = path == 1 || path == 2 ? path : 0;
+}
+
+static int forced_path(void) {
+    if (g_force_path < 0) {
+        const char *e = getenv("CLKV_SELECT_ROW");
+        g_force_path = e && *e ? (e[0] == '0' ? 2 : 1) : 0;
+    }
+    return g_force_path;
+}
+
 static void plan_launch(clkv_context *ctx, const clkv_select_topk_args *a, select_plan *p) {
     memset(p, 0, sizeof *p);
     p->B = a->scores.dims[0];
@@ -82,16 +106,24 @@ static void plan_launch(clkv_context *ctx, const clkv_select_topk_args *a, selec
     int64_t chunk = (len + per_row - 1) / per_row;
     /* CLKV_SELECT_CHUNK forces the chunk length (tests: many chunks per row on any device) */
     const char *force = getenv("CLKV_SELECT_CHUNK");
-    if (force && *force && atoll(force) > 0)
+    const int chunk_forced = force && *force && atoll(force) > 0;
+    if (chunk_forced)
         chunk = atoll(force);
     chunk = (chunk + tile - 1) / tile * tile;
     if (chunk < tile)
         chunk = tile;
     p->chunk = (int)(chunk > INT32_MAX / 2 ? INT32_MAX / 2 / tile * tile : chunk);
     p->nchunks = (int)((len + p->chunk - 1) / p->chunk);
-    p->state_bytes = clkv__ws_align((size_t)p->rows * 4 * 4);
+    p->state_bytes = clkv__ws_align((size_t)p->rows * STATE_WORDS * 4);
     p->hist_bytes = clkv__ws_align((size_t)p->rows * SEL_BINS * 4);
     p->cc_bytes = clkv__ws_align((size_t)p->rows * (size_t)p->nchunks * 2 * 4);
+    /* one work-group per row: 512 lanes on a GPU (registers of 1024 would be tight) */
+    int rwg = gpu ? 512 : 256;
+    while ((uint64_t)rwg > ctx->info.max_work_group_size && rwg > 1)
+        rwg /= 2;
+    p->row_wg = rwg;
+    const int fp = forced_path();
+    p->row_path = fp == 1 || (fp == 0 && !chunk_forced && p->max_len <= ROW_MAX_LEN);
 }
 
 static clkv_status check_common(clkv_context *ctx, const clkv_select_topk_args *args) {
@@ -115,29 +147,102 @@ clkv_status clkv_select_topk_workspace_size(clkv_context *ctx, const clkv_select
     return CLKV_OK;
 }
 
+/* The one-work-group-per-row kernel (select_row). */
+/* The keep rule as kernel arguments (has_rule = 0 without one). */
+typedef struct rule_args {
+    cl_int has;
+    cl_ulong ratio_bits;
+    cl_float ratio_f;
+    cl_long budget, window;
+} rule_args;
+
+static rule_args make_rule(const clkv__keep_rule *r) {
+    rule_args a = {0, 0, 0.0f, -1, 0};
+    if (r) {
+        a.has = 1;
+        memcpy(&a.ratio_bits, &r->ratio, sizeof a.ratio_bits);
+        a.ratio_f = (cl_float)r->ratio;
+        a.budget = r->budget < 0 ? -1 : r->budget;
+        a.window = r->window;
+    }
+    return a;
+}
+
+static clkv_status launch_row(clkv_context *ctx, const clkv_select_topk_args *args,
+                              const select_plan *p, const rule_args *ra, cl_event *done) {
+    clkv_defs defs;
+    clkv__defs_init(&defs);
+    clkv__defs_int(&defs, "SEL_WG", p->row_wg);
+    clkv__defs_int(&defs, "SELECT_SMALLEST", args->largest ? 0 : 1);
+    clkv__defs_int(&defs, "PER_ITEM", ROW_PER_ITEM);
+    cl_kernel kr;
+    clkv_status st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_row", &kr);
+    if (st == CLKV_OK)
+        st = clkv__check_local_mem(ctx, kr, "select_row", 0);
+    if (st)
+        return st;
+    const clkv_tensor *sc = &args->scores;
+    const cl_mem s_buf = sc->buf, len_buf = args->lengths.buf, k_buf = args->k_per_row.buf,
+                 i_buf = args->indices.buf, c_buf = args->counts.buf;
+    const cl_long s_off = clkv__elem_offset(sc), s_sb = sc->strides[0], s_sh = sc->strides[1];
+    const cl_long len_off = len_buf ? clkv__elem_offset(&args->lengths) : 0;
+    const cl_long k_off = k_buf ? clkv__elem_offset(&args->k_per_row) : 0,
+                  k_sb = k_buf ? args->k_per_row.strides[0] : 0,
+                  k_sh = k_buf ? args->k_per_row.strides[1] : 0;
+    const cl_long i_off = clkv__elem_offset(&args->indices), i_sb = args->indices.strides[0],
+                  i_sh = args->indices.strides[1];
+    const cl_long c_off = c_buf ? clkv__elem_offset(&args->counts) : 0,
+                  c_sb = c_buf ? args->counts.strides[0] : 0,
+                  c_sh = c_buf ? args->counts.strides[1] : 0;
+    const cl_int has_len = len_buf != NULL, has_krow = k_buf != NULL, has_counts = c_buf != NULL;
+    const cl_int max_len = p->max_len, K = p->K, H = (cl_int)p->H;
+    clkv__log(ctx, "select_topk (row): B=%lld H=%lld N=%lld max_len=%d k=%d largest=%d wg=%d",
+              (long long)p->B, (long long)p->H, (long long)p->N, p->max_len, p->K,
+              (int)args->largest, p->row_wg);
+    st = clkv__set_args(ctx, kr, "select_row", 29, CLKV_ARG(s_buf), CLKV_ARG(s_off), CLKV_ARG(s_sb),
+                        CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(len_buf), CLKV_ARG(len_off),
+                        CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(k_buf), CLKV_ARG(k_off),
+                        CLKV_ARG(k_sb), CLKV_ARG(k_sh), CLKV_ARG(has_krow), CLKV_ARG(K),
+                        CLKV_ARG(i_buf), CLKV_ARG(i_off), CLKV_ARG(i_sb), CLKV_ARG(i_sh),
+                        CLKV_ARG(c_buf), CLKV_ARG(c_off), CLKV_ARG(c_sb), CLKV_ARG(c_sh),
+                        CLKV_ARG(has_counts), CLKV_ARG(ra->has), CLKV_ARG(ra->ratio_bits),
+                        CLKV_ARG(ra->ratio_f), CLKV_ARG(ra->budget), CLKV_ARG(ra->window));
+    if (st)
+        return st;
+    const size_t g[2] = {(size_t)p->row_wg, (size_t)p->rows}, l[2] = {(size_t)p->row_wg, 1};
+    return clkv__launch(ctx, kr, "select_row", 2, g, l, 0, done);
+}
+
 clkv_status clkv_select_topk(clkv_context *ctx, const clkv_select_topk_args *args, cl_event *done) {
+    return clkv__select_topk_rule(ctx, args, NULL, done);
+}
+
+clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_args *args,
+                                   const clkv__keep_rule *rule, cl_event *done) {
     clkv_status st = check_common(ctx, args);
     if (st != CLKV_OK)
         return st;
+    const rule_args ra = make_rule(rule);
     select_plan p;
     plan_launch(ctx, args, &p);
     if (p.rows == 0)
         return clkv__marker(ctx, done);
+    if (p.row_path)
+        return launch_row(ctx, args, &p, &ra, done);
 
     clkv_defs defs;
     clkv__defs_init(&defs);
     clkv__defs_int(&defs, "SEL_WG", p.wg);
     clkv__defs_int(&defs, "SELECT_SMALLEST", args->largest ? 0 : 1);
     clkv__defs_int(&defs, "PER_ITEM", PER_ITEM);
-    cl_kernel k_init, k_hist, k_scan, k_count, k_offs, k_write;
+    cl_kernel k_init, k_hist, k_count, k_write;
     if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_init", &k_init)) ||
         (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_hist", &k_hist)) ||
-        (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_scan", &k_scan)) ||
         (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_count", &k_count)) ||
-        (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_offsets", &k_offs)) ||
         (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_write", &k_write)))
         return st;
     if ((st = clkv__check_local_mem(ctx, k_hist, "select_hist", 0)) ||
+        (st = clkv__check_local_mem(ctx, k_count, "select_count", 0)) ||
         (st = clkv__check_local_mem(ctx, k_write, "select_write", 0)))
         return st;
     cl_mem ws;
@@ -174,42 +279,34 @@ clkv_status clkv_select_topk(clkv_context *ctx, const clkv_select_topk_args *arg
     const size_t chunk_g[2] = {(size_t)p.nchunks * p.wg, (size_t)p.rows};
     const size_t loc[2] = {(size_t)p.wg, 1};
 
-    st = clkv__set_args(ctx, k_init, "select_init", 14, CLKV_ARG(len_buf), CLKV_ARG(len_off),
+    st = clkv__set_args(ctx, k_init, "select_init", 19, CLKV_ARG(len_buf), CLKV_ARG(len_off),
                         CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(k_buf), CLKV_ARG(k_off),
                         CLKV_ARG(k_sb), CLKV_ARG(k_sh), CLKV_ARG(has_krow), CLKV_ARG(K),
-                        CLKV_ARG(H), CLKV_ARG(ws), CLKV_ARG(st_off), CLKV_ARG(h_off));
+                        CLKV_ARG(H), CLKV_ARG(ws), CLKV_ARG(st_off), CLKV_ARG(h_off),
+                        CLKV_ARG(ra.has), CLKV_ARG(ra.ratio_bits), CLKV_ARG(ra.ratio_f),
+                        CLKV_ARG(ra.budget), CLKV_ARG(ra.window));
     if (st == CLKV_OK)
         st = clkv__launch(ctx, k_init, "select_init", 2, row_g, loc, 0, NULL);
     static const cl_int shifts[3] = {21, 10, 0}, bits[3] = {11, 11, 10};
     for (int pass = 0; pass < 3 && st == CLKV_OK; pass++) {
         const cl_int shift = shifts[pass], nbits = bits[pass], last = pass == 2;
-        st = clkv__set_args(ctx, k_hist, "select_hist", 15, CLKV_ARG(s_buf), CLKV_ARG(s_off),
+        st = clkv__set_args(ctx, k_hist, "select_hist", 17, CLKV_ARG(s_buf), CLKV_ARG(s_off),
                             CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(ws),
                             CLKV_ARG(st_off), CLKV_ARG(h_off), CLKV_ARG(len_buf), CLKV_ARG(len_off),
-                            CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(chunk), CLKV_ARG(shift),
-                            CLKV_ARG(nbits));
+                            CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(chunk),
+                            CLKV_ARG(nchunks), CLKV_ARG(shift), CLKV_ARG(nbits), CLKV_ARG(last));
         if (st == CLKV_OK)
             st = clkv__launch(ctx, k_hist, "select_hist", 2, chunk_g, loc, 0, NULL);
-        if (st == CLKV_OK)
-            st = clkv__set_args(ctx, k_scan, "select_scan", 5, CLKV_ARG(ws), CLKV_ARG(st_off),
-                                CLKV_ARG(h_off), CLKV_ARG(shift), CLKV_ARG(last));
-        if (st == CLKV_OK)
-            st = clkv__launch(ctx, k_scan, "select_scan", 2, row_g, loc, 0, NULL);
     }
     if (st == CLKV_OK)
-        st = clkv__set_args(ctx, k_count, "select_count", 14, CLKV_ARG(s_buf), CLKV_ARG(s_off),
+        st = clkv__set_args(ctx, k_count, "select_count", 19, CLKV_ARG(s_buf), CLKV_ARG(s_off),
                             CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(ws),
                             CLKV_ARG(st_off), CLKV_ARG(cc_off), CLKV_ARG(len_buf),
                             CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len),
-                            CLKV_ARG(chunk), CLKV_ARG(nchunks));
+                            CLKV_ARG(chunk), CLKV_ARG(nchunks), CLKV_ARG(c_buf), CLKV_ARG(c_off),
+                            CLKV_ARG(c_sb), CLKV_ARG(c_sh), CLKV_ARG(has_counts));
     if (st == CLKV_OK)
         st = clkv__launch(ctx, k_count, "select_count", 2, chunk_g, loc, 0, NULL);
-    if (st == CLKV_OK)
-        st = clkv__set_args(ctx, k_offs, "select_offsets", 10, CLKV_ARG(ws), CLKV_ARG(st_off),
-                            CLKV_ARG(cc_off), CLKV_ARG(nchunks), CLKV_ARG(c_buf), CLKV_ARG(c_off),
-                            CLKV_ARG(c_sb), CLKV_ARG(c_sh), CLKV_ARG(has_counts), CLKV_ARG(H));
-    if (st == CLKV_OK)
-        st = clkv__launch(ctx, k_offs, "select_offsets", 2, row_g, loc, 0, NULL);
     if (st == CLKV_OK)
         st = clkv__set_args(ctx, k_write, "select_write", 19, CLKV_ARG(s_buf), CLKV_ARG(s_off),
                             CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(ws),

@@ -16,6 +16,7 @@
 #include "ref/ref_select.h"
 
 #include "clkv/select.h"
+#include "host/select_internal.h"
 
 #include <float.h>
 #include <inttypes.h>
@@ -55,7 +56,7 @@ typedef struct sel_run {
 
 #define S_OFF_ELEMS 3 /* scores start at an odd element offset */
 
-static void run_select(const sel_run *r) {
+static void run_select_path(const sel_run *r) {
     clkv_context *ctx = g_ctx;
     const int64_t B = r->B, H = r->H, N = r->N, RS = N + r->pad, k = r->k;
     const int64_t maxlen = r->max_length < 0 ? N : r->max_length;
@@ -146,6 +147,15 @@ static void run_select(const sel_run *r) {
     tu_release(a.counts.buf);
     tu_release(a.lengths.buf);
     tu_release(a.k_per_row.buf);
+}
+
+/* Every case on both kernel paths: one work-group per row and the chunked pipeline. */
+static void run_select(const sel_run *r) {
+    for (int path = 1; path <= 2; path++) {
+        clkv__select_force_path(path);
+        run_select_path(r);
+    }
+    clkv__select_force_path(0);
 }
 
 /* One row (B = H = 1) of n scores, every k of {0, 1, n-1, n, n+5}, both modes. */

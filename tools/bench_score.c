@@ -11,6 +11,7 @@
 #include "bench_common.h"
 #include "bench_util.h"
 #include "cli.h"
+#include "host/score_internal.h"
 #include "runtime/internal.h"
 #include "tool_data.h"
 
@@ -39,6 +40,8 @@ void usage_bench_score(FILE *f) {
             "  --dtype T           f32 | f16 | bf16 for q, K, V          (default bf16)\n"
             "  --layout L          K/V hnd | nhd                         (default hnd)\n"
             "  --ratio R           keep ratio (dropkv/evict)             (default 0.1)\n"
+            "  --breakdown         dropkv/evict: also time each stage alone (window\n"
+            "                      attention, scorer + pooling, keep-set), same layout\n"
             "  --iters N           back-to-back calls per timed batch     (default 20)\n"
             "  --repeats N         timed batches; the median is reported  (default 9)\n"
             "  --warmup N          untimed calls after the first          (default 3)\n"
@@ -54,7 +57,7 @@ void usage_bench_score(FILE *f) {
 }
 
 typedef struct sopts {
-    int full;
+    int full, breakdown;
     clkv_score_method method;
     int64_t batch[MAX_LIST], len[MAX_LIST];
     int nbatch, nlen;
@@ -128,6 +131,8 @@ static int parse_opts(int argc, char **argv, sopts *o) {
             bad = m < 0 || !end || *end || !(o->ratio >= 0.0 && o->ratio <= 1.0);
             if (m > 0 && bad)
                 fprintf(stderr, "clkv: --ratio: '%s' is not a number in [0, 1]\n", v);
+        } else if (strcmp(argv[i], "--breakdown") == 0) {
+            o->breakdown = 1;
         } else if ((m = bench_common_option(argc, argv, &i, &common)) != 0) {
             bad = m < 0;
         } else {
@@ -162,6 +167,7 @@ typedef struct sresult {
     clkv_status status;
     char error[256];
     double first_s, median_s, min_s;
+    double stage_us[3]; /* --breakdown: attention, scorer + pooling, keep-set (medians) */
     uint64_t bytes;
     double floor_us, pct, gbps;
 } sresult;
@@ -299,6 +305,18 @@ static void run_shape(clkv_context *ctx, const sopts *o, const tool_bandwidth *b
             r->median_s = tool_median(per, (int)o->repeats);
             r->min_s = tool_min(per, (int)o->repeats);
         }
+        /* each stage alone, on the intermediates the full calls above left behind */
+        static const int stage_mask[3] = {CLKV__EVICT_ATTENTION, CLKV__EVICT_SCORE,
+                                          CLKV__EVICT_KEEP};
+        for (int sg = 0; sg < 3 && o->full && o->breakdown && !st; sg++) {
+            clkv__evict_set_stages(stage_mask[sg]);
+            st = time_batch(ctx, &op, (int)(o->warmup > 0 ? o->warmup : 1), &warm);
+            for (int i = 0; i < (int)o->repeats && !st; i++)
+                st = time_batch(ctx, &op, (int)o->iters, &per[i]);
+            clkv__evict_set_stages(0);
+            if (!st)
+                r->stage_us[sg] = tool_median(per, (int)o->repeats) * 1e6;
+        }
     }
     free_bufs(&b);
     if (st) {
@@ -359,6 +377,7 @@ static int bench_common(int argc, char **argv, int full, int force_dropkv) {
             r.B = o.batch[ib];
             r.L = o.len[il];
             r.first_s = r.median_s = r.min_s = NAN;
+            r.stage_us[0] = r.stage_us[1] = r.stage_us[2] = NAN;
             run_shape(ctx, &o, &bw, &r);
             if (r.status != CLKV_OK) {
                 failed = 1;
@@ -386,6 +405,11 @@ static int bench_common(int argc, char **argv, int full, int force_dropkv) {
             tool_record_num(&rec, "read_bw_gbps", bw.gbps_median);
             tool_record_num(&rec, "floor_us", r.floor_us);
             tool_record_num(&rec, "pct_floor", r.pct);
+            if (o.breakdown && full) {
+                tool_record_num(&rec, "attention_us", r.stage_us[0]);
+                tool_record_num(&rec, "score_pool_us", r.stage_us[1]);
+                tool_record_num(&rec, "keep_set_us", r.stage_us[2]);
+            }
             tool_record_str(&rec, "status", r.status == CLKV_OK ? "ok" : "error");
             tool_record_str(&rec, "error", r.error);
             if (o.format == TOOL_FMT_JSON) {
@@ -401,6 +425,11 @@ static int bench_common(int argc, char **argv, int full, int force_dropkv) {
                        (long long)r.B, (long long)r.L, (long long)r.W, r.median_s * 1e6,
                        r.min_s * 1e6, (double)r.bytes * 1e-6, r.gbps, r.floor_us, r.pct,
                        r.first_s * 1e3);
+                if (o.breakdown && full)
+                    printf("      stages alone: attention %.2f us, scorer + pooling %.2f us, "
+                           "keep-set %.2f us (sum %.2f)\n",
+                           r.stage_us[0], r.stage_us[1], r.stage_us[2],
+                           r.stage_us[0] + r.stage_us[1] + r.stage_us[2]);
             } else {
                 printf("%5lld %8lld  error: %s\n", (long long)r.B, (long long)r.L, r.error);
             }

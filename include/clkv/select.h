@@ -43,12 +43,15 @@ extern "C" {
  * N may be up to 2^31 - 1 (SPEC asks for 2^24).
  *
  * Algorithm: exact radix select on the f32 bit pattern mapped to an order-preserving
- * uint32 (three histogram passes of 11/11/10 bits in local memory, every row split over
- * many work-groups so a single long row fills the device), which yields the c-th best
- * key T and the number of ties at T to take; then per-chunk counts, an exclusive scan of
- * the counts per row, and an ordered compaction writing indices in position order. No
- * sort; the scores are read 5 times. Ten kernels are enqueued on the context's queue;
- * scratch (histograms, per-chunk counts) comes from the context's workspace (see
+ * uint32 (three histogram passes of 11/11/10 bits in local memory), which yields the c-th
+ * best key T and the number of ties at T to take, then an ordered compaction writing
+ * indices in position order. No sort. Rows of at most 32768 tokens (max_length) run in
+ * ONE kernel, one work-group per row (the row is read 4 times). Longer rows are split
+ * over many work-groups so a single long row fills the device: init, three histogram
+ * kernels, per-chunk counts with their exclusive scan, and the compaction -- six kernels
+ * (the per-row scans run in the last work-group of each row to finish a pass; the scores
+ * are read 5 times); scratch (histograms, per-chunk counts) comes from the context's
+ * workspace (see
  * clkv_select_topk_workspace_size). Nothing blocks.
  */
 typedef struct clkv_select_topk_args {
