@@ -206,12 +206,6 @@ inline void clkv_ldmatrix4_trans(uint *r, __local const void *row) {
                  : "memory");
 }
 
-inline ushort clkv_f32_to_f16_bits(float x) {
-    ushort h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
-    return h;
-}
-
 /* Two values rounded to the nearest 16-bit values, packed (lower index low). */
 inline uint clkv_round16x2_1(float p0, float p1) {
     uint r;
@@ -229,16 +223,15 @@ inline uint clkv_round16x2_2(float p0, float p1) {
  * residuals: hi + lo carries ~16 significant bits, so products with both keep f32-level
  * accuracy. */
 inline void clkv_split16x2_1(float p0, float p1, uint *hi, uint *lo) {
-    const ushort h0 = clkv_f32_to_f16_bits(p0), h1 = clkv_f32_to_f16_bits(p1);
-    *hi = (uint)h0 | (uint)h1 << 16;
-    *lo = (uint)clkv_f32_to_f16_bits(p0 - clkv_f16_bits_to_f32(h0)) |
-          (uint)clkv_f32_to_f16_bits(p1 - clkv_f16_bits_to_f32(h1)) << 16;
+    const uint h = clkv_round16x2_1(p0, p1);
+    *hi = h;
+    *lo = clkv_round16x2_1(p0 - clkv_f16_bits_to_f32(h & 0xffffu),
+                           p1 - clkv_f16_bits_to_f32(h >> 16));
 }
 inline void clkv_split16x2_2(float p0, float p1, uint *hi, uint *lo) {
     const uint h0 = as_uint(p0) & 0xffff0000u, h1 = as_uint(p1) & 0xffff0000u; /* exact rest */
     *hi = (h0 >> 16) | h1;
-    *lo = (uint)clkv_f32_to_bf16(p0 - as_float(h0)) | (uint)clkv_f32_to_bf16(p1 - as_float(h1))
-                                                          << 16;
+    *lo = clkv_round16x2_2(p0 - as_float(h0), p1 - as_float(h1));
 }
 #define CLKV_SPLIT16X2(dt) CLKV_CAT(clkv_split16x2_, dt)
 #endif

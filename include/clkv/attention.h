@@ -132,6 +132,9 @@ clkv_status clkv_attention_decode_workspace_size(clkv_context *ctx,
  * On NVIDIA, with q and K/V both f16 or both bf16 and D 64 or 128, the products run on the
  * tensor cores (exact 16-bit products, f32 accumulation; the attention weights as a 16-bit
  * high part plus a 16-bit residual, ~16 significant bits), within the same tolerances.
+ * With T = 1 and G <= 8 (decode) that kernel puts the keys on the mma rows and the G query
+ * heads (padded to 8) on the columns, which halves the tensor-core products per key;
+ * CLKV_DECODE_KEYROWS=0 in the environment (read once per process) keeps the 16-row form.
  */
 typedef struct clkv_attention_window_args {
     clkv_tensor q;
