@@ -23,10 +23,17 @@
  *   KV_ALIGNED                  1: every K/V row starts 16-byte aligned (cp.async);
  *                               0: plain loads into the same local tiles
  *   MOVMATRIX                   1 (default): movmatrix.trans; 0: shuffles
+ *   FUSED_MERGE                 1: with several splits, the last work-group of a (sequence,
+ *                               KV head) to finish merges the splits' partial states into
+ *                               o and lse (no merge kernel); 0 (default): partial states only
  *
  * Warp w takes the keys [w KW, w KW + KW) of every K/V tile; the 4 warps combine their
  * (m, l, acc) through local memory at the end and the work-group writes o and lse (one
- * split) or its partial state, query by query (coalesced). */
+ * split) or its partial state, query by query (coalesced). With FUSED_MERGE, each
+ * work-group then makes its partial state visible device-wide (fence), takes a ticket from
+ * tickets[b * Hkv + kvh] (atomic), and the one that draws the last ticket reads every
+ * split's state back (volatile loads, past the L1), writes o and lse as
+ * attention_window_merge does and returns the counter to 0 for the next call. */
 
 #define Q_T CLKV_STORAGE(Q_DTYPE)
 #define KV_T CLKV_STORAGE(KV_DTYPE)
@@ -56,6 +63,9 @@
 #endif
 #ifndef MOVMATRIX
 #define MOVMATRIX 1
+#endif
+#ifndef FUSED_MERGE
+#define FUSED_MERGE 0
 #endif
 
 #define mma16816 CLKV_MMA16816(KV_DTYPE)
@@ -107,13 +117,16 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
     long v_sh, long v_sl, __global const int *lengths, long len_off, int has_lengths, int max_len,
     int T, int Hq, int G, int n_qtiles, int chunk, int num_splits, float scale_log2, int direct,
     __global O_T *o, long o_off, long o_sb, long o_sh, long o_st, __global float *lse, long lse_off,
-    long lse_sb, long lse_sh, long lse_st, int has_lse, __global float *part_acc, long ml_off) {
+    long lse_sb, long lse_sh, long lse_st, int has_lse, __global float *part_acc, long ml_off,
+    __global int *tickets) {
     __local uint4 smem[NSTG * 2 * TILE16];
     __local float wm[NW][QN], wl[NW][QN];
+    __local int is_last;
     (void)q_st;
     (void)n_qtiles;
     (void)o_st;
     (void)lse_st;
+    (void)tickets;
 
     const int lid = (int)get_local_id(0);
     const int lane = lid % 32, w = lid / 32;
@@ -331,4 +344,52 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
             }
         }
     }
+#if FUSED_MERGE
+    if (direct)
+        return;
+    /* release this work-group's partial state, take a ticket; the last one merges */
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+    if (lid == 0) {
+        const int last = atomic_inc(tickets + bh) == num_splits - 1;
+        if (last)
+            tickets[bh] = 0; /* every split has arrived: ready for the next call */
+        is_last = last;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (!is_last)
+        return;
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+    __global volatile const float *pa = part_acc;
+    for (int e = lid; e < G * (HEAD_DIM / 4); e += WG_SIZE) {
+        const int r = e / (HEAD_DIM / 4), c4 = e % (HEAD_DIM / 4);
+        const int h = kvh * G + r;
+        const long idx0 = ((long)b * Hq + h) * num_splits;
+        float mx = -INFINITY;
+        for (int sp = 0; sp < num_splits; sp++)
+            mx = fmax(mx, pa[ml_off + (idx0 + sp) * 2]);
+        float sum = 0.0f;
+        float4 x = (float4)(0.0f);
+        if (mx != -INFINITY) {
+            for (int sp = 0; sp < num_splits; sp++) {
+                const float msp = pa[ml_off + (idx0 + sp) * 2];
+                if (msp == -INFINITY)
+                    continue;
+                const float wgt = exp2(msp - mx);
+                sum = fma(pa[ml_off + (idx0 + sp) * 2 + 1], wgt, sum);
+                const long ai = (idx0 + sp) * HEAD_DIM + c4 * 4;
+                x = fma((float4)(wgt), (float4)(pa[ai], pa[ai + 1], pa[ai + 2], pa[ai + 3]), x);
+            }
+        }
+        x *= sum > 0.0f ? 1.0f / sum : 0.0f;
+        const long orow = o_off + (long)b * o_sb + (long)h * o_sh + c4 * 4;
+        CLKV_STORE(O_DTYPE)(o, orow, x.x);
+        CLKV_STORE(O_DTYPE)(o, orow + 1, x.y);
+        CLKV_STORE(O_DTYPE)(o, orow + 2, x.z);
+        CLKV_STORE(O_DTYPE)(o, orow + 3, x.w);
+        if (has_lse && c4 == 0)
+            lse[lse_off + (long)b * lse_sb + (long)h * lse_sh] =
+                sum > 0.0f ? (mx + log2(sum)) * CLKV_LN2 : -INFINITY;
+    }
+#endif
 }

@@ -24,6 +24,7 @@ typedef struct window_plan {
     int fa;                 /* attention_window_mma.cl (NVIDIA tensor cores, FA2 style) */
     int fa_qt, fa_nwk, fa_kw, fa_nstg, fa_aligned; /* its tile parameters */
     int keyrows; /* fa with T = 1, G <= 8: attention_window_keyrows.cl (keys as mma rows) */
+    int fused;   /* keyrows with several splits: its last work-group merges them */
     int n_qtiles;
     int splits, chunk;
     size_t part_acc_bytes, part_ml_bytes;
@@ -146,6 +147,18 @@ static int movmatrix_env(void) {
     static int cached = -1;
     if (cached < 0) {
         const char *e = getenv("CLKV_DECODE_KEYROWS_MOVMATRIX");
+        cached = !(e && e[0] == '0');
+    }
+    return cached;
+}
+
+/* CLKV_DECODE_FUSED_MERGE=0 (read once per process): the keyrows kernel leaves the merge of
+ * its splits to attention_window_merge (a second launch) instead of doing it in the last
+ * work-group of each (sequence, KV head). */
+static int fused_env(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        const char *e = getenv("CLKV_DECODE_FUSED_MERGE");
         cached = !(e && e[0] == '0');
     }
     return cached;
@@ -301,6 +314,7 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
         chunk = ceil_div(chunk, kt) * kt;
     p->chunk = (int)chunk;
     p->splits = (int)ceil_div(len, chunk);
+    p->fused = p->keyrows && p->splits > 1 && fused_env();
     if (p->splits > 1) {
         const uint64_t nrow = (uint64_t)(p->B * p->Hq * p->T) * (uint64_t)p->splits;
         if (nrow > (UINT64_MAX / 8) / (uint64_t)p->D)
@@ -315,7 +329,9 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
 
 int clkv__window_uses_tensor_cores(clkv_context *ctx, const clkv_attention_window_args *a) {
     window_plan p;
-    return plan_launch(ctx, a, &p) == CLKV_OK && p.fa;
+    if (plan_launch(ctx, a, &p) != CLKV_OK || !p.fa)
+        return 0;
+    return p.keyrows ? 2 : 1;
 }
 
 static clkv_status check_common(clkv_context *ctx, const clkv_attention_window_args *args) {
@@ -378,6 +394,7 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
         clkv__defs_int(&fdefs, "KV_ALIGNED", p.fa_aligned);
         if (p.keyrows) {
             clkv__defs_int(&fdefs, "MOVMATRIX", movmatrix_env());
+            clkv__defs_int(&fdefs, "FUSED_MERGE", p.fused);
         } else {
             clkv__defs_int(&fdefs, "QT", p.fa_qt);
             clkv__defs_int(&fdefs, "NWK", p.fa_nwk);
@@ -390,10 +407,14 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
     }
     if (st)
         return st;
-    if (!direct && (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_window_merge", &km)))
+    /* the merge kernel runs unless the keyrows kernel merges its own splits */
+    const int merge = !direct && !p.fused;
+    if (merge && (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_window_merge", &km)))
         return st;
-    cl_mem ws = NULL;
+    cl_mem ws = NULL, tickets = NULL;
     if (!direct && (st = clkv__workspace(ctx, p.part_acc_bytes + p.part_ml_bytes, &ws)))
+        return st;
+    if (p.fused && (st = clkv__counters(ctx, (size_t)(p.B * p.Hkv), &tickets)))
         return st;
 
     /* Partial arrays in the workspace: acc first, then (m, l) pairs. */
@@ -427,8 +448,13 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
         CLKV_ARG(direct_i), CLKV_ARG(o_buf), CLKV_ARG(o_off), CLKV_ARG(o_sb), CLKV_ARG(o_sh),
         CLKV_ARG(o_st), CLKV_ARG(lse_buf), CLKV_ARG(lse_off), CLKV_ARG(lse_sb), CLKV_ARG(lse_sh),
         CLKV_ARG(lse_st), CLKV_ARG(has_lse), CLKV_ARG(ws), CLKV_ARG(ml_off));
+    if (st == CLKV_OK && p.keyrows) {
+        const cl_int err = clSetKernelArg(kp, 40, sizeof tickets, &tickets);
+        if (err != CL_SUCCESS)
+            st = clkv__fail_cl(ctx, err, "clSetKernelArg(attention_window_partial, arg 40)");
+    }
     const cl_long n_rows = (cl_long)(p.B * p.Hq * p.T);
-    if (st == CLKV_OK && !direct)
+    if (st == CLKV_OK && merge)
         st = clkv__set_args(ctx, km, "attention_window_merge", 17, CLKV_ARG(ws), CLKV_ARG(ml_off),
                             CLKV_ARG(splits), CLKV_ARG(Hq), CLKV_ARG(T), CLKV_ARG(n_rows),
                             CLKV_ARG(o_buf), CLKV_ARG(o_off), CLKV_ARG(o_sb), CLKV_ARG(o_sh),
@@ -437,21 +463,21 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
     /* Every kernel passes the local-memory check before any is enqueued. */
     if (st == CLKV_OK)
         st = clkv__check_local_mem(ctx, kp, "attention_window_partial", 0);
-    if (st == CLKV_OK && !direct)
+    if (st == CLKV_OK && merge)
         st = clkv__check_local_mem(ctx, km, "attention_window_merge", 0);
     if (st == CLKV_OK) {
         const size_t gp[3] = {(size_t)p.n_qtiles * WG, (size_t)p.splits, (size_t)(p.B * p.Hkv)};
         const size_t lp[3] = {WG, 1, 1};
         clkv__log(ctx,
                   "attention_window: B=%lld Hq=%lld Hkv=%lld T=%lld D=%lld max_len=%d mma=%d "
-                  "fa=%d (keyrows=%d qt=%d nwk=%d kw=%d stages=%d aligned=%d) qt=%d kt=%d "
+                  "fa=%d (keyrows=%d fused=%d qt=%d nwk=%d kw=%d stages=%d aligned=%d) qt=%d kt=%d "
                   "qtiles=%d splits=%d chunk=%d",
                   (long long)p.B, (long long)p.Hq, (long long)p.Hkv, (long long)p.T, (long long)p.D,
-                  p.max_len, p.mma, p.fa, p.keyrows, p.fa_qt, p.fa_nwk, p.fa_kw, p.fa_nstg,
+                  p.max_len, p.mma, p.fa, p.keyrows, p.fused, p.fa_qt, p.fa_nwk, p.fa_kw, p.fa_nstg,
                   p.fa_aligned, p.qt, p.kt, p.n_qtiles, p.splits, p.chunk);
-        st = clkv__enqueue(ctx, kp, "attention_window_partial", 3, gp, lp, direct ? done : NULL);
+        st = clkv__enqueue(ctx, kp, "attention_window_partial", 3, gp, lp, merge ? NULL : done);
     }
-    if (st == CLKV_OK && !direct) {
+    if (st == CLKV_OK && merge) {
         const size_t gm[1] = {(size_t)n_rows * WG}; /* one work-group per row */
         const size_t lm[1] = {WG};
         st = clkv__enqueue(ctx, km, "attention_window_merge", 1, gm, lm, done);
