@@ -314,7 +314,12 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
         chunk = ceil_div(chunk, kt) * kt;
     p->chunk = (int)chunk;
     p->splits = (int)ceil_div(len, chunk);
-    p->fused = p->keyrows && p->splits > 1 && fused_env();
+    /* The fused merge is one work-group reading splits x G partial states back: it saves the
+     * merge launch where that is small, and costs more than the launch where it is not (H200,
+     * bf16 B 1 L 1K / 4K, 2 splits x G 4 / 8 x 4: 12.8 / 16.3 us against 17.7 / 18.5 us on the
+     * decode kernel; f16 B 1 Hq 16 / Hkv 2 L 32K, 64 splits x G 8: 46 us fused against 20 us
+     * with the merge kernel; bf16 B 1 Hq 56 / Hkv 8 L 32K, 16 x 7: 49 against 44 us). */
+    p->fused = p->keyrows && p->splits > 1 && p->splits * p->G <= 32 && fused_env();
     if (p->splits > 1) {
         const uint64_t nrow = (uint64_t)(p->B * p->Hq * p->T) * (uint64_t)p->splits;
         if (nrow > (UINT64_MAX / 8) / (uint64_t)p->D)
