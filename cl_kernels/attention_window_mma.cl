@@ -55,10 +55,13 @@
 #error "attention_window_mma: the combine area does not fit into the stages"
 #endif
 
-/* c (16 x 8, f32) += A (16 x 16) B (16 x 8) and the ldmatrix loads: cl_kernels/common.cl */
+/* c (16 x 8, f32) += A (16 x 16) B (16 x 8), the ldmatrix loads and the P split /
+ * rounding: cl_kernels/common.cl */
 #define mma16816 CLKV_MMA(KV_DTYPE)
 #define ldmatrix4 clkv_ldmatrix4
 #define ldmatrix4_trans clkv_ldmatrix4_trans
+#define split16x2 CLKV_SPLIT16X2(KV_DTYPE)
+#define round16x2 CLKV_ROUND16X2(KV_DTYPE)
 
 inline ushort f32_to_f16_bits(float x) {
     ushort h;
@@ -74,32 +77,6 @@ inline ushort f32_to_f16_bits(float x) {
 #define P_LO 1
 #endif
 
-/* Two weights rounded to the nearest 16-bit values, packed (lower index low). */
-inline uint round16x2(float p0, float p1) {
-    uint r;
-#if KV_DTYPE == CLKV_DT_BF16
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(p1), "f"(p0));
-#else
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(p1), "f"(p0));
-#endif
-    return r;
-}
-
-/* Two weights p in [0, 1] as packed 16-bit high parts and packed 16-bit residuals. */
-inline void split16x2(float p0, float p1, uint *hi, uint *lo) {
-#if KV_DTYPE == CLKV_DT_BF16
-    const uint h0 = as_uint(p0) & 0xffff0000u, h1 = as_uint(p1) & 0xffff0000u; /* exact rest */
-    *hi = (h0 >> 16) | h1;
-    *lo = (uint)clkv_f32_to_bf16(p0 - as_float(h0)) | (uint)clkv_f32_to_bf16(p1 - as_float(h1))
-                                                          << 16;
-#else
-    const ushort h0 = f32_to_f16_bits(p0), h1 = f32_to_f16_bits(p1);
-    *hi = (uint)h0 | (uint)h1 << 16;
-    *lo = (uint)f32_to_f16_bits(p0 - clkv_f16_bits_to_f32(h0)) |
-          (uint)f32_to_f16_bits(p1 - clkv_f16_bits_to_f32(h1)) << 16;
-#endif
-}
-
 inline float quad_max(float x) {
     x = fmax(x, clkv_shfl_xor(x, 1));
     return fmax(x, clkv_shfl_xor(x, 2));
@@ -109,24 +86,12 @@ inline float quad_sum(float x) {
     return x + clkv_shfl_xor(x, 2);
 }
 
-/* Copy key rows [first, first + KT) of K and V into one stage; rows at or past `end` copy
- * row `first` instead (valid memory; their scores are masked). */
+/* Copy key rows [first, first + KT) of K and V into one stage (see clkv_issue_kv_tile). */
 inline void issue_tile(__local uint4 *sk, __local uint4 *sv, __global const KV_T *k,
                        __global const KV_T *v, long kb, long vb, long k_sl, long v_sl, int first,
                        int end, int lid) {
-    for (int i = lid; i < KT * CH; i += WG_SIZE) {
-        const int r = i / CH, c = i % CH;
-        const int j = first + r < end ? first + r : first;
-        __global const ushort *kp = (__global const ushort *)k + kb + (long)j * k_sl + c * 8;
-        __global const ushort *vp = (__global const ushort *)v + vb + (long)j * v_sl + c * 8;
-#if KV_ALIGNED
-        clkv_cp_async16(sk + r * ROW16 + c, (__global const uchar *)kp);
-        clkv_cp_async16(sv + r * ROW16 + c, (__global const uchar *)vp);
-#else
-        sk[r * ROW16 + c] = clkv_load_raw_u16(kp, 0);
-        sv[r * ROW16 + c] = clkv_load_raw_u16(vp, 0);
-#endif
-    }
+    clkv_issue_kv_tile(sk, sv, (__global const ushort *)k, (__global const ushort *)v, kb, vb, k_sl,
+                       v_sl, first, end, lid, KT, CH, ROW16, WG_SIZE, KV_ALIGNED);
 }
 
 /* Packed pair q[row][col], q[row][col + 1] (raw 16-bit values), 0 outside the rows. */

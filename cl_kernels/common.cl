@@ -256,3 +256,63 @@ inline long clkv_keep_rule(long n, ulong ratio_bits, float ratio_f, long budget,
     keep = max(keep, 1L);
     return min(keep, n);
 }
+
+/* ---- warp-level tensor-core helpers (NVIDIA, sm_80+) ----
+ * Fragment layouts of mma.sync m16n8k16 (g = lane / 4, t = lane % 4, 16-bit pairs packed
+ * with the lower index in the low half): a0 = {A[g][2t], A[g][2t+1]}, a1 = rows g + 8,
+ * a2 = columns 2t + 8, a3 = both; b0 = {B[2t][g], B[2t+1][g]}, b1 = rows 2t + 8;
+ * c0 = C[g][2t], c1 = C[g][2t+1], c2 = C[g+8][2t], c3 = C[g+8][2t+1]. Names end in the
+ * dtype code of the 16-bit operands (1 f16, 2 bf16); the mma and ldmatrix wrappers are
+ * above (CLKV_MMA(dt), clkv_ldmatrix4). */
+#ifdef CLKV_NVIDIA_PTX
+/* Two values rounded to the nearest 16-bit values, packed (lower index low). */
+inline uint clkv_round16x2_1(float p0, float p1) {
+    uint r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(p1), "f"(p0));
+    return r;
+}
+inline uint clkv_round16x2_2(float p0, float p1) {
+    return clkv_bf16x2_rn(p0, p1);
+}
+#define CLKV_ROUND16X2(dt) CLKV_CAT(clkv_round16x2_, dt)
+
+/* Two values in [0, 1] (attention weights) as packed 16-bit high parts and packed 16-bit
+ * residuals: hi + lo carries ~16 significant bits, so products with both keep f32-level
+ * accuracy. */
+inline void clkv_split16x2_1(float p0, float p1, uint *hi, uint *lo) {
+    const uint h = clkv_round16x2_1(p0, p1);
+    *hi = h;
+    *lo = clkv_round16x2_1(p0 - clkv_f16_bits_to_f32(h & 0xffffu),
+                           p1 - clkv_f16_bits_to_f32(h >> 16));
+}
+inline void clkv_split16x2_2(float p0, float p1, uint *hi, uint *lo) {
+    const uint h0 = as_uint(p0) & 0xffff0000u, h1 = as_uint(p1) & 0xffff0000u; /* exact rest */
+    *hi = (h0 >> 16) | h1;
+    *lo = clkv_round16x2_2(p0 - as_float(h0), p1 - as_float(h1));
+}
+#define CLKV_SPLIT16X2(dt) CLKV_CAT(clkv_split16x2_, dt)
+#endif
+
+/* Copy key rows [first, first + rows) of 16-bit K and V (row strides k_sl, v_sl elements,
+ * `chunks` 16-byte chunks per row) into local tiles whose rows are `row16` 16-byte units
+ * apart, the `nthreads` work-items of the group sharing the copies. Rows at or past `end`
+ * copy row `first` instead (valid memory; their scores must be masked). aligned: every
+ * row starts 16-byte aligned (cp.async where available); otherwise plain loads. */
+inline void clkv_issue_kv_tile(__local uint4 *sk, __local uint4 *sv, __global const ushort *k,
+                               __global const ushort *v, long kb, long vb, long k_sl, long v_sl,
+                               int first, int end, int lid, int rows, int chunks, int row16,
+                               int nthreads, int aligned) {
+    for (int i = lid; i < rows * chunks; i += nthreads) {
+        const int r = i / chunks, c = i % chunks;
+        const int j = first + r < end ? first + r : first;
+        __global const ushort *kp = k + kb + (long)j * k_sl + c * 8;
+        __global const ushort *vp = v + vb + (long)j * v_sl + c * 8;
+        if (aligned) {
+            clkv_cp_async16(sk + r * row16 + c, (__global const uchar *)kp);
+            clkv_cp_async16(sv + r * row16 + c, (__global const uchar *)vp);
+        } else {
+            sk[r * row16 + c] = clkv_load_raw_u16(kp, 0);
+            sv[r * row16 + c] = clkv_load_raw_u16(vp, 0);
+        }
+    }
+}

@@ -201,19 +201,13 @@ static clkv_status check_common(clkv_context *ctx, const clkv_attention_decode_a
  * f16 or both bf16, D 64 or 128), that kernel reads K/V at 71-93 % of the streaming-read
  * bandwidth against 57-77 % for the CUDA-core kernel of this file (H200, bf16, Hq 32 / Hkv 8,
  * D 128, B 1-8, L 32K-128K, 2026-11-22), so decode is routed there. Not for per-head lengths
- * [B, Hkv], a forced split count or B * max_length < 16K tokens (these stay on this file's
- * kernel; CLKV_DECODE_MMA=1 routes the last case too), nor with CLKV_DECODE_MMA=0. Fills `w` and
- * returns 1 when routed. */
+ * [B, Hkv], a forced split count or, where G > 8 (no keyrows kernel), B * max_length < 16K
+ * tokens (these stay on this file's kernel; CLKV_DECODE_MMA=1 routes the last case too), nor
+ * with CLKV_DECODE_MMA=0. Fills `w` and returns 1 when routed. */
 static int route_to_window(clkv_context *ctx, const clkv_attention_decode_args *a,
                            clkv_attention_window_args *w) {
     if (!ctx->info.nvidia_ptx || ctx->decode_tuning.tensor_cores == 0 || a->num_splits != 0 ||
         (a->lengths.buf && a->lengths.ndim != 1))
-        return 0;
-    /* Tiny caches (B * max_length below 16K tokens) stay here: launch-bound either way, and
-     * this file's kernel measured 19-20 us at B 1, L 4K against 17-26 us through the window
-     * kernel (the route adds a second validation and plan on the host). */
-    const int64_t max_len = a->max_length < 0 ? a->k.dims[2] : a->max_length;
-    if (ctx->decode_tuning.tensor_cores < 0 && a->q.dims[0] * max_len < 16384)
         return 0;
     *w = (clkv_attention_window_args)CLKV_ATTENTION_WINDOW_ARGS_INIT;
     const int64_t D = a->q.dims[2];
@@ -240,7 +234,15 @@ static int route_to_window(clkv_context *ctx, const clkv_attention_decode_args *
     w->lengths = a->lengths;
     w->max_length = a->max_length;
     w->scale = a->scale;
-    return clkv__window_uses_tensor_cores(ctx, w);
+    const int kind = clkv__window_uses_tensor_cores(ctx, w);
+    /* Tiny caches (B * max_length below 16K tokens) stay here unless the window operator runs
+     * its decode kernel (keyrows, G <= 8: one launch for short caches, H200 B 1, L 4K 16.3 us
+     * against 18.5 us here): launch-bound either way, and this file's kernel measured 19-20 us
+     * at B 1, L 4K against 17-26 us through the 16-row window kernel. */
+    const int64_t max_len = a->max_length < 0 ? a->k.dims[2] : a->max_length;
+    if (kind == 1 && ctx->decode_tuning.tensor_cores < 0 && a->q.dims[0] * max_len < 16384)
+        return 0;
+    return kind != 0;
 }
 
 clkv_status clkv_attention_decode_workspace_size(clkv_context *ctx,

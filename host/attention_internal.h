@@ -4,8 +4,9 @@
 
 #include "clkv/attention.h"
 
-/* 1 when clkv_attention_window(ctx, a) would run the tensor-core kernel
- * (attention_window_mma.cl); `a` must already be valid. */
+/* Which tensor-core kernel clkv_attention_window(ctx, a) would run: 0 none (portable),
+ * 1 attention_window_mma.cl, 2 its decode form attention_window_keyrows.cl (T = 1, G <= 8);
+ * `a` must already be valid. */
 int clkv__window_uses_tensor_cores(clkv_context *ctx, const clkv_attention_window_args *a);
 
 #endif /* CLKV_HOST_ATTENTION_INTERNAL_H */

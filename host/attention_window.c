@@ -9,7 +9,9 @@
 #include "runtime/internal.h"
 
 #define KERNEL_FILE "attention_window.cl"
-#define MMA_KERNEL_FILE "attention_window_mma.cl" /* tensor-core variant (NVIDIA) */
+#define MMA_KERNEL_FILE "attention_window_mma.cl"         /* tensor-core variant (NVIDIA) */
+#define KEYROWS_KERNEL_FILE "attention_window_keyrows.cl" /* its decode form (T = 1, G <= 8) */
+#define KEYROWS_QN 8 /* queries on the mma N dimension of the keyrows kernel */
 #define WG 128
 
 /* Everything the launch needs, derived from validated arguments. */
@@ -22,6 +24,8 @@ typedef struct window_plan {
     int fa;                 /* attention_window_mma.cl (NVIDIA tensor cores, FA2 style) */
     int fa_qt, fa_nwk, fa_kw, fa_nstg, fa_aligned; /* its tile parameters */
     size_t fa_local;                               /* its static local memory, bytes */
+    int keyrows; /* fa with T = 1, G <= 8: attention_window_keyrows.cl (keys as mma rows) */
+    int fused;   /* keyrows with several splits: its last work-group merges them */
     int n_qtiles;
     int splits, chunk;
     size_t part_acc_bytes, part_ml_bytes;
@@ -125,10 +129,47 @@ static int env_int_once(int *slot, const char *name) {
     return *slot;
 }
 
+/* CLKV_DECODE_KEYROWS (read once per process): unset or not "0" = decode-shaped calls (T = 1,
+ * G <= 8) on the tensor cores take attention_window_keyrows.cl (the keys as mma rows, the G
+ * queries padded to 8 as columns: half the tensor-core products of the 16-row kernel);
+ * "0" = attention_window_mma.cl for them too. */
+static int keyrows_env(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        const char *e = getenv("CLKV_DECODE_KEYROWS");
+        cached = !(e && e[0] == '0');
+    }
+    return cached;
+}
+
+/* CLKV_DECODE_KEYROWS_MOVMATRIX=0 (read once per process): the keyrows kernel transposes the
+ * attention weights with warp shuffles instead of movmatrix (a fallback and an A/B knob). */
+static int movmatrix_env(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        const char *e = getenv("CLKV_DECODE_KEYROWS_MOVMATRIX");
+        cached = !(e && e[0] == '0');
+    }
+    return cached;
+}
+
+/* CLKV_DECODE_FUSED_MERGE=0 (read once per process): the keyrows kernel leaves the merge of
+ * its splits to attention_window_merge (a second launch) instead of doing it in the last
+ * work-group of each (sequence, KV head). */
+static int fused_env(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        const char *e = getenv("CLKV_DECODE_FUSED_MERGE");
+        cached = !(e && e[0] == '0');
+    }
+    return cached;
+}
+
 static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, window_plan *p) {
     const int64_t rows = p->G * p->T;
-    p->fa_qt = rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
-    p->fa_nwk = 4 / (p->fa_qt / 16);
+    p->keyrows = p->T == 1 && p->G <= KEYROWS_QN && keyrows_env();
+    p->fa_qt = p->keyrows ? KEYROWS_QN : rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
+    p->fa_nwk = p->keyrows ? 4 : 4 / (p->fa_qt / 16);
     p->fa_kw = 64 / p->fa_nwk;
     /* Decode-like shapes (one 16-row block) with at least half a wave of row blocks: 32 keys
      * per warp in 2 stages (H200, T = 1, B 8, L 128K: 1022 us against 1098 us with 16 keys
@@ -142,7 +183,7 @@ static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, windo
     static int kw_cached = INT_MIN, st_cached = INT_MIN;
     const int kw_env = env_int_once(&kw_cached, "CLKV_WINDOW_FA_KW"),
               st_env = env_int_once(&st_cached, "CLKV_WINDOW_FA_STAGES");
-    if (kw_env == 16 || kw_env == 32 || kw_env == 64)
+    if (kw_env == 16 || kw_env == 32 || (kw_env == 64 && !p->keyrows))
         p->fa_kw = kw_env;
     const size_t kt = (size_t)(p->fa_nwk * p->fa_kw);
     const size_t stage = 2 * kt * (size_t)(p->D + 8) * 2;
@@ -150,13 +191,16 @@ static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, windo
     if (st_env >= 2 && st_env <= 8)
         nstg = (size_t)st_env;
     const size_t ml_bytes = (size_t)p->fa_nwk * (size_t)p->fa_qt * 2 * 4;
+    /* the stages also hold the final combine of the warps' accumulators: 64 rows x D f32,
+     * or for the keyrows kernel 4 warps x 8 queries x (D + 4) f32 */
+    const size_t combine = p->keyrows ? (size_t)4 * KEYROWS_QN * (size_t)(p->D + 4) * 4
+                                      : (size_t)64 * (size_t)p->D * 4;
     while (nstg > 2 && nstg * stage + ml_bytes > ctx->info.static_local_mem_bytes)
         nstg--; /* devices with less static local memory: fewer stages */
     p->fa_nstg = (int)nstg;
     p->fa_local = nstg * stage + ml_bytes;
     p->fa_aligned = clkv__rows_aligned(&a->k, 8) && clkv__rows_aligned(&a->v, 8);
-    /* the stages also hold the final combine of the warps' accumulators (64 rows x D f32) */
-    if (nstg * stage < (size_t)64 * (size_t)p->D * 4)
+    if (nstg * stage < combine)
         return 0;
     return nstg * stage + ml_bytes <= ctx->info.static_local_mem_bytes;
 }
@@ -179,6 +223,7 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
     const int int16 = a->q.dtype == a->k.dtype && a->k.dtype != CLKV_F32;
     p->fa = int16 && ctx->info.nvidia_ptx && (p->D == 64 || p->D == 128) && mma_env() != 0 &&
             plan_fa(ctx, a, p);
+    p->keyrows = p->keyrows && p->fa;
     p->mma = int16 && mma_env() == 1 && !p->fa;
     int qt_max;
     if (p->mma) {
@@ -279,6 +324,12 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
         chunk = ceil_div(chunk, kt) * kt;
     p->chunk = (int)chunk;
     p->splits = (int)ceil_div(len, chunk);
+    /* The fused merge is one work-group reading splits x G partial states back: it saves the
+     * merge launch where that is small, and costs more than the launch where it is not (H200,
+     * bf16 B 1 L 1K / 4K, 2 splits x G 4 / 8 x 4: 12.8 / 16.3 us against 17.7 / 18.5 us on the
+     * decode kernel; f16 B 1 Hq 16 / Hkv 2 L 32K, 64 splits x G 8: 46 us fused against 20 us
+     * with the merge kernel; bf16 B 1 Hq 56 / Hkv 8 L 32K, 16 x 7: 49 against 44 us). */
+    p->fused = p->keyrows && p->splits > 1 && p->splits * p->G <= 32 && fused_env();
     if (p->splits > 1) {
         const uint64_t nrow = (uint64_t)(p->B * p->Hq * p->T) * (uint64_t)p->splits;
         if (nrow > (UINT64_MAX / 8) / (uint64_t)p->D)
@@ -293,7 +344,9 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
 
 int clkv__window_uses_tensor_cores(clkv_context *ctx, const clkv_attention_window_args *a) {
     window_plan p;
-    return plan_launch(ctx, a, &p) == CLKV_OK && p.fa;
+    if (plan_launch(ctx, a, &p) != CLKV_OK || !p.fa)
+        return 0;
+    return p.keyrows ? 2 : 1;
 }
 
 static clkv_status check_common(clkv_context *ctx, const clkv_attention_window_args *args) {
@@ -351,22 +404,32 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
         clkv__defs_int(&fdefs, "KV_DTYPE", args->k.dtype);
         clkv__defs_int(&fdefs, "O_DTYPE", args->o.dtype);
         clkv__defs_int(&fdefs, "HEAD_DIM", p.D);
-        clkv__defs_int(&fdefs, "QT", p.fa_qt);
-        clkv__defs_int(&fdefs, "NWK", p.fa_nwk);
         clkv__defs_int(&fdefs, "KW", p.fa_kw);
         clkv__defs_int(&fdefs, "NSTG", p.fa_nstg);
         clkv__defs_int(&fdefs, "KV_ALIGNED", p.fa_aligned);
-        clkv__defs_int(&fdefs, "P_LO", !(p16_requested() && args->o.dtype != CLKV_F32));
-        st = clkv__get_kernel(ctx, MMA_KERNEL_FILE, &fdefs, "attention_window_partial", &kp);
+        if (p.keyrows) {
+            clkv__defs_int(&fdefs, "MOVMATRIX", movmatrix_env());
+            clkv__defs_int(&fdefs, "FUSED_MERGE", p.fused);
+        } else {
+            clkv__defs_int(&fdefs, "QT", p.fa_qt);
+            clkv__defs_int(&fdefs, "NWK", p.fa_nwk);
+            clkv__defs_int(&fdefs, "P_LO", !(p16_requested() && args->o.dtype != CLKV_F32));
+        }
+        st = clkv__get_kernel(ctx, p.keyrows ? KEYROWS_KERNEL_FILE : MMA_KERNEL_FILE, &fdefs,
+                              "attention_window_partial", &kp);
     } else {
         st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_window_partial", &kp);
     }
     if (st)
         return st;
-    if (!direct && (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_window_merge", &km)))
+    /* the merge kernel runs unless the keyrows kernel merges its own splits */
+    const int merge = !direct && !p.fused;
+    if (merge && (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_window_merge", &km)))
         return st;
-    cl_mem ws = NULL;
+    cl_mem ws = NULL, tickets = NULL;
     if (!direct && (st = clkv__workspace(ctx, p.part_acc_bytes + p.part_ml_bytes, &ws)))
+        return st;
+    if (p.fused && (st = clkv__counters(ctx, (size_t)(p.B * p.Hkv), &tickets)))
         return st;
 
     /* Partial arrays in the workspace: acc first, then (m, l) pairs. */
@@ -400,8 +463,13 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
         CLKV_ARG(direct_i), CLKV_ARG(o_buf), CLKV_ARG(o_off), CLKV_ARG(o_sb), CLKV_ARG(o_sh),
         CLKV_ARG(o_st), CLKV_ARG(lse_buf), CLKV_ARG(lse_off), CLKV_ARG(lse_sb), CLKV_ARG(lse_sh),
         CLKV_ARG(lse_st), CLKV_ARG(has_lse), CLKV_ARG(ws), CLKV_ARG(ml_off));
+    if (st == CLKV_OK && p.keyrows) {
+        const cl_int err = clSetKernelArg(kp, 40, sizeof tickets, &tickets);
+        if (err != CL_SUCCESS)
+            st = clkv__fail_cl(ctx, err, "clSetKernelArg(attention_window_partial, arg 40)");
+    }
     const cl_long n_rows = (cl_long)(p.B * p.Hq * p.T);
-    if (st == CLKV_OK && !direct)
+    if (st == CLKV_OK && merge)
         st = clkv__set_args(ctx, km, "attention_window_merge", 17, CLKV_ARG(ws), CLKV_ARG(ml_off),
                             CLKV_ARG(splits), CLKV_ARG(Hq), CLKV_ARG(T), CLKV_ARG(n_rows),
                             CLKV_ARG(o_buf), CLKV_ARG(o_off), CLKV_ARG(o_sb), CLKV_ARG(o_sh),
@@ -410,21 +478,21 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
     /* Every kernel passes the local-memory check before any is enqueued. */
     if (st == CLKV_OK)
         st = clkv__check_local_mem(ctx, kp, "attention_window_partial", 0);
-    if (st == CLKV_OK && !direct)
+    if (st == CLKV_OK && merge)
         st = clkv__check_local_mem(ctx, km, "attention_window_merge", 0);
     if (st == CLKV_OK) {
         const size_t gp[3] = {(size_t)p.n_qtiles * WG, (size_t)p.splits, (size_t)(p.B * p.Hkv)};
         const size_t lp[3] = {WG, 1, 1};
         clkv__log(ctx,
                   "attention_window: B=%lld Hq=%lld Hkv=%lld T=%lld D=%lld max_len=%d mma=%d "
-                  "fa=%d (qt=%d nwk=%d kw=%d stages=%d aligned=%d) qt=%d kt=%d qtiles=%d "
-                  "splits=%d chunk=%d",
+                  "fa=%d (keyrows=%d fused=%d qt=%d nwk=%d kw=%d stages=%d aligned=%d) qt=%d kt=%d "
+                  "qtiles=%d splits=%d chunk=%d",
                   (long long)p.B, (long long)p.Hq, (long long)p.Hkv, (long long)p.T, (long long)p.D,
-                  p.max_len, p.mma, p.fa, p.fa_qt, p.fa_nwk, p.fa_kw, p.fa_nstg, p.fa_aligned, p.qt,
-                  p.kt, p.n_qtiles, p.splits, p.chunk);
-        st = clkv__enqueue(ctx, kp, "attention_window_partial", 3, gp, lp, direct ? done : NULL);
+                  p.max_len, p.mma, p.fa, p.keyrows, p.fused, p.fa_qt, p.fa_nwk, p.fa_kw, p.fa_nstg,
+                  p.fa_aligned, p.qt, p.kt, p.n_qtiles, p.splits, p.chunk);
+        st = clkv__enqueue(ctx, kp, "attention_window_partial", 3, gp, lp, merge ? NULL : done);
     }
-    if (st == CLKV_OK && !direct) {
+    if (st == CLKV_OK && merge) {
         const size_t gm[1] = {(size_t)n_rows * WG}; /* one work-group per row */
         const size_t lm[1] = {WG};
         st = clkv__enqueue(ctx, km, "attention_window_merge", 1, gm, lm, done);

@@ -157,6 +157,8 @@ void clkv_context_destroy(clkv_context *ctx) {
     clkv__program_cache_clear(ctx);
     if (ctx->workspace)
         clReleaseMemObject(ctx->workspace);
+    if (ctx->counters)
+        clReleaseMemObject(ctx->counters);
     if (ctx->queue)
         clReleaseCommandQueue(ctx->queue);
     if (ctx->cl_ctx)

@@ -48,6 +48,9 @@ struct clkv_context {
     cl_mem workspace;
     size_t workspace_bytes;
 
+    cl_mem counters; /* see clkv__counters */
+    size_t counters_count;
+
     int log_enabled;
     clkv_decode_tuning decode_tuning;
 };
@@ -137,6 +140,12 @@ clkv_status clkv__check_local_mem(clkv_context *ctx, cl_kernel kernel, const cha
 
 /* A workspace buffer of at least `bytes` (grown on demand, reused across calls). */
 clkv_status clkv__workspace(clkv_context *ctx, size_t bytes, cl_mem *out);
+
+/* A buffer of at least `count` int32 counters that are all 0 between clkv calls (zeroed
+ * when created or grown, with a fill enqueued on the context's queue; every kernel that
+ * counts in it returns each counter it used to 0 before it completes). For "last
+ * work-group to arrive" schemes. Not part of the workspace: it keeps its state. */
+clkv_status clkv__counters(clkv_context *ctx, size_t count, cl_mem *out);
 
 /* Round `bytes` up to the workspace sub-allocation alignment (256). */
 size_t clkv__ws_align(size_t bytes);

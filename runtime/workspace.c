@@ -38,6 +38,37 @@ clkv_status clkv__workspace(clkv_context *ctx, size_t bytes, cl_mem *out) {
     return CLKV_OK;
 }
 
+clkv_status clkv__counters(clkv_context *ctx, size_t count, cl_mem *out) {
+    if (count == 0)
+        count = 1;
+    if (ctx->counters && ctx->counters_count >= count) {
+        *out = ctx->counters;
+        return CLKV_OK;
+    }
+    size_t want = count < 1024 ? 1024 : count;
+    if (want > ctx->info.max_alloc_bytes / 4)
+        return clkv__fail(ctx, CLKV_ERR_DEVICE_LIMIT,
+                          "counters: %zu counters exceed the largest buffer (%llu bytes)", want,
+                          (unsigned long long)ctx->info.max_alloc_bytes);
+    cl_int err;
+    cl_mem buf = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, want * 4, NULL, &err);
+    if (err != CL_SUCCESS)
+        return clkv__fail(ctx, err, "counters: allocating %zu bytes failed: %s", want * 4,
+                          clkv_status_string(err));
+    const cl_int zero = 0;
+    err = clEnqueueFillBuffer(ctx->queue, buf, &zero, sizeof zero, 0, want * 4, 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        clReleaseMemObject(buf);
+        return clkv__fail_cl(ctx, err, "counters: zero fill");
+    }
+    if (ctx->counters)
+        clReleaseMemObject(ctx->counters);
+    ctx->counters = buf;
+    ctx->counters_count = want;
+    *out = buf;
+    return CLKV_OK;
+}
+
 size_t clkv_context_workspace_bytes(const clkv_context *ctx) {
     return ctx ? ctx->workspace_bytes : 0;
 }

@@ -114,6 +114,15 @@ static const dcase g_cases[] = {
      {1000}, -1, 0.0f, 7, OFF_NONE, DATA_RANDOM, TAIL_GARBAGE},
     {"g2_d64_bf16_h24x2_G12_b3_nhd", 3, 24, 2, 64, 400, BF16, BF16, BF16, TU_NHD, 1, 1,
      {0, 333, 17}, -1, 0.0f, 0, OFF_NONE, DATA_RANDOM, TAIL_GARBAGE},
+    /* Long caches (B * max_length >= 16K tokens, automatic splits): on NVIDIA routed to the
+     * window operator's decode kernel (attention_window_keyrows.cl: G = 4, G = 7 padded to 8,
+     * G = 1; cp.async and, at odd offsets, plain loads; many splits, some past the length) */
+    {"l1_d128_bf16_h32x8_len16400", 1, 32, 8, 128, 16400, BF16, BF16, BF16, TU_HND, 1, 1,
+     {16400}, -1, 0.0f, 0, OFF_NONE, DATA_RANDOM, TAIL_GARBAGE},
+    {"l2_d64_f16_h14x2_b2_len9000_3_nhd_odd_outf32_nolse_nan_tail", 2, 14, 2, 64, 9000, F16, F16,
+     F32, TU_NHD, 0, 1, {9000, 3}, -1, 0.0f, 0, OFF_ODD, DATA_RANDOM, TAIL_NAN},
+    {"l3_dominant_d128_f16_h8x8_b2_len12000_9000", 2, 8, 8, 128, 12000, F16, F16, F16, TU_HND, 1,
+     1, {12000, 9000}, -1, 0.0f, 0, OFF_NONE, DATA_DOMINANT, TAIL_GARBAGE},
     /* ---- edge numerics ---- */
     {"e1_equal_keys_d128_f32_h32x8_len1000_split7", 1, 32, 8, 128, 1000, F32, F32, F32, TU_HND,
      1, 1, {1000}, -1, 0.0f, 7, OFF_NONE, DATA_EQUAL_KEYS, TAIL_GARBAGE},

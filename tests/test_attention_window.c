@@ -111,6 +111,13 @@ static const wcase g_cases[] = {
      F32, HND, HND, 1, 1, {300, 77}, -1, 0.0f, 3, 1, DATA_RANDOM, TAIL_GARBAGE},
     {"x11_d64_f16_h16x4_T8_len1000_odd_kvnhd", 1, 16, 4, 64, 1000, 8, F16, F16, F16, NHD, HND, 1,
      1, {1000}, -1, 0.0f, 0, 1, DATA_RANDOM, TAIL_GARBAGE},
+    /* T = 1 with 16-bit q/K/V: on NVIDIA the decode kernel (attention_window_keyrows.cl),
+     * G = 7 padded to 8 at odd offsets (plain loads) with q/o [B,T,H,D], G = 4 with forced
+     * splits and NaN past the lengths */
+    {"x12_d64_f16_h14x2_b3_T1_len0_1_4101_odd_qonhd_outf32", 3, 14, 2, 64, 4101, 1, F16, F16,
+     F32, HND, NHD, 1, 1, {0, 1, 4101}, -1, 0.0f, 0, 1, DATA_RANDOM, TAIL_GARBAGE},
+    {"x13_d128_bf16_h32x8_b2_T1_len3000_17_kvnhd_split5_nolse_nan_tail", 2, 32, 8, 128, 3000, 1,
+     BF16, BF16, BF16, NHD, HND, 0, 1, {3000, 17}, -1, 0.0f, 5, 0, DATA_RANDOM, TAIL_NAN},
     /* ---- edge numerics ---- */
     {"e1_huge_pos_d128_f32_h14x2_T8_len600_split7", 1, 14, 2, 128, 600, 8, F32, F32, F32, HND,
      HND, 1, 1, {600}, -1, 1.0f, 7, 0, DATA_HUGE_POS, TAIL_GARBAGE},
@@ -120,6 +127,8 @@ static const wcase g_cases[] = {
      {500}, -1, 0.0f, 0, 0, DATA_TINY, TAIL_GARBAGE},
     {"e4_nan_tail_d128_f32_h32x8_b3_T8", 3, 32, 8, 128, 512, 8, F32, F32, F32, HND, HND, 1, 1,
      {5, 300, 0}, -1, 0.0f, 0, 0, DATA_RANDOM, TAIL_NAN},
+    {"e6_huge_pos_d128_bf16_h8x2_T1_len700_split3", 1, 8, 2, 128, 700, 1, BF16, BF16, F32, HND,
+     HND, 1, 1, {700}, -1, 1.0f, 3, 0, DATA_HUGE_POS, TAIL_GARBAGE},
     {"e5_nan_tail_d64_bf16_h8x8_b3_prefill_maxlen70_split3", 3, 8, 8, 64, 80, 70, BF16, BF16,
      BF16, NHD, HND, 1, 1, {70, 1, 33}, 70, 0.0f, 3, 0, DATA_RANDOM, TAIL_NAN},
 };

@@ -52,10 +52,10 @@ extern "C" {
  * context's queue and returns without waiting.
  *
  * On NVIDIA with q and K/V both f16 or both bf16, D 64 or 128, lengths [B] (or absent),
- * num_splits = 0 and B * max_length >= 16384, decode runs as clkv_attention_window with T = 1 on
- * its tensor-core kernel (same results within the tolerances of SPEC §0.2; measurably faster, see
- * the README's performance section). CLKV_DECODE_MMA=0 in the environment (read when the context is
- * created) keeps decode on its own kernel.
+ * num_splits = 0 and G <= 8 (any length) or B * max_length >= 16384, decode runs as
+ * clkv_attention_window with T = 1 on its tensor-core kernel (same results within the tolerances of
+ * SPEC §0.2; measurably faster, see the README's performance section). CLKV_DECODE_MMA=0 in the
+ * environment (read when the context is created) keeps decode on its own kernel.
  */
 typedef struct clkv_attention_decode_args {
     clkv_tensor q;
@@ -132,6 +132,12 @@ clkv_status clkv_attention_decode_workspace_size(clkv_context *ctx,
  * On NVIDIA, with q and K/V both f16 or both bf16 and D 64 or 128, the products run on the
  * tensor cores (exact 16-bit products, f32 accumulation; the attention weights as a 16-bit
  * high part plus a 16-bit residual, ~16 significant bits), within the same tolerances.
+ * With T = 1 and G <= 8 (decode) that kernel puts the keys on the mma rows and the G query
+ * heads (padded to 8) on the columns, which halves the tensor-core products per key; where
+ * splits x G <= 32 the last work-group of each (sequence, KV head) merges the splits (one
+ * launch; a small context-owned counter buffer, allocated on first use, keeps the tickets).
+ * CLKV_DECODE_KEYROWS=0 in the environment (read once per process) keeps the 16-row form,
+ * CLKV_DECODE_FUSED_MERGE=0 the separate merge kernel.
  */
 typedef struct clkv_attention_window_args {
     clkv_tensor q;

@@ -1,0 +1,395 @@
+/* Decode (T = 1) attention on the tensor cores with the KEYS on the mma M dimension: the
+ * NVIDIA variant of attention_window_partial for one query row per query head and G <= 8
+ * query heads per KV head (same arguments and the same split / partial-state conventions
+ * as attention_window.cl, whose merge kernel combines its splits).
+ *
+ * attention_window_mma.cl pads the G query rows of a decode step to 16 mma rows; here the
+ * G queries (padded to 8) are the mma N dimension instead, so a warp issues per 16 keys
+ *   S^T (16 keys x 8 queries)  = K (A: 16 keys x 16 dims, ldmatrix from the K tile)
+ *                                x Q^T (B: kept in registers for the whole kernel):  D/16 mma
+ *   O^T (D x 8 queries)       += V^T (A: 16 dims x 16 keys, ldmatrix.trans of the V tile)
+ *                                x P^T (B: 16 keys x 8 queries), P = hi + lo:      2 D/16 mma
+ * against 2 D/16 + 2 D/8 with the queries as rows. Lane (g, t) holds the scores of keys g,
+ * g + 8 for queries 2t, 2t + 1 (C fragment): the online softmax is per C-fragment column,
+ * reduced over the 8 lanes that share t. The C fragment of S^T, packed to 16-bit pairs, is
+ * the transpose of the B fragment P^T needs: each 8 x 8 block is transposed in registers
+ * (movmatrix, or two shuffles where MOVMATRIX = 0).
+ *
+ * Build options (set by host/attention_window.c, only where CLKV_NVIDIA_PTX is defined):
+ *   Q_DTYPE, KV_DTYPE, O_DTYPE  dtype codes; q and K/V both f16 or both bf16
+ *   HEAD_DIM                    D (64, 128)
+ *   KW                          keys per warp per tile (16, 32); a tile has KT = 4 KW keys
+ *   NSTG                        K/V tiles in flight (cp.async stages)
+ *   KV_ALIGNED                  1: every K/V row starts 16-byte aligned (cp.async);
+ *                               0: plain loads into the same local tiles
+ *   MOVMATRIX                   1 (default): movmatrix.trans; 0: shuffles
+ *   FUSED_MERGE                 1: with several splits, the last work-group of a (sequence,
+ *                               KV head) to finish merges the splits' partial states into
+ *                               o and lse (no merge kernel); 0 (default): partial states only
+ *
+ * Warp w takes the keys [w KW, w KW + KW) of every K/V tile; the 4 warps combine their
+ * (m, l, acc) through local memory at the end and the work-group writes o and lse (one
+ * split) or its partial state, query by query (coalesced). With FUSED_MERGE, each
+ * work-group then makes its partial state visible device-wide (fence), takes a ticket from
+ * tickets[b * Hkv + kvh] (atomic), and the one that draws the last ticket reads every
+ * split's state back (volatile loads, past the L1), writes o and lse as
+ * attention_window_merge does and returns the counter to 0 for the next call. */
+
+#define Q_T CLKV_STORAGE(Q_DTYPE)
+#define KV_T CLKV_STORAGE(KV_DTYPE)
+#define O_T CLKV_STORAGE(O_DTYPE)
+
+#define WG_SIZE 128
+#define NW 4                /* warps, all along the keys */
+#define QN 8                /* queries of the mma N dimension (G padded) */
+#define KT (NW * KW)        /* keys of a K/V tile */
+#define LDH (HEAD_DIM + 8)  /* padded 16-bit row of a local K/V tile (conflict-free) */
+#define ROW16 (LDH / 8)     /* padded row in 16-byte units */
+#define CH (HEAD_DIM / 8)   /* 16-byte chunks of a row */
+#define TILE16 (KT * ROW16) /* one K or V tile in 16-byte units */
+#define NKS (HEAD_DIM / 16) /* k-steps of S^T = K Q^T, and 16-dim blocks of O^T */
+#define NMT (KW / 16)       /* 16-key blocks of a warp per tile */
+#define CLD (HEAD_DIM + 4)  /* f32 row of the combine area (conflict-free stores) */
+#define UNROLL _Pragma("unroll")
+
+#if (KW != 16 && KW != 32) || (HEAD_DIM != 64 && HEAD_DIM != 128)
+#error "attention_window_keyrows: inconsistent tile parameters"
+#endif
+#if Q_DTYPE != KV_DTYPE || KV_DTYPE == CLKV_DT_F32 || !defined(CLKV_NVIDIA_PTX)
+#error "attention_window_keyrows needs NVIDIA PTX and f16 / bf16 q and K/V of one dtype"
+#endif
+#if NSTG * 2 * KT * LDH * 2 < NW * QN * CLD * 4
+#error "attention_window_keyrows: the combine area does not fit into the stages"
+#endif
+#ifndef MOVMATRIX
+#define MOVMATRIX 1
+#endif
+#ifndef FUSED_MERGE
+#define FUSED_MERGE 0
+#endif
+
+#define mma16816 CLKV_MMA(KV_DTYPE)
+#define split16x2 CLKV_SPLIT16X2(KV_DTYPE)
+
+/* Transpose of an 8 x 8 16-bit block held as one packed pair per lane (lane (g, t): row g,
+ * columns 2t, 2t + 1) into the same layout. */
+inline uint transpose8x8(uint x, int lane) {
+#if MOVMATRIX
+    (void)lane;
+    uint r;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(r) : "r"(x));
+    return r;
+#else
+    /* element [2t][g] sits in lane (2t, g / 2), half g % 2; [2t + 1][g] in lane (2t + 1, g / 2) */
+    const int g = lane >> 2, t = lane & 3;
+    const uint src0 = (uint)(8 * t + (g >> 1)), src1 = src0 + 4;
+    uint r0, r1;
+    asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r0) : "r"(x), "r"(src0));
+    asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r1) : "r"(x), "r"(src1));
+    const uint sh = (uint)(g & 1) * 16u;
+    return ((r0 >> sh) & 0xffffu) | ((r1 >> sh) & 0xffffu) << 16;
+#endif
+}
+
+/* max / sum over the 8 lanes that share lane % 4 (one column of a C fragment) */
+inline float col_max(float x) {
+    x = fmax(x, clkv_shfl_xor(x, 4));
+    x = fmax(x, clkv_shfl_xor(x, 8));
+    return fmax(x, clkv_shfl_xor(x, 16));
+}
+inline float col_sum(float x) {
+    x += clkv_shfl_xor(x, 4);
+    x += clkv_shfl_xor(x, 8);
+    return x + clkv_shfl_xor(x, 16);
+}
+
+/* Packed pair q[row][col], q[row][col + 1] (raw 16-bit values), 0 for padding queries. */
+inline uint q_pair(__global const Q_T *q, long rowbase, int valid, int col) {
+    if (!valid)
+        return 0u;
+    __global const ushort *p = (__global const ushort *)q + rowbase + col;
+    return (uint)p[0] | (uint)p[1] << 16;
+}
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_window_partial(
+    __global const Q_T *q, long q_off, long q_sb, long q_sh, long q_st, __global const KV_T *k,
+    long k_off, long k_sb, long k_sh, long k_sl, __global const KV_T *v, long v_off, long v_sb,
+    long v_sh, long v_sl, __global const int *lengths, long len_off, int has_lengths, int max_len,
+    int T, int Hq, int G, int n_qtiles, int chunk, int num_splits, float scale_log2, int direct,
+    __global O_T *o, long o_off, long o_sb, long o_sh, long o_st, __global float *lse, long lse_off,
+    long lse_sb, long lse_sh, long lse_st, int has_lse, __global float *part_acc, long ml_off,
+    __global int *tickets) {
+    __local uint4 smem[NSTG * 2 * TILE16];
+    __local float wm[NW][QN], wl[NW][QN];
+    __local int is_last;
+    (void)q_st;
+    (void)n_qtiles;
+    (void)o_st;
+    (void)lse_st;
+    (void)tickets;
+
+    const int lid = (int)get_local_id(0);
+    const int lane = lid % 32, w = lid / 32;
+    const int fg = lane >> 2, ft = lane & 3;
+    const int split = (int)get_group_id(1);
+    const int bh = (int)get_group_id(2);
+    const int Hkv = Hq / G;
+    const int b = bh / Hkv, kvh = bh % Hkv;
+
+    int len = max_len;
+    if (has_lengths)
+        len = clamp(lengths[len_off + b], 0, max_len);
+    /* T = 1: the query sits at position len - 1 and sees keys [0, len) */
+    const int kbeg = split * chunk;
+    const int kend = min(kbeg + chunk, len);
+    const int ntiles = kend > kbeg ? (kend - kbeg + KT - 1) / KT : 0;
+
+    /* Q^T as B fragments: lane (g, t) holds query g, dims 2t, 2t + 1 (+ 8) of each k-step */
+    uint qf[NKS][2];
+    {
+        const long qa = q_off + (long)b * q_sb + (long)(kvh * G + fg) * q_sh;
+        UNROLL
+        for (int s = 0; s < NKS; s++) {
+            qf[s][0] = q_pair(q, qa, fg < G, s * 16 + 2 * ft);
+            qf[s][1] = q_pair(q, qa, fg < G, s * 16 + 2 * ft + 8);
+        }
+    }
+
+    /* O^T: acc[n] is the C fragment of dims 16 n .. 16 n + 15 x the 8 queries */
+    float acc[NKS][4];
+    UNROLL
+    for (int n = 0; n < NKS; n++) {
+        UNROLL
+        for (int i = 0; i < 4; i++)
+            acc[n][i] = 0.0f;
+    }
+    /* this lane's queries 2t (suffix 0) and 2t + 1 (suffix 1); l: this lane's part */
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+
+    const long kb = k_off + (long)b * k_sb + (long)kvh * k_sh;
+    const long vb = v_off + (long)b * v_sb + (long)kvh * v_sh;
+    /* ldmatrix row addresses of this lane inside a stage (16-bit units): K blocks as A
+     * (matrix i: keys + 8 (i & 1), dims + 8 (i >> 1)), V blocks as A of V^T via .trans
+     * (matrix i: keys + 8 (i >> 1), dims + 8 (i & 1)) */
+    const int mi = lane >> 3, mr = lane & 7;
+    const int k_row = w * KW + (mi & 1) * 8 + mr, k_col = (mi >> 1) * 8;
+    const int v_row = w * KW + (mi >> 1) * 8 + mr, v_col = (mi & 1) * 8;
+    __global const ushort *k16 = (__global const ushort *)k;
+    __global const ushort *v16 = (__global const ushort *)v;
+
+#if KV_ALIGNED
+    UNROLL
+    for (int t = 0; t < NSTG - 1; t++) {
+        if (t < ntiles)
+            clkv_issue_kv_tile(smem + (2 * t) * TILE16, smem + (2 * t + 1) * TILE16, k16, v16, kb,
+                               vb, k_sl, v_sl, kbeg + t * KT, kend, lid, KT, CH, ROW16, WG_SIZE, 1);
+        clkv_cp_async_commit(); /* empty groups keep the group count uniform */
+    }
+#endif
+    for (int t = 0; t < ntiles; t++) {
+        const int st = t % NSTG;
+#if KV_ALIGNED
+        const int ahead = t + NSTG - 1;
+        if (ahead < ntiles)
+            clkv_issue_kv_tile(smem + (2 * (ahead % NSTG)) * TILE16,
+                               smem + (2 * (ahead % NSTG) + 1) * TILE16, k16, v16, kb, vb, k_sl,
+                               v_sl, kbeg + ahead * KT, kend, lid, KT, CH, ROW16, WG_SIZE, 1);
+        clkv_cp_async_commit();
+        CLKV_CP_ASYNC_WAIT(NSTG - 1); /* tile t has landed (this lane's copies) */
+#else
+        clkv_issue_kv_tile(smem + (2 * st) * TILE16, smem + (2 * st + 1) * TILE16, k16, v16, kb, vb,
+                           k_sl, v_sl, kbeg + t * KT, kend, lid, KT, CH, ROW16, WG_SIZE, 0);
+#endif
+        barrier(CLK_LOCAL_MEM_FENCE);
+        __local const ushort *ks = (__local const ushort *)(smem + (2 * st) * TILE16);
+        __local const ushort *vs = (__local const ushort *)(smem + (2 * st + 1) * TILE16);
+        const int j0 = kbeg + t * KT + w * KW; /* first key of this warp */
+
+        /* S^T = K Q^T for the warp's KW keys x 8 queries */
+        float s[NMT][4];
+        UNROLL
+        for (int mt = 0; mt < NMT; mt++) {
+            UNROLL
+            for (int i = 0; i < 4; i++)
+                s[mt][i] = 0.0f;
+            UNROLL
+            for (int kk = 0; kk < NKS; kk++) {
+                uint af[4];
+                clkv_ldmatrix4(af, ks + (k_row + mt * 16) * LDH + kk * 16 + k_col);
+                mma16816(s[mt], af[0], af[1], af[2], af[3], qf[kk][0], qf[kk][1]);
+            }
+        }
+
+        /* scale, mask the keys past the split, online softmax per query (column) */
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+        UNROLL
+        for (int mt = 0; mt < NMT; mt++) {
+            UNROLL
+            for (int i = 0; i < 4; i++) {
+                const int j = j0 + mt * 16 + fg + (i >> 1) * 8;
+                const float x = j < kend ? s[mt][i] * scale_log2 : -INFINITY;
+                s[mt][i] = x;
+                if (i & 1)
+                    mx1 = fmax(mx1, x);
+                else
+                    mx0 = fmax(mx0, x);
+            }
+        }
+        mx0 = fmax(col_max(mx0), m0);
+        mx1 = fmax(col_max(mx1), m1);
+        const float base0 = mx0 == -INFINITY ? 0.0f : mx0;
+        const float base1 = mx1 == -INFINITY ? 0.0f : mx1;
+        /* ex2.approx (native_exp2): ~2 ulp, exp2(-inf) = 0 */
+        const float al0 = native_exp2(m0 - base0), al1 = native_exp2(m1 - base1);
+        m0 = mx0;
+        m1 = mx1;
+        l0 *= al0;
+        l1 *= al1;
+        UNROLL
+        for (int n = 0; n < NKS; n++) {
+            acc[n][0] *= al0;
+            acc[n][1] *= al1;
+            acc[n][2] *= al0;
+            acc[n][3] *= al1;
+        }
+
+        /* O^T += V^T P^T, 16 keys at a time */
+        UNROLL
+        for (int mt = 0; mt < NMT; mt++) {
+            const float p0 = native_exp2(s[mt][0] - base0), p1 = native_exp2(s[mt][1] - base1);
+            const float p2 = native_exp2(s[mt][2] - base0), p3 = native_exp2(s[mt][3] - base1);
+            l0 += p0 + p2;
+            l1 += p1 + p3;
+            /* rows g (keys 0-7) and g + 8 (keys 8-15) of the block, split, then transposed
+             * into the B fragments {P^T[2t][g], P^T[2t + 1][g]} (+ 8) */
+            uint h0, lo0, h1, lo1;
+            split16x2(p0, p1, &h0, &lo0);
+            split16x2(p2, p3, &h1, &lo1);
+            const uint bh0 = transpose8x8(h0, lane), bh1 = transpose8x8(h1, lane);
+            const uint bl0 = transpose8x8(lo0, lane), bl1 = transpose8x8(lo1, lane);
+            UNROLL
+            for (int n = 0; n < NKS; n++) {
+                uint af[4];
+                clkv_ldmatrix4_trans(af, vs + (v_row + mt * 16) * LDH + n * 16 + v_col);
+                mma16816(acc[n], af[0], af[1], af[2], af[3], bh0, bh1);
+                mma16816(acc[n], af[0], af[1], af[2], af[3], bl0, bl1);
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* the stage may be refilled */
+    }
+#if KV_ALIGNED
+    CLKV_CP_ASYNC_WAIT(0); /* no copy may land in the combine area */
+#endif
+
+    /* Combine the 4 warps: m* = max m_w, l* = sum 2^(m_w - m*) l_w, per query. */
+    l0 = col_sum(l0);
+    l1 = col_sum(l1);
+    const int c0 = 2 * ft, c1 = c0 + 1; /* this lane's queries */
+    if (fg == 0) {
+        wm[w][c0] = m0;
+        wm[w][c1] = m1;
+        wl[w][c0] = l0;
+        wl[w][c1] = l1;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float ms0 = -INFINITY, ms1 = -INFINITY;
+    UNROLL
+    for (int i = 0; i < NW; i++) {
+        ms0 = fmax(ms0, wm[i][c0]);
+        ms1 = fmax(ms1, wm[i][c1]);
+    }
+    const float f0 = m0 == -INFINITY ? 0.0f : exp2(m0 - ms0);
+    const float f1 = m1 == -INFINITY ? 0.0f : exp2(m1 - ms1);
+    __local float *cmb = (__local float *)smem; /* [NW][QN][CLD] */
+    UNROLL
+    for (int n = 0; n < NKS; n++) {
+        const int d = n * 16 + fg;
+        cmb[(w * QN + c0) * CLD + d] = acc[n][0] * f0;
+        cmb[(w * QN + c1) * CLD + d] = acc[n][1] * f1;
+        cmb[(w * QN + c0) * CLD + d + 8] = acc[n][2] * f0;
+        cmb[(w * QN + c1) * CLD + d + 8] = acc[n][3] * f1;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    /* Per query: final (one split) or this split's partial state. */
+    for (int e = lid; e < G * (HEAD_DIM / 4); e += WG_SIZE) {
+        const int r = e / (HEAD_DIM / 4), c4 = e % (HEAD_DIM / 4);
+        float ms = -INFINITY, l = 0.0f;
+        for (int i = 0; i < NW; i++)
+            ms = fmax(ms, wm[i][r]);
+        float4 x = (float4)(0.0f);
+        for (int i = 0; i < NW; i++) {
+            const float mw = wm[i][r];
+            if (mw != -INFINITY)
+                l += wl[i][r] * exp2(mw - ms);
+            x += vload4(c4, cmb + (i * QN + r) * CLD);
+        }
+        const int h = kvh * G + r;
+        if (direct) {
+            x *= l > 0.0f ? 1.0f / l : 0.0f;
+            const long orow = o_off + (long)b * o_sb + (long)h * o_sh + c4 * 4;
+            CLKV_STORE(O_DTYPE)(o, orow, x.x);
+            CLKV_STORE(O_DTYPE)(o, orow + 1, x.y);
+            CLKV_STORE(O_DTYPE)(o, orow + 2, x.z);
+            CLKV_STORE(O_DTYPE)(o, orow + 3, x.w);
+            if (has_lse && c4 == 0)
+                lse[lse_off + (long)b * lse_sb + (long)h * lse_sh] =
+                    l > 0.0f ? (ms + log2(l)) * CLKV_LN2 : -INFINITY;
+        } else {
+            const long idx = ((long)b * Hq + h) * num_splits + split;
+            vstore4(x, 0, part_acc + idx * HEAD_DIM + c4 * 4);
+            if (c4 == 0) {
+                part_acc[ml_off + idx * 2] = ms;
+                part_acc[ml_off + idx * 2 + 1] = l;
+            }
+        }
+    }
+#if FUSED_MERGE
+    if (direct)
+        return;
+    /* release this work-group's partial state, take a ticket; the last one merges */
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+    if (lid == 0) {
+        const int last = atomic_inc(tickets + bh) == num_splits - 1;
+        if (last)
+            tickets[bh] = 0; /* every split has arrived: ready for the next call */
+        is_last = last;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (!is_last)
+        return;
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+    __global volatile const float *pa = part_acc;
+    for (int e = lid; e < G * (HEAD_DIM / 4); e += WG_SIZE) {
+        const int r = e / (HEAD_DIM / 4), c4 = e % (HEAD_DIM / 4);
+        const int h = kvh * G + r;
+        const long idx0 = ((long)b * Hq + h) * num_splits;
+        float mx = -INFINITY;
+        for (int sp = 0; sp < num_splits; sp++)
+            mx = fmax(mx, pa[ml_off + (idx0 + sp) * 2]);
+        float sum = 0.0f;
+        float4 x = (float4)(0.0f);
+        if (mx != -INFINITY) {
+            for (int sp = 0; sp < num_splits; sp++) {
+                const float msp = pa[ml_off + (idx0 + sp) * 2];
+                if (msp == -INFINITY)
+                    continue;
+                const float wgt = exp2(msp - mx);
+                sum = fma(pa[ml_off + (idx0 + sp) * 2 + 1], wgt, sum);
+                const long ai = (idx0 + sp) * HEAD_DIM + c4 * 4;
+                x = fma((float4)(wgt), (float4)(pa[ai], pa[ai + 1], pa[ai + 2], pa[ai + 3]), x);
+            }
+        }
+        x *= sum > 0.0f ? 1.0f / sum : 0.0f;
+        const long orow = o_off + (long)b * o_sb + (long)h * o_sh + c4 * 4;
+        CLKV_STORE(O_DTYPE)(o, orow, x.x);
+        CLKV_STORE(O_DTYPE)(o, orow + 1, x.y);
+        CLKV_STORE(O_DTYPE)(o, orow + 2, x.z);
+        CLKV_STORE(O_DTYPE)(o, orow + 3, x.w);
+        if (has_lse && c4 == 0)
+            lse[lse_off + (long)b * lse_sb + (long)h * lse_sh] =
+                sum > 0.0f ? (mx + log2(sum)) * CLKV_LN2 : -INFINITY;
+    }
+#endif
+}
