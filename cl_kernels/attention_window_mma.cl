@@ -389,10 +389,6 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
 #define ONES16X2 0x3c003c00u /* two 1.0 in f16 */
 #endif
 
-inline void warp_sync(void) {
-    asm volatile("bar.warp.sync -1;" ::: "memory");
-}
-
 /* Bit l set when lane l's predicate is non-zero. */
 inline uint warp_ballot(int p) {
     uint r;
@@ -572,7 +568,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
                 if (!((okm[kl / 32] >> (kl % 32)) & 1u))
                     v4[(wk * KW + kl) * ROW16 + i % CH] = (uint4)(0u);
             }
-            warp_sync();
+            clkv_warp_sync();
         }
 
         /* S = Q K^T for the warp's 16 rows x KW keys */
