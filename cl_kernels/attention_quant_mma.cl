@@ -2,9 +2,10 @@
  * variant of attention_quant_partial (cl_kernels/attention_quant.cl) that
  * host/attention_quant.c picks where CLKV_NVIDIA_PTX is defined, D is 64 or 128, both code
  * widths are 2 or 4 bits and o is 16-bit (and where it measured faster; see use_mma there).
- * Same arguments and partial layout (merged by
- * attention_decode_merge), except that every warp is one split: work-group x holds the
- * splits 4x .. 4x + 3 of one (sequence, KV head, head group).
+ * Same arguments as that kernel, except that every warp is one split of the token range:
+ * work-group x holds the splits 4x .. 4x + 3 of one (sequence, KV head, head group) and
+ * merges their states in local memory into partial state x of num_splits / 4 (the layout
+ * attention_decode_merge reads).
  *
  * Build options: Q_DTYPE, RES_DTYPE, META_DTYPE, HEAD_DIM, KBITS, VBITS, GQ (as in
  * attention_quant.cl); NST (default 4): tiles in flight per warp (cp.async stages in local
@@ -59,6 +60,7 @@
 #define KW4 (16 / KP)       /* key code word rows per tile (1 or 2) */
 #define VW4 (NW / 4)        /* uint4 of value words per token */
 #define UNROLL _Pragma("unroll")
+#define LAZY_M 8.0f /* slack of the lazy running maxima (log2 units) */
 
 #if (HEAD_DIM != 64 && HEAD_DIM != 128) || (KBITS != 2 && KBITS != 4) ||                           \
     (VBITS != 2 && VBITS != 4) || !defined(CLKV_NVIDIA_PTX) || GQ < 16
@@ -370,25 +372,40 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
         }
 
         /* ---- online softmax on the fragments ---- */
+        /* Lazy maxima: the reference m of a head moves only when a logit of the tile
+         * exceeds it by more than LAZY_M (log2 units); otherwise the tile's
+         * probabilities exp2(z - m) stay below 2^LAZY_M and the accumulators keep their
+         * scale (the state (m, l, acc) means acc * 2^m whatever m is). Once the maxima
+         * settle, a tile costs one vote instead of the shuffle reductions, the factor
+         * exchange and the rescale. */
         if (base + tok_a >= end)
             z[0] = z[1] = -INFINITY;
         if (base + tok_b >= end)
             z[2] = z[3] = -INFINITY;
-        float mx0 = fmax(z[0], z[2]), mx1 = fmax(z[1], z[3]);
-        UNROLL
-        for (int o = 4; o < 32; o <<= 1) {
-            mx0 = fmax(mx0, shfl(mx0, o));
-            mx1 = fmax(mx1, shfl(mx1, o));
+        const int grow = warp_any(fmax(z[0], z[2]) > m0 + LAZY_M || fmax(z[1], z[3]) > m1 + LAZY_M);
+        float f0 = 1.0f, f1 = 1.0f;
+        if (grow) {
+            float mx0 = fmax(z[0], z[2]), mx1 = fmax(z[1], z[3]);
+            UNROLL
+            for (int o = 4; o < 32; o <<= 1) {
+                mx0 = fmax(mx0, shfl(mx0, o));
+                mx1 = fmax(mx1, shfl(mx1, o));
+            }
+            mx0 = fmax(mx0, m0);
+            mx1 = fmax(mx1, m1);
+            f0 = m0 == -INFINITY ? 0.0f : clkv_exp2_ftz(m0 - mx0);
+            f1 = m1 == -INFINITY ? 0.0f : clkv_exp2_ftz(m1 - mx1);
+            m0 = mx0;
+            m1 = mx1;
+            if (ft < 2 && fg == 0) {
+                fs[ha] = f0;
+                fs[ha + 1] = f1;
+            }
         }
-        mx0 = fmax(mx0, m0);
-        mx1 = fmax(mx1, m1);
-        const float bs0 = mx0 == -INFINITY ? 0.0f : mx0;
-        const float bs1 = mx1 == -INFINITY ? 0.0f : mx1;
-        const float f0 = native_exp2(m0 - bs0), f1 = native_exp2(m1 - bs1);
-        m0 = mx0;
-        m1 = mx1;
-        const float p0 = native_exp2(z[0] - bs0), p1 = native_exp2(z[1] - bs1);
-        const float p2 = native_exp2(z[2] - bs0), p3 = native_exp2(z[3] - bs1);
+        const float bs0 = m0 == -INFINITY ? 0.0f : m0;
+        const float bs1 = m1 == -INFINITY ? 0.0f : m1;
+        const float p0 = clkv_exp2_ftz(z[0] - bs0), p1 = clkv_exp2_ftz(z[1] - bs1);
+        const float p2 = clkv_exp2_ftz(z[2] - bs0), p3 = clkv_exp2_ftz(z[3] - bs1);
         l0 = fma(l0, f0, p0 + p2);
         l1 = fma(l1, f1, p1 + p3);
         if (ft < 2) {
@@ -396,18 +413,12 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
             ps[tok_a * HP + ha + 1] = p1;
             ps[tok_b * HP + ha] = p2;
             ps[tok_b * HP + ha + 1] = p3;
-            if (fg == 0) {
-                fs[ha] = f0;
-                fs[ha + 1] = f1;
-            }
         }
         clkv_warp_sync();
 
         /* ---- values ---- */
-        /* rescale the accumulators, skipped when no running maximum of the warp moved
-         * (factors exactly 1, the common case once the maxima settle) */
-        const float fb = fs[hb];
-        if (warp_any(f0 != 1.0f || f1 != 1.0f || fb != 1.0f)) {
+        if (grow) { /* rescale the accumulators to the moved maxima */
+            const float fb = fs[hb];
             UNROLL
             for (int t = 0; t < NMT; t++) {
                 acc[t][0] *= f0;
@@ -517,7 +528,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     }
     CLKV_CP_ASYNC_WAIT(0);
 
-    /* ---- the split's partial state ---- */
+    /* ---- the split's partial state, merged over the work-group's warps ---- */
     UNROLL
     for (int o = 4; o < 32; o <<= 1) {
         l0 += shfl(l0, o);
@@ -536,25 +547,52 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
         if (ft == 0 && pb == 0)
             csm[wid][hb * DG + g] = c;
     }
-    clkv_warp_sync();
+    clkv_warp_sync(); /* csm written; every lane is past its last read of bs and ps */
+    /* the warp's state into its own key-operand and probability space: xs[head][channel]
+     * (HP * HEAD_DIM floats <= 8 * LDB 16-bit entries), (m, l) per head in ps */
+    __local float *xs = (__local float *)bs;
     if (ft < 2) {
         UNROLL
         for (int e = 0; e < 2; e++) {
             const int h = ha + e;
-            if (h < ng) {
-                const long idx = ((long)b * Hq + h0 + h) * num_splits + split;
-                __global float *out = part_acc + idx * HEAD_DIM;
-                UNROLL
-                for (int t = 0; t < NMT; t++) {
-                    const int ca = 16 * t + VROW_CH(fg), cb = 16 * t + VROW_CH(fg + 8);
-                    out[ca] = acc[t][e] + csm[wid][h * DG + ca / GQ];
-                    out[cb] = acc[t][2 + e] + csm[wid][h * DG + cb / GQ];
-                }
-                if (fg == 0) {
-                    part_ml[idx * 2] = e ? m1 : m0;
-                    part_ml[idx * 2 + 1] = e ? l1 : l0;
-                }
+            UNROLL
+            for (int t = 0; t < NMT; t++) {
+                const int ca = 16 * t + VROW_CH(fg), cb = 16 * t + VROW_CH(fg + 8);
+                xs[h * HEAD_DIM + ca] = acc[t][e] + csm[wid][h * DG + ca / GQ];
+                xs[h * HEAD_DIM + cb] = acc[t][2 + e] + csm[wid][h * DG + cb / GQ];
             }
+            if (fg == 0) {
+                ps[2 * h] = e ? m1 : m0;
+                ps[2 * h + 1] = e ? l1 : l0;
+            }
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    /* (m, l, acc) of the NWARP warps -> one partial state of the work-group */
+    const int wsplit = (int)get_group_id(0);
+    const int nws = num_splits / NWARP;
+    for (int i = lid; i < HP * HEAD_DIM; i += WG_SIZE) {
+        const int h = i / HEAD_DIM, c = i % HEAD_DIM;
+        if (h >= ng)
+            continue;
+        float mw[NWARP], mx = -INFINITY;
+        UNROLL
+        for (int w = 0; w < NWARP; w++) {
+            mw[w] = psm[w][2 * h];
+            mx = fmax(mx, mw[w]);
+        }
+        float x = 0.0f, l = 0.0f;
+        UNROLL
+        for (int w = 0; w < NWARP; w++) {
+            const float f = mw[w] == -INFINITY ? 0.0f : exp2(mw[w] - mx);
+            x = fma(f, ((__local const float *)bsm[w])[h * HEAD_DIM + c], x);
+            l = fma(f, psm[w][2 * h + 1], l);
+        }
+        const long idx = ((long)b * Hq + h0 + h) * nws + wsplit;
+        part_acc[idx * HEAD_DIM + c] = x;
+        if (c == 0) {
+            part_ml[idx * 2] = mx;
+            part_ml[idx * 2 + 1] = l;
         }
     }
 }
