@@ -19,9 +19,11 @@
  * dequantised value c s + m is x S + (m - S) (the factoring of attention_quant.cl).
  *   Keys: S^T (16 tokens x 8 columns) = X (tokens x channels) * B, B[c][col] = q'_c S_c of
  *     the column's head, q' = q * scale * log2(e). B depends on the key group, so a warp
- *     forms it in local memory whenever its tile enters a new group; the constant
- *     sum_c q'_c (m_c - S_c) enters the same product as 32 extra rows of B (each lane's
- *     partial sum) against A = 1.
+ *     forms it in local memory whenever its tile enters a new group, with the group's
+ *     logit constant sum_c q'_c m_c - sum_c r_c (r_c = the value of q'_c S_c the bf16
+ *     hi/lo operand holds) summed in f32 over the warp and added to the product: the
+ *     product's sum_c 1 * r_c cancels exactly, so only the (c / 2^b) r_c terms carry the
+ *     operand's rounding.
  *   Values: O^T (16 channels x 8 columns) += X^T (channels x tokens) * B,
  *     B[t][col] = p_t S_t,group of the column's head; the minimum term sum_t p_t (m - S)_t
  *     is summed per (group, head) on the CUDA cores.
@@ -38,13 +40,17 @@
  *   of a 16-channel step (one 16-byte load of code words); value k = token of the tile.
  * Residual tiles (16-bit or f32 tokens, fewer than n_r per sequence) are computed on the
  * CUDA cores into the same fragments. The online softmax works on the fragments (a lane
- * holds two tokens of two heads; maxima by shuffles over the 8 row lanes).
+ * holds two tokens of two heads; maxima by shuffles over the 8 row lanes, only when a
+ * logit exceeds the running maximum by more than LAZY_M).
  *
- * Cost (H200, 2-bit, G = 4, groups of 16): about 700 warp instructions per 16-token tile,
- * of which ~45 % form the bf16 hi/lo operands (q'S per key group, p S per token and value
- * group), ~25 % turn codes into operands and ~20 % are the per-tile softmax bookkeeping;
- * with ~150 registers per lane (3 work-groups per SM) the kernel is issue- and
- * latency-bound at 20-30 % of the read bandwidth, not bandwidth-bound. */
+ * Cost (earlier measurement, H200, 2-bit, G = 4, groups of 16): about 700 warp
+ * instructions per 16-token tile, of which ~45 % form the bf16 hi/lo operands (q'S per
+ * key group, p S per token and value group) and ~25 % turn codes into operands. ptxas
+ * (sm_90a, D 128, f16 metadata, NST 4): 118 registers at 2-bit groups of 16, 96 at 2-bit
+ * groups of 128 (5 work-groups per SM), 168 at 4-bit groups of 32. The kernel is issue-
+ * and latency-bound at 20-50 % of the read bandwidth (H100), not bandwidth-bound. A
+ * variant stepping two tiles per iteration (two independent key products, one softmax
+ * per 32 tokens) measured 2-10 % slower on the H100 and was dropped. */
 
 #define HP 4 /* query heads per work-group */
 #define NWARP 4
@@ -56,9 +62,11 @@
 #define NKS (HEAD_DIM / 16) /* k-steps of the key product */
 #define NMT (HEAD_DIM / 16) /* m-tiles of the value product */
 #define CPL (HEAD_DIM / 32) /* channels per lane when forming the key operand */
-#define LDB (HEAD_DIM + 40) /* 16-bit entries per column of the key operand (+32 rows, pad) */
-#define KW4 (16 / KP)       /* key code word rows per tile (1 or 2) */
-#define VW4 (NW / 4)        /* uint4 of value words per token */
+#define LDB                                                                                        \
+    (HEAD_DIM + 16)   /* 16-bit entries per column of the key operand (pad: 8-byte                 \
+                       * fragment reads without bank conflicts) */
+#define KW4 (16 / KP) /* key code word rows per tile (1 or 2) */
+#define VW4 (NW / 4)  /* uint4 of value words per token */
 #define UNROLL _Pragma("unroll")
 #define LAZY_M 8.0f /* slack of the lazy running maxima (log2 units) */
 
@@ -215,7 +223,6 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     __global const res_t *vrb = vr + bh * NR * HEAD_DIM;
     __local uint2 *bs = bsm[wid];
     __local uint *bs32 = (__local uint *)bs;
-    __local ushort *bs16 = (__local ushort *)bs;
     __local float *ps = psm[wid];
     __local float *fs = fsm[wid];
     __local float *vss = (__local float *)vsm[wid][0];
@@ -242,7 +249,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     UNROLL
     for (int g = 0; g < DG; g++)
         cmv[g] = 0.0f;
-    int kgrp = -1; /* key group whose operand is in bs */
+    int kgrp = -1;                /* key group whose operand is in bs */
+    float kc0 = 0.0f, kc1 = 0.0f; /* its logit constants of heads ha, ha + 1 */
 
     const int ntiles = end > start ? (end - start + 15) / 16 : 0;
     UNROLL
@@ -274,7 +282,11 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 vss[e] = S;
                 vms[e] = LOAD_META_L(vmr, 16 * DG + e) - S;
             }
-            /* ---- the key operand of this group (q' S hi/lo, constant rows) ---- */
+            /* ---- the key operand of this group (q' S hi/lo) and its constant ----
+             * The constant sum_c q'_c m_c - sum_c r_c, with r_c = hi + lo the value of q'_c S_c
+             * the operand holds, is summed in f32 over the warp: with the rows' 1 in
+             * x = 1 + c / 2^b it cancels the operand's own rounding, so a logit carries the
+             * hi/lo error only on its (c / 2^b) q'S terms. */
             const int grp = base / GQ;
             if (grp != kgrp) {
                 kgrp = grp;
@@ -283,11 +295,11 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 UNROLL
                 for (int h = 0; h < HP; h++)
                     cz[h] = 0.0f;
-                float S[CPL], mS[CPL];
+                float S[CPL], M[CPL];
                 UNROLL
                 for (int j = 0; j < CPL; j++) {
                     S[j] = LOAD_META_L(kmr, lane * CPL + j) * (float)(1 << KBITS);
-                    mS[j] = LOAD_META_L(kmr, HEAD_DIM + lane * CPL + j) - S[j];
+                    M[j] = LOAD_META_L(kmr, HEAD_DIM + lane * CPL + j);
                 }
                 UNROLL
                 for (int h = 0; h < HP; h++) {
@@ -303,18 +315,22 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                     UNROLL
                     for (int j = 0; j < CPL; j += 2) {
                         const float y0 = qk[j] * S[j], y1 = qk[j + 1] * S[j + 1];
-                        cz[h] = fma(qk[j], mS[j], cz[h]);
-                        cz[h] = fma(qk[j + 1], mS[j + 1], cz[h]);
+                        const float h0 = split_part(y0, 0), h1 = split_part(y1, 0);
+                        const uint lo = clkv_bf16x2_rn(y0 - h0, y1 - h1);
                         const int e = lane * CPL + j;
-                        bs32[(h * LDB + e) / 2] =
-                            clkv_bf16x2_rn(split_part(y0, 0), split_part(y1, 0));
-                        bs32[((h + 4) * LDB + e) / 2] =
-                            clkv_bf16x2_rn(split_part(y0, 1), split_part(y1, 1));
+                        bs32[(h * LDB + e) / 2] = clkv_bf16x2_rn(h0, h1); /* exact */
+                        bs32[((h + 4) * LDB + e) / 2] = lo;
+                        cz[h] = fma(qk[j], M[j], cz[h]) - (h0 + as_float(lo << 16));
+                        cz[h] = fma(qk[j + 1], M[j + 1], cz[h]) - (h1 + as_float(lo & 0xffff0000u));
                     }
-                    const uint hl = clkv_bf16x2_rn(split_part(cz[h], 0), split_part(cz[h], 1));
-                    bs16[h * LDB + HEAD_DIM + lane] = (ushort)(hl & 0xffffu);
-                    bs16[(h + 4) * LDB + HEAD_DIM + lane] = (ushort)(hl >> 16);
                 }
+                UNROLL
+                for (int o = 1; o < 32; o <<= 1)
+                    UNROLL
+                for (int h = 0; h < HP; h++)
+                    cz[h] += shfl(cz[h], o);
+                kc0 = (ft & 1) ? cz[2] : cz[0]; /* heads ha, ha + 1 of the C fragments */
+                kc1 = (ft & 1) ? cz[3] : cz[1];
                 clkv_warp_sync();
             }
 
@@ -342,14 +358,9 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 clkv_mma_bf16(d[s & 1], a0, a1, a2, a3, bf.x, bf.y);
             }
             UNROLL
-            for (int s = 0; s < 2; s++) {
-                const uint2 bf = bcol[HEAD_DIM / 4 + 4 * s];
-                clkv_mma_bf16(d[s], BF16_ONE2, BF16_ONE2, BF16_ONE2, BF16_ONE2, bf.x, bf.y);
-            }
-            UNROLL
             for (int i = 0; i < 4; i++) {
                 const float x = d[0][i] + d[1][i];
-                z[i] = x + shfl(x, 2);
+                z[i] = x + shfl(x, 2) + ((i & 1) ? kc1 : kc0);
             }
         } else {
             /* ---- residual logits on the CUDA cores (lanes of column part 0) ---- */
