@@ -2,9 +2,10 @@
  * variant of attention_quant_partial (cl_kernels/attention_quant.cl) that
  * host/attention_quant.c picks where CLKV_NVIDIA_PTX is defined, D is 64 or 128, both code
  * widths are 2 or 4 bits and o is 16-bit (and where it measured faster; see use_mma there).
- * Same arguments and partial layout (merged by
- * attention_decode_merge), except that every warp is one split: work-group x holds the
- * splits 4x .. 4x + 3 of one (sequence, KV head, head group).
+ * Same arguments as that kernel, except that every warp is one split of the token range:
+ * work-group x holds the splits 4x .. 4x + 3 of one (sequence, KV head, head group) and
+ * merges their states in local memory into partial state x of num_splits / 4 (the layout
+ * attention_decode_merge reads).
  *
  * Build options: Q_DTYPE, RES_DTYPE, META_DTYPE, HEAD_DIM, KBITS, VBITS, GQ (as in
  * attention_quant.cl); NST (default 4): tiles in flight per warp (cp.async stages in local
@@ -18,9 +19,11 @@
  * dequantised value c s + m is x S + (m - S) (the factoring of attention_quant.cl).
  *   Keys: S^T (16 tokens x 8 columns) = X (tokens x channels) * B, B[c][col] = q'_c S_c of
  *     the column's head, q' = q * scale * log2(e). B depends on the key group, so a warp
- *     forms it in local memory whenever its tile enters a new group; the constant
- *     sum_c q'_c (m_c - S_c) enters the same product as 32 extra rows of B (each lane's
- *     partial sum) against A = 1.
+ *     forms it in local memory whenever its tile enters a new group, with the group's
+ *     logit constant sum_c q'_c m_c - sum_c r_c (r_c = the value of q'_c S_c the bf16
+ *     hi/lo operand holds) summed in f32 over the warp and added to the product: the
+ *     product's sum_c 1 * r_c cancels exactly, so only the (c / 2^b) r_c terms carry the
+ *     operand's rounding.
  *   Values: O^T (16 channels x 8 columns) += X^T (channels x tokens) * B,
  *     B[t][col] = p_t S_t,group of the column's head; the minimum term sum_t p_t (m - S)_t
  *     is summed per (group, head) on the CUDA cores.
@@ -37,13 +40,17 @@
  *   of a 16-channel step (one 16-byte load of code words); value k = token of the tile.
  * Residual tiles (16-bit or f32 tokens, fewer than n_r per sequence) are computed on the
  * CUDA cores into the same fragments. The online softmax works on the fragments (a lane
- * holds two tokens of two heads; maxima by shuffles over the 8 row lanes).
+ * holds two tokens of two heads; maxima by shuffles over the 8 row lanes, only when a
+ * logit exceeds the running maximum by more than LAZY_M).
  *
- * Cost (H200, 2-bit, G = 4, groups of 16): about 700 warp instructions per 16-token tile,
- * of which ~45 % form the bf16 hi/lo operands (q'S per key group, p S per token and value
- * group), ~25 % turn codes into operands and ~20 % are the per-tile softmax bookkeeping;
- * with ~150 registers per lane (3 work-groups per SM) the kernel is issue- and
- * latency-bound at 20-30 % of the read bandwidth, not bandwidth-bound. */
+ * Cost (earlier measurement, H200, 2-bit, G = 4, groups of 16): about 700 warp
+ * instructions per 16-token tile, of which ~45 % form the bf16 hi/lo operands (q'S per
+ * key group, p S per token and value group) and ~25 % turn codes into operands. ptxas
+ * (sm_90a, D 128, f16 metadata, NST 4): 118 registers at 2-bit groups of 16, 96 at 2-bit
+ * groups of 128 (5 work-groups per SM), 168 at 4-bit groups of 32. The kernel is issue-
+ * and latency-bound at 20-50 % of the read bandwidth (H100), not bandwidth-bound. A
+ * variant stepping two tiles per iteration (two independent key products, one softmax
+ * per 32 tokens) measured 2-10 % slower on the H100 and was dropped. */
 
 #define HP 4 /* query heads per work-group */
 #define NWARP 4
@@ -55,10 +62,13 @@
 #define NKS (HEAD_DIM / 16) /* k-steps of the key product */
 #define NMT (HEAD_DIM / 16) /* m-tiles of the value product */
 #define CPL (HEAD_DIM / 32) /* channels per lane when forming the key operand */
-#define LDB (HEAD_DIM + 40) /* 16-bit entries per column of the key operand (+32 rows, pad) */
-#define KW4 (16 / KP)       /* key code word rows per tile (1 or 2) */
-#define VW4 (NW / 4)        /* uint4 of value words per token */
+#define LDB                                                                                        \
+    (HEAD_DIM + 16)   /* 16-bit entries per column of the key operand (pad: 8-byte                 \
+                       * fragment reads without bank conflicts) */
+#define KW4 (16 / KP) /* key code word rows per tile (1 or 2) */
+#define VW4 (NW / 4)  /* uint4 of value words per token */
 #define UNROLL _Pragma("unroll")
+#define LAZY_M 8.0f /* slack of the lazy running maxima (log2 units) */
 
 #if (HEAD_DIM != 64 && HEAD_DIM != 128) || (KBITS != 2 && KBITS != 4) ||                           \
     (VBITS != 2 && VBITS != 4) || !defined(CLKV_NVIDIA_PTX) || GQ < 16
@@ -213,7 +223,6 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     __global const res_t *vrb = vr + bh * NR * HEAD_DIM;
     __local uint2 *bs = bsm[wid];
     __local uint *bs32 = (__local uint *)bs;
-    __local ushort *bs16 = (__local ushort *)bs;
     __local float *ps = psm[wid];
     __local float *fs = fsm[wid];
     __local float *vss = (__local float *)vsm[wid][0];
@@ -240,7 +249,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     UNROLL
     for (int g = 0; g < DG; g++)
         cmv[g] = 0.0f;
-    int kgrp = -1; /* key group whose operand is in bs */
+    int kgrp = -1;                /* key group whose operand is in bs */
+    float kc0 = 0.0f, kc1 = 0.0f; /* its logit constants of heads ha, ha + 1 */
 
     const int ntiles = end > start ? (end - start + 15) / 16 : 0;
     UNROLL
@@ -272,7 +282,11 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 vss[e] = S;
                 vms[e] = LOAD_META_L(vmr, 16 * DG + e) - S;
             }
-            /* ---- the key operand of this group (q' S hi/lo, constant rows) ---- */
+            /* ---- the key operand of this group (q' S hi/lo) and its constant ----
+             * The constant sum_c q'_c m_c - sum_c r_c, with r_c = hi + lo the value of q'_c S_c
+             * the operand holds, is summed in f32 over the warp: with the rows' 1 in
+             * x = 1 + c / 2^b it cancels the operand's own rounding, so a logit carries the
+             * hi/lo error only on its (c / 2^b) q'S terms. */
             const int grp = base / GQ;
             if (grp != kgrp) {
                 kgrp = grp;
@@ -281,11 +295,11 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 UNROLL
                 for (int h = 0; h < HP; h++)
                     cz[h] = 0.0f;
-                float S[CPL], mS[CPL];
+                float S[CPL], M[CPL];
                 UNROLL
                 for (int j = 0; j < CPL; j++) {
                     S[j] = LOAD_META_L(kmr, lane * CPL + j) * (float)(1 << KBITS);
-                    mS[j] = LOAD_META_L(kmr, HEAD_DIM + lane * CPL + j) - S[j];
+                    M[j] = LOAD_META_L(kmr, HEAD_DIM + lane * CPL + j);
                 }
                 UNROLL
                 for (int h = 0; h < HP; h++) {
@@ -301,18 +315,22 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                     UNROLL
                     for (int j = 0; j < CPL; j += 2) {
                         const float y0 = qk[j] * S[j], y1 = qk[j + 1] * S[j + 1];
-                        cz[h] = fma(qk[j], mS[j], cz[h]);
-                        cz[h] = fma(qk[j + 1], mS[j + 1], cz[h]);
+                        const float h0 = split_part(y0, 0), h1 = split_part(y1, 0);
+                        const uint lo = clkv_bf16x2_rn(y0 - h0, y1 - h1);
                         const int e = lane * CPL + j;
-                        bs32[(h * LDB + e) / 2] =
-                            clkv_bf16x2_rn(split_part(y0, 0), split_part(y1, 0));
-                        bs32[((h + 4) * LDB + e) / 2] =
-                            clkv_bf16x2_rn(split_part(y0, 1), split_part(y1, 1));
+                        bs32[(h * LDB + e) / 2] = clkv_bf16x2_rn(h0, h1); /* exact */
+                        bs32[((h + 4) * LDB + e) / 2] = lo;
+                        cz[h] = fma(qk[j], M[j], cz[h]) - (h0 + as_float(lo << 16));
+                        cz[h] = fma(qk[j + 1], M[j + 1], cz[h]) - (h1 + as_float(lo & 0xffff0000u));
                     }
-                    const uint hl = clkv_bf16x2_rn(split_part(cz[h], 0), split_part(cz[h], 1));
-                    bs16[h * LDB + HEAD_DIM + lane] = (ushort)(hl & 0xffffu);
-                    bs16[(h + 4) * LDB + HEAD_DIM + lane] = (ushort)(hl >> 16);
                 }
+                UNROLL
+                for (int o = 1; o < 32; o <<= 1)
+                    UNROLL
+                for (int h = 0; h < HP; h++)
+                    cz[h] += shfl(cz[h], o);
+                kc0 = (ft & 1) ? cz[2] : cz[0]; /* heads ha, ha + 1 of the C fragments */
+                kc1 = (ft & 1) ? cz[3] : cz[1];
                 clkv_warp_sync();
             }
 
@@ -340,14 +358,9 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 clkv_mma_bf16(d[s & 1], a0, a1, a2, a3, bf.x, bf.y);
             }
             UNROLL
-            for (int s = 0; s < 2; s++) {
-                const uint2 bf = bcol[HEAD_DIM / 4 + 4 * s];
-                clkv_mma_bf16(d[s], BF16_ONE2, BF16_ONE2, BF16_ONE2, BF16_ONE2, bf.x, bf.y);
-            }
-            UNROLL
             for (int i = 0; i < 4; i++) {
                 const float x = d[0][i] + d[1][i];
-                z[i] = x + shfl(x, 2);
+                z[i] = x + shfl(x, 2) + ((i & 1) ? kc1 : kc0);
             }
         } else {
             /* ---- residual logits on the CUDA cores (lanes of column part 0) ---- */
@@ -370,25 +383,40 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
         }
 
         /* ---- online softmax on the fragments ---- */
+        /* Lazy maxima: the reference m of a head moves only when a logit of the tile
+         * exceeds it by more than LAZY_M (log2 units); otherwise the tile's
+         * probabilities exp2(z - m) stay below 2^LAZY_M and the accumulators keep their
+         * scale (the state (m, l, acc) means acc * 2^m whatever m is). Once the maxima
+         * settle, a tile costs one vote instead of the shuffle reductions, the factor
+         * exchange and the rescale. */
         if (base + tok_a >= end)
             z[0] = z[1] = -INFINITY;
         if (base + tok_b >= end)
             z[2] = z[3] = -INFINITY;
-        float mx0 = fmax(z[0], z[2]), mx1 = fmax(z[1], z[3]);
-        UNROLL
-        for (int o = 4; o < 32; o <<= 1) {
-            mx0 = fmax(mx0, shfl(mx0, o));
-            mx1 = fmax(mx1, shfl(mx1, o));
+        const int grow = warp_any(fmax(z[0], z[2]) > m0 + LAZY_M || fmax(z[1], z[3]) > m1 + LAZY_M);
+        float f0 = 1.0f, f1 = 1.0f;
+        if (grow) {
+            float mx0 = fmax(z[0], z[2]), mx1 = fmax(z[1], z[3]);
+            UNROLL
+            for (int o = 4; o < 32; o <<= 1) {
+                mx0 = fmax(mx0, shfl(mx0, o));
+                mx1 = fmax(mx1, shfl(mx1, o));
+            }
+            mx0 = fmax(mx0, m0);
+            mx1 = fmax(mx1, m1);
+            f0 = m0 == -INFINITY ? 0.0f : clkv_exp2_ftz(m0 - mx0);
+            f1 = m1 == -INFINITY ? 0.0f : clkv_exp2_ftz(m1 - mx1);
+            m0 = mx0;
+            m1 = mx1;
+            if (ft < 2 && fg == 0) {
+                fs[ha] = f0;
+                fs[ha + 1] = f1;
+            }
         }
-        mx0 = fmax(mx0, m0);
-        mx1 = fmax(mx1, m1);
-        const float bs0 = mx0 == -INFINITY ? 0.0f : mx0;
-        const float bs1 = mx1 == -INFINITY ? 0.0f : mx1;
-        const float f0 = native_exp2(m0 - bs0), f1 = native_exp2(m1 - bs1);
-        m0 = mx0;
-        m1 = mx1;
-        const float p0 = native_exp2(z[0] - bs0), p1 = native_exp2(z[1] - bs1);
-        const float p2 = native_exp2(z[2] - bs0), p3 = native_exp2(z[3] - bs1);
+        const float bs0 = m0 == -INFINITY ? 0.0f : m0;
+        const float bs1 = m1 == -INFINITY ? 0.0f : m1;
+        const float p0 = clkv_exp2_ftz(z[0] - bs0), p1 = clkv_exp2_ftz(z[1] - bs1);
+        const float p2 = clkv_exp2_ftz(z[2] - bs0), p3 = clkv_exp2_ftz(z[3] - bs1);
         l0 = fma(l0, f0, p0 + p2);
         l1 = fma(l1, f1, p1 + p3);
         if (ft < 2) {
@@ -396,18 +424,12 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
             ps[tok_a * HP + ha + 1] = p1;
             ps[tok_b * HP + ha] = p2;
             ps[tok_b * HP + ha + 1] = p3;
-            if (fg == 0) {
-                fs[ha] = f0;
-                fs[ha + 1] = f1;
-            }
         }
         clkv_warp_sync();
 
         /* ---- values ---- */
-        /* rescale the accumulators, skipped when no running maximum of the warp moved
-         * (factors exactly 1, the common case once the maxima settle) */
-        const float fb = fs[hb];
-        if (warp_any(f0 != 1.0f || f1 != 1.0f || fb != 1.0f)) {
+        if (grow) { /* rescale the accumulators to the moved maxima */
+            const float fb = fs[hb];
             UNROLL
             for (int t = 0; t < NMT; t++) {
                 acc[t][0] *= f0;
@@ -517,7 +539,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     }
     CLKV_CP_ASYNC_WAIT(0);
 
-    /* ---- the split's partial state ---- */
+    /* ---- the split's partial state, merged over the work-group's warps ---- */
     UNROLL
     for (int o = 4; o < 32; o <<= 1) {
         l0 += shfl(l0, o);
@@ -536,25 +558,52 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
         if (ft == 0 && pb == 0)
             csm[wid][hb * DG + g] = c;
     }
-    clkv_warp_sync();
+    clkv_warp_sync(); /* csm written; every lane is past its last read of bs and ps */
+    /* the warp's state into its own key-operand and probability space: xs[head][channel]
+     * (HP * HEAD_DIM floats <= 8 * LDB 16-bit entries), (m, l) per head in ps */
+    __local float *xs = (__local float *)bs;
     if (ft < 2) {
         UNROLL
         for (int e = 0; e < 2; e++) {
             const int h = ha + e;
-            if (h < ng) {
-                const long idx = ((long)b * Hq + h0 + h) * num_splits + split;
-                __global float *out = part_acc + idx * HEAD_DIM;
-                UNROLL
-                for (int t = 0; t < NMT; t++) {
-                    const int ca = 16 * t + VROW_CH(fg), cb = 16 * t + VROW_CH(fg + 8);
-                    out[ca] = acc[t][e] + csm[wid][h * DG + ca / GQ];
-                    out[cb] = acc[t][2 + e] + csm[wid][h * DG + cb / GQ];
-                }
-                if (fg == 0) {
-                    part_ml[idx * 2] = e ? m1 : m0;
-                    part_ml[idx * 2 + 1] = e ? l1 : l0;
-                }
+            UNROLL
+            for (int t = 0; t < NMT; t++) {
+                const int ca = 16 * t + VROW_CH(fg), cb = 16 * t + VROW_CH(fg + 8);
+                xs[h * HEAD_DIM + ca] = acc[t][e] + csm[wid][h * DG + ca / GQ];
+                xs[h * HEAD_DIM + cb] = acc[t][2 + e] + csm[wid][h * DG + cb / GQ];
             }
+            if (fg == 0) {
+                ps[2 * h] = e ? m1 : m0;
+                ps[2 * h + 1] = e ? l1 : l0;
+            }
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    /* (m, l, acc) of the NWARP warps -> one partial state of the work-group */
+    const int wsplit = (int)get_group_id(0);
+    const int nws = num_splits / NWARP;
+    for (int i = lid; i < HP * HEAD_DIM; i += WG_SIZE) {
+        const int h = i / HEAD_DIM, c = i % HEAD_DIM;
+        if (h >= ng)
+            continue;
+        float mw[NWARP], mx = -INFINITY;
+        UNROLL
+        for (int w = 0; w < NWARP; w++) {
+            mw[w] = psm[w][2 * h];
+            mx = fmax(mx, mw[w]);
+        }
+        float x = 0.0f, l = 0.0f;
+        UNROLL
+        for (int w = 0; w < NWARP; w++) {
+            const float f = mw[w] == -INFINITY ? 0.0f : exp2(mw[w] - mx);
+            x = fma(f, ((__local const float *)bsm[w])[h * HEAD_DIM + c], x);
+            l = fma(f, psm[w][2 * h + 1], l);
+        }
+        const long idx = ((long)b * Hq + h0 + h) * nws + wsplit;
+        part_acc[idx * HEAD_DIM + c] = x;
+        if (c == 0) {
+            part_ml[idx * 2] = mx;
+            part_ml[idx * 2 + 1] = l;
         }
     }
 }

@@ -24,12 +24,15 @@ typedef struct quant_plan {
     float scale;
     int group, nhg, wg, ktok;
     int splits, chunk;
-    int mma; /* the tensor-core kernel (each warp one split, MMA_WARPS per work-group) */
+    int merge_splits; /* partial states per (sequence, query head) the merge combines */
+    int mma;          /* the tensor-core kernel (each warp one split, MMA_WARPS per work-group) */
     size_t part_acc_bytes, part_ml_bytes;
 } quant_plan;
 
 /* Knobs of the tensor-core kernel, read once per process (tuning and tests, not API):
  *   CLKV_QUANT_MMA=0        always the CUDA-core kernel
+ *   CLKV_QUANT_MMA=2        the tensor-core kernel wherever it applies (not only where it
+ *                           measured faster)
  *   CLKV_QUANT_MMA_WARPS=N  automatic splits aim at N warps per compute unit (default 64)
  *   CLKV_QUANT_MMA_MINTOK=N no automatic split shorter than N tokens (default 256)
  *   CLKV_QUANT_MMA_STAGES=N 16-token tiles in flight per warp, 1..8 (default 4) */
@@ -47,7 +50,7 @@ static const mma_knobs *knobs(void) {
     static mma_knobs k;
     static int done;
     if (!done) { /* a context is used by one thread at a time; racing readers agree */
-        k.enabled = env_int("CLKV_QUANT_MMA", 1, 0, 1);
+        k.enabled = env_int("CLKV_QUANT_MMA", 1, 0, 2);
         k.warps = env_int("CLKV_QUANT_MMA_WARPS", 64, 1, 256);
         k.mintok = env_int("CLKV_QUANT_MMA_MINTOK", 256, 16, 1 << 20);
         k.stages = env_int("CLKV_QUANT_MMA_STAGES", 4, 1, 8);
@@ -59,18 +62,24 @@ static const mma_knobs *knobs(void) {
 /* The tensor-core kernel applies on NVIDIA (inline PTX) to D 64 / 128, 2- or 4-bit keys
  * and values and a 16-bit o: its products keep ~16 significant bits of q*s and p*s (bf16
  * high part + bf16 rest), within the tolerance of 16-bit outputs but not of f32 ones.
- * It is taken where it was measured faster than the CUDA-core kernel (H200, Hq 32 / Hkv 8,
- * D 128, B 1 and 8, 32K and 128K tokens): 2-bit keys and values at every group size, and
- * groups of 64+ tokens / channels (its per-group operand work is small there) at 4 bits;
- * 4-bit codes with groups of 16 or 32 stay on the CUDA cores (up to 1.4x faster there). */
+ * Returns 0 where it does not apply, 1 where it is taken, 2 where it is taken only when the
+ * CUDA-core kernel would leave the device underfilled (plan_launch). Measured (Hq 32 /
+ * Hkv 8, D 128, B 1 and 8, 32K and 128K tokens): it wins with 2-bit keys and values at
+ * every group size and with groups of 64+ tokens / channels (little per-group operand
+ * work); 4-bit codes with groups of 16 or 32 run faster on the CUDA cores (H100: up to
+ * 1.3x at B = 8) except at B = 1, 32K, where the CUDA-core kernel's 2048-token splits give
+ * fewer work-groups than compute units (H100: 76 -> 60 us at groups of 16, 73 -> 47 us at
+ * groups of 32). */
 static int use_mma(const clkv_quant_cache *c, const clkv_attention_quant_decode_args *a) {
     const clkv_quant_cache_create_args *cfg = &c->cfg;
     const int bits_ok =
         (cfg->k_bits == 2 || cfg->k_bits == 4) && (cfg->v_bits == 2 || cfg->v_bits == 4);
+    if (!c->ctx->info.nvidia_ptx || !knobs()->enabled || !bits_ok ||
+        (cfg->head_dim != 64 && cfg->head_dim != 128) ||
+        (a->o.dtype != CLKV_F16 && a->o.dtype != CLKV_BF16))
+        return 0;
     const int faster = (cfg->k_bits == 2 && cfg->v_bits == 2) || cfg->group >= 64;
-    return c->ctx->info.nvidia_ptx && knobs()->enabled && bits_ok && faster &&
-           (cfg->head_dim == 64 || cfg->head_dim == 128) &&
-           (a->o.dtype == CLKV_F16 || a->o.dtype == CLKV_BF16);
+    return faster || knobs()->enabled == 2 ? 1 : 2;
 }
 
 static clkv_status validate(clkv_quant_cache *c, const clkv_attention_quant_decode_args *a) {
@@ -105,51 +114,50 @@ static clkv_status validate(clkv_quant_cache *c, const clkv_attention_quant_deco
     return CLKV_OK;
 }
 
-static void plan_launch(const clkv_quant_cache *c, const clkv_attention_quant_decode_args *a,
-                        quant_plan *p) {
+/* Tensor-core kernel sizing (p's shape fields set). */
+static void plan_mma(const clkv_quant_cache *c, const clkv_attention_quant_decode_args *a,
+                     quant_plan *p) {
     const clkv_device_info *dev = &c->ctx->info;
-    memset(p, 0, sizeof *p);
-    p->B = c->cfg.batch;
-    p->Hq = a->q.dims[1];
-    p->Hkv = c->cfg.kv_heads;
-    p->G = p->Hq / p->Hkv;
-    p->D = c->cfg.head_dim;
-    p->max_len = (int)c->max_len;
-    p->scale = a->scale != 0.0f ? a->scale : (float)(1.0 / sqrt((double)p->D));
-    if (use_mma(c, a)) {
-        /* one split per warp, chunks of whole 16-token tiles (automatic: at least mintok
-         * tokens, about `warps` warps per compute unit over all (sequence, KV head, head
-         * group) units); the splits of a unit padded to whole work-groups */
-        const mma_knobs *kn = knobs();
-        p->mma = 1;
-        p->group = MMA_HEADS;
-        p->nhg = (int)((p->G + MMA_HEADS - 1) / MMA_HEADS);
-        p->wg = 32 * MMA_WARPS;
-        const int64_t units = p->B * p->Hkv * p->nhg;
-        const int64_t len = p->max_len > 0 ? p->max_len : 1;
-        int64_t splits = a->num_splits;
-        if (splits <= 0) {
-            const int64_t target = (int64_t)dev->compute_units * kn->warps;
-            splits = (target + units - 1) / units;
-            const int64_t cap = (len + kn->mintok - 1) / kn->mintok;
-            if (splits > cap)
-                splits = cap;
-        }
-        if (splits > len)
-            splits = len;
-        if (splits > MAX_SPLITS)
-            splits = MAX_SPLITS;
-        if (splits < 1)
-            splits = 1;
-        int64_t chunk = (len + splits - 1) / splits;
-        chunk = (chunk + 15) / 16 * 16;
-        splits = (len + chunk - 1) / chunk;
-        p->chunk = (int)chunk;
-        p->splits = (int)((splits + MMA_WARPS - 1) / MMA_WARPS * MMA_WARPS);
-        p->part_acc_bytes = clkv__ws_align((size_t)(p->B * p->Hq * p->splits * p->D) * 4);
-        p->part_ml_bytes = clkv__ws_align((size_t)(p->B * p->Hq * p->splits) * 2 * 4);
-        return;
+    p->ktok = 0;
+    /* one split per warp, chunks of whole 16-token tiles (automatic: at least mintok
+     * tokens, about `warps` warps per compute unit over all (sequence, KV head, head
+     * group) units); the splits of a unit padded to whole work-groups */
+    const mma_knobs *kn = knobs();
+    p->mma = 1;
+    p->group = MMA_HEADS;
+    p->nhg = (int)((p->G + MMA_HEADS - 1) / MMA_HEADS);
+    p->wg = 32 * MMA_WARPS;
+    const int64_t units = p->B * p->Hkv * p->nhg;
+    const int64_t len = p->max_len > 0 ? p->max_len : 1;
+    int64_t splits = a->num_splits;
+    if (splits <= 0) {
+        const int64_t target = (int64_t)dev->compute_units * kn->warps;
+        splits = (target + units - 1) / units;
+        const int64_t cap = (len + kn->mintok - 1) / kn->mintok;
+        if (splits > cap)
+            splits = cap;
     }
+    if (splits > len)
+        splits = len;
+    if (splits > MAX_SPLITS * MMA_WARPS)
+        splits = MAX_SPLITS * MMA_WARPS;
+    if (splits < 1)
+        splits = 1;
+    int64_t chunk = (len + splits - 1) / splits;
+    chunk = (chunk + 15) / 16 * 16;
+    splits = (len + chunk - 1) / chunk;
+    p->chunk = (int)chunk;
+    p->splits = (int)((splits + MMA_WARPS - 1) / MMA_WARPS * MMA_WARPS);
+    /* the warps of a work-group merge their states in local memory: one partial state
+     * per work-group */
+    p->merge_splits = p->splits / MMA_WARPS;
+    p->part_acc_bytes = clkv__ws_align((size_t)(p->B * p->Hq * p->merge_splits * p->D) * 4);
+    p->part_ml_bytes = clkv__ws_align((size_t)(p->B * p->Hq * p->merge_splits) * 2 * 4);
+}
+
+static void plan_cuda(const clkv_quant_cache *c, const clkv_attention_quant_decode_args *a,
+                      quant_plan *p) {
+    const clkv_device_info *dev = &c->ctx->info;
     p->group = (int)(p->G < MAX_GROUP ? p->G : MAX_GROUP);
     p->nhg = (int)((p->G + p->group - 1) / p->group);
     const int gpu = dev->kind == CLKV_DEVICE_KIND_GPU;
@@ -193,8 +201,30 @@ static void plan_launch(const clkv_quant_cache *c, const clkv_attention_quant_de
     chunk = (chunk + round - 1) / round * round;
     p->chunk = (int)chunk;
     p->splits = (int)((len + chunk - 1) / chunk);
+    p->merge_splits = p->splits;
     p->part_acc_bytes = clkv__ws_align((size_t)(p->B * p->Hq * p->splits * p->D) * 4);
     p->part_ml_bytes = clkv__ws_align((size_t)(p->B * p->Hq * p->splits) * 2 * 4);
+}
+
+static void plan_launch(const clkv_quant_cache *c, const clkv_attention_quant_decode_args *a,
+                        quant_plan *p) {
+    memset(p, 0, sizeof *p);
+    p->B = c->cfg.batch;
+    p->Hq = a->q.dims[1];
+    p->Hkv = c->cfg.kv_heads;
+    p->G = p->Hq / p->Hkv;
+    p->D = c->cfg.head_dim;
+    p->max_len = (int)c->max_len;
+    p->scale = a->scale != 0.0f ? a->scale : (float)(1.0 / sqrt((double)p->D));
+    const int mma = use_mma(c, a);
+    if (mma == 1) {
+        plan_mma(c, a, p);
+        return;
+    }
+    plan_cuda(c, a, p);
+    if (mma == 2 &&
+        (int64_t)p->splits * p->B * p->Hkv * p->nhg < (int64_t)c->ctx->info.compute_units)
+        plan_mma(c, a, p);
 }
 
 /* The merge kernel of decode attention, built for this output dtype and head dim (the
@@ -285,7 +315,8 @@ clkv_status clkv_attention_quant_decode(clkv_quant_cache *cache,
     const cl_long q_off = clkv__elem_offset(&args->q), q_sb = args->q.strides[0],
                   q_sh = args->q.strides[1], CQ = cache->cq;
     const cl_int B = (cl_int)p.B, Hkv = (cl_int)p.Hkv, NR = cfg->residual, Hq = (cl_int)p.Hq,
-                 G = (cl_int)p.G, nhg = p.nhg, chunk = p.chunk, splits = p.splits;
+                 G = (cl_int)p.G, nhg = p.nhg, chunk = p.chunk, splits = p.splits,
+                 msplits = p.merge_splits;
     const cl_float scale_log2 = p.scale * 1.4426950408889634f;
     st = clkv__set_args(ctx, kp, kname, 25, CLKV_ARG(args->q.buf), CLKV_ARG(q_off), CLKV_ARG(q_sb),
                         CLKV_ARG(q_sh), CLKV_ARG(cache->k_codes), CLKV_ARG(cache->k_scale),
@@ -303,7 +334,7 @@ clkv_status clkv_attention_quant_decode(clkv_quant_cache *cache,
     const cl_int has_lse = lse_buf != NULL;
     if (st == CLKV_OK)
         st = clkv__set_args(ctx, km, "attention_decode_merge", 13, CLKV_ARG(ws), CLKV_ARG(ml_off),
-                            CLKV_ARG(splits), CLKV_ARG(Hq), CLKV_ARG(o_buf), CLKV_ARG(o_off),
+                            CLKV_ARG(msplits), CLKV_ARG(Hq), CLKV_ARG(o_buf), CLKV_ARG(o_off),
                             CLKV_ARG(o_sb), CLKV_ARG(o_sh), CLKV_ARG(lse_buf), CLKV_ARG(lse_off),
                             CLKV_ARG(lse_sb), CLKV_ARG(lse_sh), CLKV_ARG(has_lse));
     if (st)

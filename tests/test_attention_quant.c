@@ -69,8 +69,9 @@ static const acase k_cases[] = {
      CLKV_F32, CLKV_F16, CLKV_F32, CLKV_F32, {640, 0, 77}, 1, 1, 7, 0.0f, 256, 0},
     {"decode_loop_gqa8_2_d128_k2v2_g16_nr32", 3, 8, 2, 128, 2, 2, 16, 32,
      CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_F32, {30, 1, 63}, 5, 1, 0, 0.0f, 0, 1},
-    /* 16-bit o, D 64/128, 2-bit codes or 4-bit codes with groups of 64+: the tensor-core
-     * kernel on NVIDIA (CLKV_LOG=1 logs "tensor-core" per call) */
+    /* 16-bit o, D 64/128, 2-bit codes or 4-bit codes with groups of 64+, or 4-bit codes
+     * with smaller groups in launches too small for the CUDA-core kernel to fill the
+     * device: the tensor-core kernel on NVIDIA (CLKV_LOG=1 logs "tensor-core" per call) */
     {"mma_gqa32_8_d128_k2v2_g16", 2, 32, 8, 128, 2, 2, 16, 128,
      CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_BF16, {3000, 1500}, 1, 1, 0, 0.0f, 0, 0},
     {"mma_gqa8_1_d64_k4v2_g64_nhg2", 3, 8, 1, 64, 4, 2, 64, 64,
@@ -85,6 +86,9 @@ static const acase k_cases[] = {
      CLKV_F16, CLKV_F16, CLKV_F16, CLKV_BF16, {47, 16}, 3, 1, 0, 0.0f, 0, 1},
     {"mma_decode_loop_gqa4_1_d64_k4v4_g64_nr64", 1, 4, 1, 64, 4, 4, 64, 64,
      CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_F16, {62}, 3, 1, 0, 0.0f, 0, 1},
+    /* (cases are appended: a case's random stream is its index) */
+    {"mma_small_gqa8_2_d128_k4v4_g16", 1, 8, 2, 128, 4, 4, 16, 128,
+     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_BF16, {900}, 1, 1, 0, 0.0f, 0, 0},
 };
 /* clang-format on */
 
