@@ -843,29 +843,32 @@ inline void lf_cand_reduce(float *key, int *idx, __local float *rk, __local int 
 }
 
 /* o and lse of the G heads of (b, kvh) from the splits' partial states (the last attention
- * work-group of the pair; reads past the L1). */
+ * work-group of the pair, after the acquire fence): an online merge over batches of eight
+ * splits, each batch's loads in flight together. */
 inline void lf_merge(__global const float *ws, long ml_off, int b, int kvh, int Hq, int G,
                      int num_splits, __global void *o, int o_dt, long o_off, long o_sb, long o_sh,
                      __global float *lse, long lse_off, long lse_sb, long lse_sh, int has_lse) {
-    __global volatile const float *pa = ws;
     for (int e = (int)get_local_id(0); e < G * (HEAD_DIM / 4); e += WG_SIZE) {
         const int r = e / (HEAD_DIM / 4), c4 = e % (HEAD_DIM / 4);
         const int h = kvh * G + r;
         const long idx0 = ((long)b * Hq + h) * num_splits;
-        float mx = -INFINITY;
-        for (int sp = 0; sp < num_splits; sp++)
-            mx = fmax(mx, pa[ml_off + (idx0 + sp) * 2]);
-        float sum = 0.0f;
+        float mx = -INFINITY, sum = 0.0f, f2;
         float4 x = (float4)(0.0f);
-        if (mx != -INFINITY) {
-            for (int sp = 0; sp < num_splits; sp++) {
-                const float msp = pa[ml_off + (idx0 + sp) * 2];
-                if (msp == -INFINITY)
+        for (int s0 = 0; s0 < num_splits; s0 += 8) {
+            float2 ml[8];
+            float4 a[8];
+            UNROLL
+            for (int j = 0; j < 8; j++) {
+                const int sp = min(s0 + j, num_splits - 1);
+                ml[j] = vload2(0, ws + ml_off + (idx0 + sp) * 2);
+                a[j] = vload4(0, ws + (idx0 + sp) * HEAD_DIM + c4 * 4);
+            }
+            UNROLL
+            for (int j = 0; j < 8; j++) {
+                if (s0 + j >= num_splits || ml[j].x == -INFINITY)
                     continue;
-                const float wgt = exp2(msp - mx);
-                sum = fma(pa[ml_off + (idx0 + sp) * 2 + 1], wgt, sum);
-                const long ai = (idx0 + sp) * HEAD_DIM + c4 * 4;
-                x = fma((float4)(wgt), (float4)(pa[ai], pa[ai + 1], pa[ai + 2], pa[ai + 3]), x);
+                const float f1 = clkv_softmax_merge(&mx, &sum, ml[j].x, ml[j].y, &f2);
+                x = fma((float4)(f2), a[j], x * f1);
             }
         }
         x *= sum > 0.0f ? 1.0f / sum : 0.0f;
@@ -882,12 +885,16 @@ inline void lf_merge(__global const float *ws, long ml_off, int b, int kvh, int 
 
 /* LF_SPB slots (rounds kk0 .. kk0 + LF_SPB - 1 of the chunk) x LF_HB heads (t0 ..) of score
  * logits (plain loads: after the acquire fence, and no line of them was read on this
- * multiprocessor before they were final); 0 outside the chunk or the heads. */
-inline void lf_load_y(float (*yv)[LF_HB], __global const float *yb, int S, int first,
-                      int end, int kk0, int t0, int lid) {
+ * multiprocessor before they were final), 0 outside the chunk or the heads; with load_pos
+ * the slots' positions too (-1 outside the chunk). */
+inline void lf_load_y(float (*yv)[LF_HB], int *pv, int load_pos, __global const float *yb,
+                      __global const int *prow, int S, int first, int end, int kk0, int t0,
+                      int lid) {
     UNROLL
     for (int j = 0; j < LF_SPB; j++) {
         const int i = first + (kk0 + j) * WG_SIZE + lid;
+        if (load_pos)
+            pv[j] = i < end ? prow[i] : -1;
         UNROLL
         for (int t = 0; t < LF_HB; t++)
             yv[j][t] = i < end && t0 + t < LF_NH ? yb[(long)(t0 + t) * S + i] : 0.0f;
@@ -914,7 +921,13 @@ inline void lf_score_item(int m, int chunk, __global const int *pos, __global in
     const long prot_from = (long)(do_write ? np : np - 1) - protect + 1;
     const int first = chunk * spt * WG_SIZE, end = min(first + spt * WG_SIZE, S);
     __global const float *yb = ws + y_off + ((long)b * Hq + hf) * S;
-    __global volatile const float *pml = ws + ml_off;
+    __global const float *pml = ws + ml_off;
+    int pv[LF_SPB]; /* positions of the batch's slots: stable in a step but for vold */
+    UNROLL
+    for (int j = 0; j < LF_SPB; j++) {
+        const int i = first + j * WG_SIZE + lid;
+        pv[j] = i < end ? prow[i] : -1;
+    }
 
     if (lid == 0) {
         __global volatile const int *arrived = ctr + arr_off + m;
@@ -926,7 +939,7 @@ inline void lf_score_item(int m, int chunk, __global const int *pos, __global in
 
     /* the first score logits, in flight while the LSEs are merged */
     float yv[LF_SPB][LF_HB];
-    lf_load_y(yv, yb, S, first, end, 0, 0, lid);
+    lf_load_y(yv, pv, 0, yb, prow, S, first, end, 0, 0, lid); /* positions: loaded above */
     /* LSE (base 2) of each head from its splits: tph lanes per head, then a butterfly */
     int tph = 1;
     while (tph < 32 && tph * 2 * LF_NH <= WG_SIZE)
@@ -937,9 +950,16 @@ inline void lf_score_item(int m, int chunk, __global const int *pos, __global in
         float mm = -INFINITY, ll = 0.0f, f2;
         if (t < LF_NH) {
             const long base = ((long)b * Hq + hf + t) * num_splits;
-            for (int s = r; s < num_splits; s += tph)
-                (void)clkv_softmax_merge(&mm, &ll, pml[(base + s) * 2], pml[(base + s) * 2 + 1],
-                                         &f2);
+            for (int s0 = r; s0 < num_splits; s0 += 4 * tph) {
+                float2 ml[4];
+                UNROLL
+                for (int j = 0; j < 4; j++)
+                    ml[j] = vload2(0, pml + (base + min(s0 + j * tph, num_splits - 1)) * 2);
+                UNROLL
+                for (int j = 0; j < 4; j++)
+                    if (s0 + j * tph < num_splits)
+                        (void)clkv_softmax_merge(&mm, &ll, ml[j].x, ml[j].y, &f2);
+            }
         }
         for (int o = tph / 2; o > 0; o >>= 1) {
             const float m2 = clkv_shfl_xor(mm, o), l2 = clkv_shfl_xor(ll, o);
@@ -960,7 +980,7 @@ inline void lf_score_item(int m, int chunk, __global const int *pos, __global in
             sum[j] = 0.0f;
         for (int t0 = 0; t0 < LF_NH; t0 += LF_HB) {
             if (kk0 > 0 || t0 > 0)
-                lf_load_y(yv, yb, S, first, end, kk0, t0, lid);
+                lf_load_y(yv, pv, t0 == 0, yb, prow, S, first, end, kk0, t0, lid);
             UNROLL
             for (int j = 0; j < LF_SPB; j++) {
                 UNROLL
@@ -974,7 +994,7 @@ inline void lf_score_item(int m, int chunk, __global const int *pos, __global in
             const int i = first + (kk0 + j) * WG_SIZE + lid;
             if (kk0 + j >= spt || i >= end)
                 continue;
-            int p = prow[i];
+            int p = pv[j];
             if (do_write && i == vold)
                 p = np;                           /* the token this step wrote */
             float score = -INFINITY, key = -1.0f; /* empty: key -1, below every score */

@@ -14,7 +14,7 @@
 #define MMA_FILE "attention_window_mma.cl" /* -DLONGFLOW=1: longflow_partial_mma */
 
 /* Launch-parameter overrides CLKV_LONGFLOW_EPL / _WG / _UNROLL / _SPLITS / _CPASYNC /
- * _STAGES / _SCORE_LANES / _SCORE_ROUNDS / _FUSED (benchmarks,
+ * _STAGES / _SCORE_LANES / _SCORE_ROUNDS / _SCORE_WGS / _FUSED (benchmarks,
  * tuning, tests of the multi-lane layout and of split-K on CPUs; not API), read once per
  * cache creation. */
 static int env_int(const char *name, int fallback) {
@@ -110,7 +110,8 @@ static void plan_mma(clkv_longflow_cache *c) {
      * sc_wgs scorer work-groups, fewer than the compute units (a scorer may wait for
      * attention work-groups, which then always have a work-group slot; see the kernel); a
      * chunk per scorer where that fits. CLKV_LONGFLOW_SCORE_ROUNDS sets spt (tests of
-     * several chunks and items per scorer). */
+     * several chunks per map), CLKV_LONGFLOW_SCORE_WGS lowers the scorer count (tests of
+     * several items per scorer). */
     const int64_t n_attn = c->B * c->Hkv * p->mma_qtiles * p->mma_splits;
     const int64_t maps = c->B * c->Hm, scorers_max = cu - 1;
     int64_t spt =
@@ -127,6 +128,9 @@ static void plan_mma(clkv_longflow_cache *c) {
     p->sc_chunks = (int)((c->S + spt * 128 - 1) / (spt * 128));
     const int64_t items = maps * p->sc_chunks;
     p->sc_wgs = (int)(items < scorers_max ? items : scorers_max);
+    const int wgs = env_int("CLKV_LONGFLOW_SCORE_WGS", 0); /* tests: several items per scorer */
+    if (wgs > 0 && wgs < p->sc_wgs)
+        p->sc_wgs = wgs;
     p->fused = env_int("CLKV_LONGFLOW_FUSED", 1) != 0 && scorers_max >= 1 &&
                n_attn + p->sc_wgs <= INT32_MAX && items <= INT32_MAX;
     p->sc_attn = p->fused ? (int)n_attn : 0;
@@ -331,52 +335,57 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
     clkv_status st;
     /* The dtypes of q, k_new/v_new and o are kernel arguments (read once per work-group
      * or once per step), so a load's pass and steps of any activation dtype share one
-     * program per cache configuration. */
-    clkv_defs dp, df;
-    clkv__defs_init(&dp);
-    clkv__defs_int(&dp, "KV_DTYPE", c->dtype);
-    clkv__defs_int(&dp, "HEAD_DIM", c->D);
-    clkv__defs_int(&dp, "GROUP", p->group);
-    clkv__defs_int(&dp, "EPL", p->epl);
-    clkv__defs_int(&dp, "WG_SIZE", p->wg);
-    clkv__defs_int(&dp, "UNROLL", p->unroll);
-    clkv__defs_int(&dp, "PER_HEAD", c->mode == CLKV_LONGFLOW_PER_KV_HEAD);
-    clkv__defs_int(&dp, "CP_ASYNC", p->cp_async);
-    clkv__defs_int(&dp, "STAGES", p->cp_async ? p->stages : 0);
-    clkv__defs_init(&df);
-    clkv__defs_int(&df, "HEAD_DIM", c->D);
-    clkv__defs_int(&df, "PER_HEAD", c->mode == CLKV_LONGFLOW_PER_KV_HEAD);
-    clkv__defs_int(&df, "FIN_WG", LF_FIN_WG);
-    clkv__defs_int(&df, "MAX_SPLITS", LF_MAX_SPLITS);
-    clkv__defs_int(&df, "UNIT_HEADS_MAX", LF_UNIT_HEADS_MAX);
-    /* the tensor-core partial where the plan has it and q has the cache dtype */
+     * program per cache configuration. The tensor-core partial where the plan has it and q
+     * has the cache dtype; with it, where the plan allows, the whole pass in one launch
+     * (longflow_step_mma, no finish kernel). */
     const int use_mma = p->mma && ps->mode != 2 && ps->q && ps->q->dtype == c->dtype;
-    clkv_defs dm;
-    clkv__defs_init(&dm);
-    clkv__defs_int(&dm, "LONGFLOW", 1);
-    clkv__defs_int(&dm, "Q_DTYPE", c->dtype);
-    clkv__defs_int(&dm, "KV_DTYPE", c->dtype);
-    clkv__defs_int(&dm, "O_DTYPE", c->dtype);
-    clkv__defs_int(&dm, "HEAD_DIM", c->D);
-    clkv__defs_int(&dm, "QT", p->mma_qt);
-    clkv__defs_int(&dm, "NWK", p->mma_nwk);
-    clkv__defs_int(&dm, "KW", p->mma_kw);
-    clkv__defs_int(&dm, "NSTG", p->mma_nstg);
-    clkv__defs_int(&dm, "KV_ALIGNED", 1);
-    clkv__defs_int(&dm, "P_LO", 1);
-    clkv__defs_int(&dm, "PER_HEAD", c->mode == CLKV_LONGFLOW_PER_KV_HEAD);
-    clkv__defs_int(&dm, "LF_NH", c->mode == CLKV_LONGFLOW_PER_KV_HEAD ? c->G : c->Hq);
-    /* the tensor-core partial, merge, scores and victim in one launch (no finish kernel) */
     const int fused = use_mma && p->fused;
     const char *mma_name = fused ? "longflow_step_mma" : "longflow_partial_mma";
     cl_kernel kp = NULL, kf = NULL;
-    if (use_mma && (st = clkv__get_kernel(ctx, MMA_FILE, &dm, mma_name, &kp)) != CLKV_OK)
-        return st;
-    if (!use_mma && ps->mode != 2 &&
-        (st = clkv__get_kernel(ctx, PARTIAL_FILE, &dp, "longflow_partial", &kp)) != CLKV_OK)
-        return st;
-    if (!fused && (st = clkv__get_kernel(ctx, FINISH_FILE, &df, "longflow_finish", &kf)) != CLKV_OK)
-        return st;
+    if (use_mma) {
+        clkv_defs dm;
+        clkv__defs_init(&dm);
+        clkv__defs_int(&dm, "LONGFLOW", 1);
+        clkv__defs_int(&dm, "Q_DTYPE", c->dtype);
+        clkv__defs_int(&dm, "KV_DTYPE", c->dtype);
+        clkv__defs_int(&dm, "O_DTYPE", c->dtype);
+        clkv__defs_int(&dm, "HEAD_DIM", c->D);
+        clkv__defs_int(&dm, "QT", p->mma_qt);
+        clkv__defs_int(&dm, "NWK", p->mma_nwk);
+        clkv__defs_int(&dm, "KW", p->mma_kw);
+        clkv__defs_int(&dm, "NSTG", p->mma_nstg);
+        clkv__defs_int(&dm, "KV_ALIGNED", 1);
+        clkv__defs_int(&dm, "P_LO", 1);
+        clkv__defs_int(&dm, "PER_HEAD", c->mode == CLKV_LONGFLOW_PER_KV_HEAD);
+        clkv__defs_int(&dm, "LF_NH", c->mode == CLKV_LONGFLOW_PER_KV_HEAD ? c->G : c->Hq);
+        if ((st = clkv__get_kernel(ctx, MMA_FILE, &dm, mma_name, &kp)) != CLKV_OK)
+            return st;
+    } else if (ps->mode != 2) {
+        clkv_defs dp;
+        clkv__defs_init(&dp);
+        clkv__defs_int(&dp, "KV_DTYPE", c->dtype);
+        clkv__defs_int(&dp, "HEAD_DIM", c->D);
+        clkv__defs_int(&dp, "GROUP", p->group);
+        clkv__defs_int(&dp, "EPL", p->epl);
+        clkv__defs_int(&dp, "WG_SIZE", p->wg);
+        clkv__defs_int(&dp, "UNROLL", p->unroll);
+        clkv__defs_int(&dp, "PER_HEAD", c->mode == CLKV_LONGFLOW_PER_KV_HEAD);
+        clkv__defs_int(&dp, "CP_ASYNC", p->cp_async);
+        clkv__defs_int(&dp, "STAGES", p->cp_async ? p->stages : 0);
+        if ((st = clkv__get_kernel(ctx, PARTIAL_FILE, &dp, "longflow_partial", &kp)) != CLKV_OK)
+            return st;
+    }
+    if (!fused) {
+        clkv_defs df;
+        clkv__defs_init(&df);
+        clkv__defs_int(&df, "HEAD_DIM", c->D);
+        clkv__defs_int(&df, "PER_HEAD", c->mode == CLKV_LONGFLOW_PER_KV_HEAD);
+        clkv__defs_int(&df, "FIN_WG", LF_FIN_WG);
+        clkv__defs_int(&df, "MAX_SPLITS", LF_MAX_SPLITS);
+        clkv__defs_int(&df, "UNIT_HEADS_MAX", LF_UNIT_HEADS_MAX);
+        if ((st = clkv__get_kernel(ctx, FINISH_FILE, &df, "longflow_finish", &kf)) != CLKV_OK)
+            return st;
+    }
     cl_mem ws;
     if ((st = clkv__workspace(ctx, lf__workspace_bytes(c), &ws)) != CLKV_OK)
         return st;
