@@ -103,11 +103,12 @@ clkv_status clkv_longflow_cache_create(clkv_context *ctx,
     }
     const size_t kv_bytes = (size_t)(c->B * c->Hkv * c->S * c->D) * clkv_dtype_size(c->dtype);
     const size_t map_bytes = (size_t)(c->B * c->Hm * c->S) * 4;
+    const size_t n_counters = lf__counter_layout(c).total;
     if ((st = alloc_fill(c, &c->k, kv_bytes, 0)) || (st = alloc_fill(c, &c->v, kv_bytes, 0)) ||
         (st = alloc_fill(c, &c->pos, map_bytes, -1)) ||
         (st = alloc_fill(c, &c->victim, (size_t)(c->B * c->Hm) * 4, 0)) ||
         (st = alloc_fill(c, &c->next_pos, (size_t)c->B * 4, 0)) ||
-        (st = alloc_fill(c, &c->counters, (size_t)(c->B * c->Hm) * 4, 0))) {
+        (st = alloc_fill(c, &c->counters, n_counters * 4, 0))) {
         clkv_longflow_cache_destroy(c);
         return st;
     }

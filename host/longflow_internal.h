@@ -24,6 +24,10 @@ typedef struct lf_plan {
     int mma;                               /* available for this cache */
     int mma_qt, mma_nwk, mma_kw, mma_nstg; /* tile parameters (see the kernel) */
     int mma_qtiles, mma_splits, mma_chunk; /* row tiles, split-K over the S slots */
+    /* The one-launch step (longflow_step_mma): the tensor-core partial, the merge, scores
+     * and victim in one kernel: sc_attn attention work-groups, then sc_wgs scorers over
+     * sc_chunks chunks of sc_spt * 128 slots per map. */
+    int fused, sc_attn, sc_wgs, sc_spt, sc_chunks;
     size_t acc_bytes;  /* workspace: split acc [B, Hq, splits, D] f32 (largest plan) */
     size_t ml_bytes;   /* split (m, l) [B, Hq, splits, 2] f32 */
     size_t y_bytes;    /* score logits [B, Hq, S] f32 */
@@ -40,12 +44,23 @@ struct clkv_longflow_cache {
     cl_mem pos;      /* [B, Hm, S] i32 */
     cl_mem victim;   /* [B, Hm] i32 */
     cl_mem next_pos; /* [B] i32 */
-    cl_mem counters; /* [B, Hm] i32, zero between calls (finish kernel's arrivals) */
+    /* i32, zero between calls: [0, B*Hm) the finish kernel's arrivals, then the
+     * counters of longflow_step_mma (lf__counter_offsets) */
+    cl_mem counters;
     lf_plan plan;
 };
 
 /* Fill c->plan from the cache shape and the device. */
 clkv_status lf__plan(clkv_longflow_cache *c);
+
+/* Layout of c->counters (int32 elements): the finish kernel's [B*Hm] arrivals at 0, then
+ * longflow_step_mma's [B*Hkv] arrivals per (sequence, KV head), [B*Hm] arrivals and [B*Hm]
+ * scored chunks per slot map, [B] maps done per sequence. */
+typedef struct lf_counter_layout {
+    int unit, arr, scd, bat;
+    size_t total;
+} lf_counter_layout;
+lf_counter_layout lf__counter_layout(const clkv_longflow_cache *c);
 
 /* Total workspace bytes of a step. */
 size_t lf__workspace_bytes(const clkv_longflow_cache *c);

@@ -1,6 +1,7 @@
-/* clkv_longflow_step: validation, the step's launch plan and the two-kernel pass
- * (cl_kernels/longflow_partial.cl, longflow_finish.cl) that load also uses to choose its first
- * victim. */
+/* clkv_longflow_step: validation, the step's launch plan and the pass that load also uses to
+ * choose its first victim: two kernels (cl_kernels/longflow_partial.cl or the tensor-core
+ * partial, then longflow_finish.cl), or on NVIDIA with a 16-bit cache one
+ * (attention_window_mma.cl, longflow_step_mma: attention, merge, scores and victim). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,7 @@
 #define MMA_FILE "attention_window_mma.cl" /* -DLONGFLOW=1: longflow_partial_mma */
 
 /* Launch-parameter overrides CLKV_LONGFLOW_EPL / _WG / _UNROLL / _SPLITS / _CPASYNC /
- * _STAGES / _SCORE_LANES / _SCORE_ROUNDS (benchmarks,
+ * _STAGES / _SCORE_LANES / _SCORE_ROUNDS / _SCORE_WGS / _FUSED (benchmarks,
  * tuning, tests of the multi-lane layout and of split-K on CPUs; not API), read once per
  * cache creation. */
 static int env_int(const char *name, int fallback) {
@@ -105,6 +106,38 @@ static void plan_mma(clkv_longflow_cache *c) {
         chunk = (chunk + kt - 1) / kt * kt;
     p->mma_chunk = (int)chunk;
     p->mma_splits = (int)((c->S + chunk - 1) / chunk);
+    /* The one-launch step: B * Hm * sc_chunks score chunks of sc_spt * 128 slots, taken by
+     * sc_wgs scorer work-groups, fewer than the compute units (a scorer may wait for
+     * attention work-groups, which then always have a work-group slot; see the kernel); a
+     * chunk per scorer where that fits. CLKV_LONGFLOW_SCORE_ROUNDS sets spt (tests of
+     * several chunks per map), CLKV_LONGFLOW_SCORE_WGS lowers the scorer count (tests of
+     * several items per scorer), CLKV_LONGFLOW_FUSED=0 keeps two kernels. H100, B 2, Hq 32 /
+     * Hkv 8, D 128, bf16, one run (us per step, two kernels -> one): per-layer S 1K 18.4 ->
+     * 18.7 / 17.6, S 32K 123.4 -> 120.4 / 120.1; per-KV-head 19.4 -> 15.5, 125.9 -> 121.2
+     * (decode 13-15 and ~100.5). Per-KV-head S 32K with 8 or 64 rounds per chunk instead of
+     * the default 32: 134.4 / 127.6. */
+    const int64_t n_attn = c->B * c->Hkv * p->mma_qtiles * p->mma_splits;
+    const int64_t maps = c->B * c->Hm, scorers_max = cu - 1;
+    int64_t spt =
+        (maps * c->S + 128 * scorers_max - 1) / (128 * (scorers_max > 0 ? scorers_max : 1));
+    const int rounds = env_int("CLKV_LONGFLOW_SCORE_ROUNDS", 0);
+    if (rounds > 0)
+        spt = rounds;
+    const int64_t spt_max = (c->S + 127) / 128;
+    if (spt > spt_max)
+        spt = spt_max;
+    if (spt < 1)
+        spt = 1;
+    p->sc_spt = (int)spt;
+    p->sc_chunks = (int)((c->S + spt * 128 - 1) / (spt * 128));
+    const int64_t items = maps * p->sc_chunks;
+    p->sc_wgs = (int)(items < scorers_max ? items : scorers_max);
+    const int wgs = env_int("CLKV_LONGFLOW_SCORE_WGS", 0); /* tests: several items per scorer */
+    if (wgs > 0 && wgs < p->sc_wgs)
+        p->sc_wgs = wgs;
+    p->fused = env_int("CLKV_LONGFLOW_FUSED", 1) != 0 && scorers_max >= 1 &&
+               n_attn + p->sc_wgs <= INT32_MAX && items <= INT32_MAX;
+    p->sc_attn = p->fused ? (int)n_attn : 0;
 }
 
 clkv_status lf__plan(clkv_longflow_cache *c) {
@@ -226,8 +259,19 @@ clkv_status lf__plan(clkv_longflow_cache *c) {
     p->acc_bytes = clkv__ws_align((size_t)(c->B * c->Hq * max_splits * c->D) * 4);
     p->ml_bytes = clkv__ws_align((size_t)(c->B * c->Hq * max_splits) * 2 * 4);
     p->y_bytes = clkv__ws_align((size_t)(c->B * c->Hq * c->S) * 4);
-    p->cand_bytes = clkv__ws_align((size_t)(c->B * c->Hm * p->n_chunks) * 2 * 4);
+    const int64_t max_chunks = p->mma && p->sc_chunks > p->n_chunks ? p->sc_chunks : p->n_chunks;
+    p->cand_bytes = clkv__ws_align((size_t)(c->B * c->Hm * max_chunks) * 2 * 4);
     return CLKV_OK;
+}
+
+lf_counter_layout lf__counter_layout(const clkv_longflow_cache *c) {
+    lf_counter_layout l;
+    l.unit = (int)(c->B * c->Hm);
+    l.arr = l.unit + (int)(c->B * c->Hkv);
+    l.scd = l.arr + (int)(c->B * c->Hm);
+    l.bat = l.scd + (int)(c->B * c->Hm);
+    l.total = (size_t)l.bat + (size_t)c->B;
+    return l;
 }
 
 size_t lf__workspace_bytes(const clkv_longflow_cache *c) {
@@ -245,55 +289,107 @@ static cl_mem buf_of(const clkv_tensor *t) {
     return t ? t->buf : NULL;
 }
 
+/* Arguments 29.. of longflow_step_mma (after the 29 it shares with longflow_partial_mma). */
+static clkv_status set_fused_args(clkv_longflow_cache *c, const lf_pass *ps, cl_kernel k,
+                                  cl_long cand_off) {
+    const lf_plan *p = &c->plan;
+    const lf_counter_layout l = lf__counter_layout(c);
+    const cl_int n_attn = p->sc_attn, n_score = p->sc_wgs,
+                 n_items = (cl_int)(c->B * c->Hm) * p->sc_chunks;
+    const cl_int unit_off = l.unit, arr_off = l.arr, scd_off = l.scd, bat_off = l.bat,
+                 protect = c->protect, n_chunks = p->sc_chunks, spt = p->sc_spt;
+    const cl_int o_dt = ps->o && ps->o->buf ? (cl_int)ps->o->dtype : 0;
+    const cl_mem o_buf = buf_of(ps->o), lse_buf = buf_of(ps->lse), sc_buf = buf_of(ps->scores),
+                 vo_buf = buf_of(ps->victims);
+    const cl_long o_off = off_of(ps->o), o_sb = stride_of(ps->o, 0), o_sh = stride_of(ps->o, 1);
+    const cl_long lse_off = off_of(ps->lse), lse_sb = stride_of(ps->lse, 0),
+                  lse_sh = stride_of(ps->lse, 1);
+    const cl_long sc_off = off_of(ps->scores), sc_sb = stride_of(ps->scores, 0),
+                  sc_sh = stride_of(ps->scores, 1);
+    const cl_long vo_off = off_of(ps->victims), vo_sb = stride_of(ps->victims, 0),
+                  vo_sh = stride_of(ps->victims, 1);
+    const cl_int has_lse = lse_buf != NULL, has_sc = sc_buf != NULL, has_vo = vo_buf != NULL;
+    const size_t sizes[] = {sizeof n_attn,   sizeof n_score,  sizeof n_items, sizeof c->counters,
+                            sizeof unit_off, sizeof arr_off,  sizeof scd_off, sizeof bat_off,
+                            sizeof protect,  sizeof n_chunks, sizeof spt,     sizeof cand_off,
+                            sizeof o_buf,    sizeof o_dt,     sizeof o_off,   sizeof o_sb,
+                            sizeof o_sh,     sizeof lse_buf,  sizeof lse_off, sizeof lse_sb,
+                            sizeof lse_sh,   sizeof has_lse,  sizeof sc_buf,  sizeof sc_off,
+                            sizeof sc_sb,    sizeof sc_sh,    sizeof has_sc,  sizeof vo_buf,
+                            sizeof vo_off,   sizeof vo_sb,    sizeof vo_sh,   sizeof has_vo};
+    const void *vals[] = {
+        &n_attn,  &n_score,  &n_items, &c->counters, &unit_off, &arr_off, &scd_off, &bat_off,
+        &protect, &n_chunks, &spt,     &cand_off,    &o_buf,    &o_dt,    &o_off,   &o_sb,
+        &o_sh,    &lse_buf,  &lse_off, &lse_sb,      &lse_sh,   &has_lse, &sc_buf,  &sc_off,
+        &sc_sb,   &sc_sh,    &has_sc,  &vo_buf,      &vo_off,   &vo_sb,   &vo_sh,   &has_vo};
+    for (int i = 0; i < (int)(sizeof sizes / sizeof sizes[0]); i++) {
+        const cl_int err = clSetKernelArg(k, (cl_uint)(29 + i), sizes[i], vals[i]);
+        if (err != CL_SUCCESS) {
+            char what[80];
+            snprintf(what, sizeof what, "clSetKernelArg(longflow_step_mma, arg %d)", 29 + i);
+            return clkv__fail_cl(c->ctx, err, what);
+        }
+    }
+    return CLKV_OK;
+}
+
 clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event *done) {
     clkv_context *ctx = c->ctx;
     const lf_plan *p = &c->plan;
     clkv_status st;
     /* The dtypes of q, k_new/v_new and o are kernel arguments (read once per work-group
      * or once per step), so a load's pass and steps of any activation dtype share one
-     * program per cache configuration. */
-    clkv_defs dp, df;
-    clkv__defs_init(&dp);
-    clkv__defs_int(&dp, "KV_DTYPE", c->dtype);
-    clkv__defs_int(&dp, "HEAD_DIM", c->D);
-    clkv__defs_int(&dp, "GROUP", p->group);
-    clkv__defs_int(&dp, "EPL", p->epl);
-    clkv__defs_int(&dp, "WG_SIZE", p->wg);
-    clkv__defs_int(&dp, "UNROLL", p->unroll);
-    clkv__defs_int(&dp, "PER_HEAD", c->mode == CLKV_LONGFLOW_PER_KV_HEAD);
-    clkv__defs_int(&dp, "CP_ASYNC", p->cp_async);
-    clkv__defs_int(&dp, "STAGES", p->cp_async ? p->stages : 0);
-    clkv__defs_init(&df);
-    clkv__defs_int(&df, "HEAD_DIM", c->D);
-    clkv__defs_int(&df, "PER_HEAD", c->mode == CLKV_LONGFLOW_PER_KV_HEAD);
-    clkv__defs_int(&df, "FIN_WG", LF_FIN_WG);
-    clkv__defs_int(&df, "MAX_SPLITS", LF_MAX_SPLITS);
-    clkv__defs_int(&df, "UNIT_HEADS_MAX", LF_UNIT_HEADS_MAX);
-    /* the tensor-core partial where the plan has it and q has the cache dtype */
+     * program per cache configuration. The tensor-core partial where the plan has it and q
+     * has the cache dtype; with it, where the plan allows, the whole pass in one launch
+     * (longflow_step_mma, no finish kernel). */
     const int use_mma = p->mma && ps->mode != 2 && ps->q && ps->q->dtype == c->dtype;
-    clkv_defs dm;
-    clkv__defs_init(&dm);
-    clkv__defs_int(&dm, "LONGFLOW", 1);
-    clkv__defs_int(&dm, "Q_DTYPE", c->dtype);
-    clkv__defs_int(&dm, "KV_DTYPE", c->dtype);
-    clkv__defs_int(&dm, "O_DTYPE", c->dtype);
-    clkv__defs_int(&dm, "HEAD_DIM", c->D);
-    clkv__defs_int(&dm, "QT", p->mma_qt);
-    clkv__defs_int(&dm, "NWK", p->mma_nwk);
-    clkv__defs_int(&dm, "KW", p->mma_kw);
-    clkv__defs_int(&dm, "NSTG", p->mma_nstg);
-    clkv__defs_int(&dm, "KV_ALIGNED", 1);
-    clkv__defs_int(&dm, "P_LO", 1);
-    clkv__defs_int(&dm, "PER_HEAD", c->mode == CLKV_LONGFLOW_PER_KV_HEAD);
-    cl_kernel kp = NULL, kf;
-    if (use_mma &&
-        (st = clkv__get_kernel(ctx, MMA_FILE, &dm, "longflow_partial_mma", &kp)) != CLKV_OK)
-        return st;
-    if (!use_mma && ps->mode != 2 &&
-        (st = clkv__get_kernel(ctx, PARTIAL_FILE, &dp, "longflow_partial", &kp)) != CLKV_OK)
-        return st;
-    if ((st = clkv__get_kernel(ctx, FINISH_FILE, &df, "longflow_finish", &kf)) != CLKV_OK)
-        return st;
+    const int fused = use_mma && p->fused;
+    const char *mma_name = fused ? "longflow_step_mma" : "longflow_partial_mma";
+    cl_kernel kp = NULL, kf = NULL;
+    if (use_mma) {
+        clkv_defs dm;
+        clkv__defs_init(&dm);
+        clkv__defs_int(&dm, "LONGFLOW", 1);
+        clkv__defs_int(&dm, "Q_DTYPE", c->dtype);
+        clkv__defs_int(&dm, "KV_DTYPE", c->dtype);
+        clkv__defs_int(&dm, "O_DTYPE", c->dtype);
+        clkv__defs_int(&dm, "HEAD_DIM", c->D);
+        clkv__defs_int(&dm, "QT", p->mma_qt);
+        clkv__defs_int(&dm, "NWK", p->mma_nwk);
+        clkv__defs_int(&dm, "KW", p->mma_kw);
+        clkv__defs_int(&dm, "NSTG", p->mma_nstg);
+        clkv__defs_int(&dm, "KV_ALIGNED", 1);
+        clkv__defs_int(&dm, "P_LO", 1);
+        clkv__defs_int(&dm, "PER_HEAD", c->mode == CLKV_LONGFLOW_PER_KV_HEAD);
+        clkv__defs_int(&dm, "LF_NH", c->mode == CLKV_LONGFLOW_PER_KV_HEAD ? c->G : c->Hq);
+        if ((st = clkv__get_kernel(ctx, MMA_FILE, &dm, mma_name, &kp)) != CLKV_OK)
+            return st;
+    } else if (ps->mode != 2) {
+        clkv_defs dp;
+        clkv__defs_init(&dp);
+        clkv__defs_int(&dp, "KV_DTYPE", c->dtype);
+        clkv__defs_int(&dp, "HEAD_DIM", c->D);
+        clkv__defs_int(&dp, "GROUP", p->group);
+        clkv__defs_int(&dp, "EPL", p->epl);
+        clkv__defs_int(&dp, "WG_SIZE", p->wg);
+        clkv__defs_int(&dp, "UNROLL", p->unroll);
+        clkv__defs_int(&dp, "PER_HEAD", c->mode == CLKV_LONGFLOW_PER_KV_HEAD);
+        clkv__defs_int(&dp, "CP_ASYNC", p->cp_async);
+        clkv__defs_int(&dp, "STAGES", p->cp_async ? p->stages : 0);
+        if ((st = clkv__get_kernel(ctx, PARTIAL_FILE, &dp, "longflow_partial", &kp)) != CLKV_OK)
+            return st;
+    }
+    if (!fused) {
+        clkv_defs df;
+        clkv__defs_init(&df);
+        clkv__defs_int(&df, "HEAD_DIM", c->D);
+        clkv__defs_int(&df, "PER_HEAD", c->mode == CLKV_LONGFLOW_PER_KV_HEAD);
+        clkv__defs_int(&df, "FIN_WG", LF_FIN_WG);
+        clkv__defs_int(&df, "MAX_SPLITS", LF_MAX_SPLITS);
+        clkv__defs_int(&df, "UNIT_HEADS_MAX", LF_UNIT_HEADS_MAX);
+        if ((st = clkv__get_kernel(ctx, FINISH_FILE, &df, "longflow_finish", &kf)) != CLKV_OK)
+            return st;
+    }
     cl_mem ws;
     if ((st = clkv__workspace(ctx, lf__workspace_bytes(c), &ws)) != CLKV_OK)
         return st;
@@ -318,10 +414,10 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
         const cl_int n_qtiles = p->mma_qtiles;
         if (use_mma)
             st = clkv__set_args(
-                ctx, kp, "longflow_partial_mma", 29, CLKV_ARG(q_buf), CLKV_ARG(q_off),
-                CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(kn_buf), CLKV_ARG(n_dt), CLKV_ARG(kn_off),
-                CLKV_ARG(kn_sb), CLKV_ARG(kn_sh), CLKV_ARG(vn_buf), CLKV_ARG(vn_off),
-                CLKV_ARG(vn_sb), CLKV_ARG(vn_sh), CLKV_ARG(c->k), CLKV_ARG(c->v), CLKV_ARG(c->pos),
+                ctx, kp, mma_name, 29, CLKV_ARG(q_buf), CLKV_ARG(q_off), CLKV_ARG(q_sb),
+                CLKV_ARG(q_sh), CLKV_ARG(kn_buf), CLKV_ARG(n_dt), CLKV_ARG(kn_off), CLKV_ARG(kn_sb),
+                CLKV_ARG(kn_sh), CLKV_ARG(vn_buf), CLKV_ARG(vn_off), CLKV_ARG(vn_sb),
+                CLKV_ARG(vn_sh), CLKV_ARG(c->k), CLKV_ARG(c->v), CLKV_ARG(c->pos),
                 CLKV_ARG(c->victim), CLKV_ARG(c->next_pos), CLKV_ARG(do_write), CLKV_ARG(Hq),
                 CLKV_ARG(G), CLKV_ARG(n_qtiles), CLKV_ARG(S), CLKV_ARG(chunk), CLKV_ARG(splits),
                 CLKV_ARG(scale_log2), CLKV_ARG(ws), CLKV_ARG(ml_off), CLKV_ARG(y_off));
@@ -335,11 +431,29 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
                 CLKV_ARG(Hkv), CLKV_ARG(G), CLKV_ARG(nhg), CLKV_ARG(S), CLKV_ARG(chunk),
                 CLKV_ARG(splits), CLKV_ARG(scale_log2), CLKV_ARG(ws), CLKV_ARG(ml_off),
                 CLKV_ARG(y_off));
+        if (st == CLKV_OK && fused)
+            st = set_fused_args(c, ps, kp, cand_off);
         if (st == CLKV_OK)
-            st = clkv__check_local_mem(ctx, kp,
-                                       use_mma ? "longflow_partial_mma" : "longflow_partial", 0);
+            st = clkv__check_local_mem(ctx, kp, use_mma ? mma_name : "longflow_partial", 0);
         if (st != CLKV_OK)
             return st;
+    }
+    if (fused) {
+        if (ps->pre && (st = clkv__enqueue(ctx, ps->pre->kernel, ps->pre->label, 3, ps->pre->global,
+                                           ps->pre->local, NULL)) != CLKV_OK)
+            return st;
+        const size_t n_attn = (size_t)p->sc_attn, n_score = (size_t)p->sc_wgs;
+        const size_t gp[1] = {(n_attn + n_score) * 128};
+        const size_t lp[1] = {128};
+        clkv__log(ctx,
+                  "longflow: B=%lld Hq=%lld Hkv=%lld D=%lld S=%lld mode=%d pass=%d one launch, "
+                  "mma (qt=%d nwk=%d kw=%d stages=%d qtiles=%d) splits=%d chunk=%d, "
+                  "%zu attention + %zu score work-groups (%d chunks of %d slots per map)",
+                  (long long)c->B, (long long)c->Hq, (long long)c->Hkv, (long long)c->D,
+                  (long long)c->S, (int)c->mode, ps->mode, p->mma_qt, p->mma_nwk, p->mma_kw,
+                  p->mma_nstg, p->mma_qtiles, p->mma_splits, p->mma_chunk, n_attn, n_score,
+                  p->sc_chunks, p->sc_spt * 128);
+        return clkv__enqueue(ctx, kp, mma_name, 1, gp, lp, done);
     }
     {
         const cl_int n_merge = ps->mode == 0 ? (cl_int)(c->B * c->Hq) : 0, n_chunks = p->n_chunks,

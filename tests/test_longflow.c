@@ -90,54 +90,58 @@ typedef struct lcase {
     const char *splits;  /* CLKV_LONGFLOW_SPLITS override (split-K on a 2-core CPU) */
     const char *cpasync; /* CLKV_LONGFLOW_CPASYNC: staged K/V tiles (plain copies on CPUs) */
     const char *lanes;   /* CLKV_LONGFLOW_SCORE_LANES: finish lanes per slot (GPU: 1..8) */
-    const char *rounds;  /* CLKV_LONGFLOW_SCORE_ROUNDS: finish slot rounds per work-group */
+    const char *rounds;  /* CLKV_LONGFLOW_SCORE_ROUNDS: finish slot rounds per work-group
+                            (NVIDIA one-kernel step: score chunks of rounds x 128 slots) */
+    const char *fused;   /* CLKV_LONGFLOW_FUSED: "0" keeps the two-kernel step on NVIDIA */
+    const char *scorers; /* CLKV_LONGFLOW_SCORE_WGS: scorer work-groups of the one-kernel step */
 } lcase;
 
 /* clang-format off */
 static const lcase g_cases[] = {
     /* the long runs: 2,000 steps, both modes */
     {"long_perlayer_bf16_d64_h4x2_b2_s64", 2, 4, 2, 64, 64, BF16, BF16, BF16, BF16, BF16, PL, 1,
-     LOAD_PLAIN, 1, TU_HND, {40, 64, 0}, 80, 2000, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, "1", "1"},
+     LOAD_PLAIN, 1, TU_HND, {40, 64, 0}, 80, 2000, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, "1", "1", NULL, NULL},
     {"long_perhead_f16_d64_h4x2_b2_s64", 2, 4, 2, 64, 64, F16, F16, F16, F32, F32, PH, 1,
-     LOAD_INDICES, 1, TU_NHD, {100, 30, 0}, 120, 2000, 0.0f, DATA_NORMAL, 0, NULL, NULL, "5", NULL, "8", "1"},
+     LOAD_INDICES, 1, TU_NHD, {100, 30, 0}, 120, 2000, 0.0f, DATA_NORMAL, 0, NULL, NULL, "5", NULL, "8", "1", NULL, NULL},
     /* dtypes x D x heads x batch x load variants (each a kernel variant of its own) */
     {"m1_f16_d128_h8x2_b3_indices_q", 3, 8, 2, 128, 100, F16, F16, F16, F16, BF16, PL, 2,
-     LOAD_INDICES, 1, TU_NHD, {300, 1, 0}, 300, 40, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, NULL, NULL},
+     LOAD_INDICES, 1, TU_NHD, {300, 1, 0}, 300, 40, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
     {"m2_bf16_d256_h16x2_G8_b2_perhead", 2, 16, 2, 256, 70, BF16, F32, BF16, F32, F16, PH, 1,
-     LOAD_PLAIN, 1, TU_HND, {70, 5, 0}, 70, 30, 0.3f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, NULL, NULL},
+     LOAD_PLAIN, 1, TU_HND, {70, 5, 0}, 70, 30, 0.3f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
     {"m3_f32_d256_h12x1_G12_b1_indices", 1, 12, 1, 256, 50, F32, BF16, F32, BF16, F32, PL, 3,
-     LOAD_INDICES, 0, TU_HND, {200}, 200, 30, 0.0f, DATA_NORMAL, 0, NULL, NULL, "7", NULL, NULL, NULL},
+     LOAD_INDICES, 0, TU_HND, {200}, 200, 30, 0.0f, DATA_NORMAL, 0, NULL, NULL, "7", NULL, NULL, NULL, NULL, NULL},
     {"m4_bf16_d128_h6x6_b3_perhead_holes_nan", 3, 6, 6, 128, 33, BF16, BF16, F32, BF16, BF16, PH,
-     1, LOAD_HOLES, 0, TU_NHD, {33, 17, 1}, 40, 40, 0.0f, DATA_NORMAL, 1, NULL, NULL, NULL, NULL, NULL, NULL},
+     1, LOAD_HOLES, 0, TU_NHD, {33, 17, 1}, 40, 40, 0.0f, DATA_NORMAL, 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
     {"m5_f32_d128_h8x2_b2_perhead_holes_q_nan", 2, 8, 2, 128, 24, F32, F32, F32, F32, F32, PH, 2,
-     LOAD_HOLES, 1, TU_HND, {60, 24, 0}, 60, 30, 0.0f, DATA_NORMAL, 1, NULL, NULL, "4", NULL, NULL, NULL},
+     LOAD_HOLES, 1, TU_HND, {60, 24, 0}, 60, 30, 0.0f, DATA_NORMAL, 1, NULL, NULL, "4", NULL, NULL, NULL, NULL, NULL},
     /* kernel variants of the long runs with other shapes (no new programs) */
     {"m6_bf16_d64_h4x2_b3_s37_noload", 3, 4, 2, 64, 37, BF16, BF16, BF16, BF16, BF16, PL, 1,
-     LOAD_NONE, 0, TU_HND, {0, 0, 0}, 1, 45, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, NULL, NULL},
+     LOAD_NONE, 0, TU_HND, {0, 0, 0}, 1, 45, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
     {"m7_bf16_d64_h4x2_b1_s16_len0_protect3", 1, 4, 2, 64, 16, BF16, BF16, BF16, BF16, BF16, PL,
-     3, LOAD_PLAIN, 1, TU_NHD, {0}, 8, 40, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, NULL, NULL},
+     3, LOAD_PLAIN, 1, TU_NHD, {0}, 8, 40, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
     {"m8_f16_d64_h4x2_b3_perhead_len1_full_noq", 3, 4, 2, 64, 20, F16, F32, F16, F32, F32, PH, 0,
-     LOAD_INDICES, 0, TU_HND, {1, 50, 20}, 50, 30, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, NULL, NULL},
+     LOAD_INDICES, 0, TU_HND, {1, 50, 20}, 50, 30, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
     /* numerics: logits of magnitude ~200 (the authors' exp(z) overflows at ~88) */
     {"huge_logits_bf16_d64_h4x2_b2", 2, 4, 2, 64, 48, BF16, BF16, BF16, BF16, BF16, PL, 1,
-     LOAD_PLAIN, 1, TU_HND, {48, 20, 0}, 48, 60, 0.125f, DATA_HUGE, 0, NULL, NULL, "6", NULL, NULL, NULL},
+     LOAD_PLAIN, 1, TU_HND, {48, 20, 0}, 48, 60, 0.125f, DATA_HUGE, 0, NULL, NULL, "6", NULL, NULL, NULL, "0", NULL},
     {"huge_logits_f16_d64_h4x2_perhead_outf32", 1, 4, 2, 64, 32, F16, F16, F32, F32, F32, PH, 1,
-     LOAD_INDICES, 1, TU_HND, {32}, 32, 40, 0.125f, DATA_HUGE, 0, NULL, NULL, NULL, NULL, NULL, NULL},
+     LOAD_INDICES, 1, TU_HND, {32}, 32, 40, 0.125f, DATA_HUGE, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
     /* shapes of the NVIDIA tensor-core partial (q of the cache dtype): row tiles of 32 and
      * 64 query heads (G 20, G 80 = two row tiles), several splits of a long map; two more
-     * finish geometries (80 heads on one lane, 6 rounds) */
+     * finish geometries (80 heads on one lane, 6 rounds); in the one-kernel step two score
+     * chunks per map (S 150 and S 1000), one scorer for eight items (G 20) */
     {"g20_bf16_d128_h40x2_b2_perhead_s150", 2, 40, 2, 128, 150, BF16, BF16, BF16, BF16, BF16, PH,
-     1, LOAD_INDICES, 1, TU_HND, {200, 90, 0}, 200, 12, 0.0f, DATA_NORMAL, 1, NULL, NULL, "3", NULL, NULL, NULL},
+     1, LOAD_INDICES, 1, TU_HND, {200, 90, 0}, 200, 12, 0.0f, DATA_NORMAL, 1, NULL, NULL, "3", NULL, NULL, NULL, NULL, "1"},
     {"g80_f16_d64_h80x1_b1_s70", 1, 80, 1, 64, 70, F16, F16, F16, F16, F16, PL, 1, LOAD_PLAIN, 1,
-     TU_HND, {50}, 70, 10, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, "1", "3"},
+     TU_HND, {50}, 70, 10, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, "1", "3", NULL, NULL},
     {"s1000_bf16_d128_h8x2_b2", 2, 8, 2, 128, 1000, BF16, BF16, BF16, F32, BF16, PL, 1,
-     LOAD_PLAIN, 1, TU_NHD, {1000, 700, 0}, 1000, 8, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, "2", "6"},
+     LOAD_PLAIN, 1, TU_NHD, {1000, 700, 0}, 1000, 8, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, "2", "6", NULL, NULL},
     /* the multi-lane (warp) layout of GPUs, emulated through local memory on CPUs */
     {"lanes_bf16_d64_epl16_h2x2_b2_perhead", 2, 2, 2, 64, 40, BF16, BF16, BF16, BF16, BF16, PH, 1,
-     LOAD_INDICES, 1, TU_HND, {40, 3, 0}, 40, 12, 0.0f, DATA_NORMAL, 0, "16", "32", "3", NULL, NULL, NULL},
+     LOAD_INDICES, 1, TU_HND, {40, 3, 0}, 40, 12, 0.0f, DATA_NORMAL, 0, "16", "32", "3", NULL, NULL, NULL, NULL, NULL},
     /* ... with K/V tiles staged in local memory (the NVIDIA cp.async layout) */
     {"tiles_f16_d128_epl16_h4x2_b2_s45", 2, 4, 2, 128, 45, F16, F16, F16, F16, F16, PL, 1,
-     LOAD_PLAIN, 1, TU_HND, {45, 7, 0}, 45, 12, 0.0f, DATA_NORMAL, 0, "16", "64", "2", "1", NULL, NULL},
+     LOAD_PLAIN, 1, TU_HND, {45, 7, 0}, 45, 12, 0.0f, DATA_NORMAL, 0, "16", "64", "2", "1", NULL, NULL, NULL, NULL},
 };
 /* clang-format on */
 
@@ -278,7 +282,7 @@ static int check_victims(ref_lf_cache *rc, const int32_t *got, const double *sco
  * override given to the whole run (e.g. CLKV_LONGFLOW_CPASYNC=0 ctest ...) applies to
  * every case that sets none. */
 static void set_env(const char *name, const char *value) {
-    enum { MAXV = 8 };
+    enum { MAXV = 10 };
     static struct {
         const char *name;
         char *outer; /* NULL: unset at start */
@@ -337,6 +341,8 @@ static void run_case(void **state) {
     set_env("CLKV_LONGFLOW_CPASYNC", c->cpasync);
     set_env("CLKV_LONGFLOW_SCORE_LANES", c->lanes);
     set_env("CLKV_LONGFLOW_SCORE_ROUNDS", c->rounds);
+    set_env("CLKV_LONGFLOW_FUSED", c->fused);
+    set_env("CLKV_LONGFLOW_SCORE_WGS", c->scorers);
     clkv_longflow_cache_create_args ca = CLKV_LONGFLOW_CACHE_CREATE_ARGS_INIT;
     ca.batch = B;
     ca.q_heads = Hq;
@@ -354,6 +360,8 @@ static void run_case(void **state) {
     set_env("CLKV_LONGFLOW_CPASYNC", NULL);
     set_env("CLKV_LONGFLOW_SCORE_LANES", NULL);
     set_env("CLKV_LONGFLOW_SCORE_ROUNDS", NULL);
+    set_env("CLKV_LONGFLOW_FUSED", NULL);
+    set_env("CLKV_LONGFLOW_SCORE_WGS", NULL);
     TU_CHECK_OK(g_ctx, cst);
     assert_int_equal(ref_lf_init(&rc, B, Hq, Hkv, D, S, c->mode == PH, c->protect), 0);
 

@@ -40,17 +40,21 @@ void usage_bench_longflow(FILE *f) {
             "\n"
             "Time per call: the host clock around each batch of --iters calls and a finish,\n"
             "divided by --iters; median over --repeats batches. partial_us / finish_us: the\n"
-            "step's two kernels from profiling events over --iters more back-to-back steps\n"
-            "(finish: its own duration; partial: the gap between two finish kernels, i.e. the\n"
-            "partial kernel and its launch gaps). Bytes: B*Hkv*S*D*2*element\n"
+            "step's kernels from profiling events over --iters more back-to-back steps\n"
+            "(finish: the duration of the step's last kernel; partial: the gap between two\n"
+            "steps' last kernels, i.e. the earlier kernels and the launch gaps). On NVIDIA with\n"
+            "a 16-bit cache a step is one kernel (longflow_step_mma): finish_us is then the\n"
+            "whole step kernel and partial_us the launch gap; CLKV_LONGFLOW_FUSED=0 restores\n"
+            "the two-kernel step (partial + finish) for comparison. Bytes: B*Hkv*S*D*2*element\n"
             "size (K and V read once). Launch geometry overrides for tuning (read at cache\n"
             "creation): CLKV_LONGFLOW_EPL, CLKV_LONGFLOW_WG, CLKV_LONGFLOW_UNROLL,\n"
             "CLKV_LONGFLOW_SPLITS, CLKV_LONGFLOW_CPASYNC, CLKV_LONGFLOW_STAGES (CUDA-core\n"
             "partial), CLKV_LONGFLOW_MMA (0: never the tensor-core partial),\n"
             "CLKV_LONGFLOW_MMA_KW, CLKV_LONGFLOW_MMA_STAGES, CLKV_LONGFLOW_MMA_MIN_CHUNK,\n"
             "CLKV_LONGFLOW_MMA_SPLITS (tensor-core partial: NVIDIA, f16 / bf16, D 64 / 128),\n"
-            "CLKV_LONGFLOW_SCORE_LANES, CLKV_LONGFLOW_SCORE_ROUNDS. Progress goes to stderr,\n"
-            "results to stdout.\n");
+            "CLKV_LONGFLOW_SCORE_LANES, CLKV_LONGFLOW_SCORE_ROUNDS (finish kernel; in the\n"
+            "one-kernel step ROUNDS sets the score chunks: ROUNDS x 128 slots),\n"
+            "CLKV_LONGFLOW_FUSED. Progress goes to stderr, results to stdout.\n");
 }
 
 typedef struct lf_opts {

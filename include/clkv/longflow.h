@@ -12,8 +12,9 @@
  *       head (per-KV-head mode),
  *   (c) picks the next victim: the lowest-index EMPTY slot if there is one, otherwise the
  *       valid, unprotected slot of smallest score, ties to the lower slot index.
- * so the work per step is constant. Everything stays on the device; a step enqueues two
- * kernels and never waits for the device.
+ * so the work per step is constant. Everything stays on the device; a step enqueues one
+ * kernel (NVIDIA with a 16-bit cache, D 64 / 128 and q of the cache dtype: attention,
+ * scores and victim in one launch) or two, and never waits for the device.
  *
  * Slot state. pos[b, u, i] (i32) is the position (0-based token index in the sequence)
  * held by slot i, or -1 when the slot is empty ("mask off": it takes no part in
@@ -202,9 +203,10 @@ typedef struct clkv_longflow_step_args {
         .scale = 0.0f                                                                              \
     }
 
-/* Validate and enqueue one step: two kernels (write + attention/score partials over
- * split-K chunks; merge + score + victim argmin). `done` (optional) receives an event
- * that completes with the last kernel; the caller releases it.
+/* Validate and enqueue one step: one kernel where the tensor-core path applies (see the top
+ * of this file), otherwise two (write + attention/score partials over split-K chunks;
+ * merge + score + victim argmin). `done` (optional) receives an event that completes with
+ * the last kernel; the caller releases it.
  * Errors (nothing enqueued, nothing written): CLKV_ERR_ARG_NULL (cache, args, q, k_new,
  * v_new, o), CLKV_ERR_ARG_DTYPE, CLKV_ERR_ARG_SHAPE (dims disagree with the cache),
  * CLKV_ERR_ARG_RANGE (non-finite scale), CLKV_ERR_ARG_STRIDE, CLKV_ERR_ARG_ALIGNMENT,
