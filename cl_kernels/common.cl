@@ -128,7 +128,7 @@ inline float clkv_shfl_xor(float x, int lane_mask) {
  * C[g+8][2t+1]; 16-bit pairs packed with the lower index in the low half).
  * clkv_bf16x2_rn(lo, hi): two f32 rounded to bf16 (RNE) and packed.
  * clkv_warp_sync(): the lanes of a warp reconverge; their local-memory writes before it
- * are visible to the warp after it. clkv_prefetch_l2(p): the line of p requested into L2.
+ * are visible to the warp after it.
  * clkv_ldmatrix4(_trans): four 8 x 8 16-bit matrices; lane l gives the row address of
  * matrix l / 8, row l % 8 (`.trans` transposes each matrix). Local addresses must be
  * 16-byte aligned. */
@@ -171,10 +171,6 @@ inline uint clkv_bf16x2_rn(float lo, float hi) {
 }
 inline void clkv_warp_sync(void) {
     asm volatile("bar.warp.sync 0xffffffff;" ::: "memory");
-}
-/* Prefetch of the 128-byte line holding p into L2 (no registers, no wait). */
-inline void clkv_prefetch_l2(__global const void *p) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 #endif
 

@@ -37,11 +37,6 @@
  *   PREFETCH    1: the next tile's K/V fragments are loaded while this tile is computed
  *               (twice the fragment registers; measured slower on an H200: fewer resident
  *               warps); 0 (default): loaded at the top of each tile
- *   L2PF        d > 0: when a tile starts, the K/V rows of the warp's keys d tiles ahead
- *               are requested into L2 (prefetch: no registers, no wait), so DRAM keeps
- *               streaming while the warps wait on this tile's loads or compute (the kernel
- *               is latency-bound: its tensor-core work alone is ~55 us of the 185 us at
- *               128K, DropKV bf16 on an H200); 0: no prefetch
  */
 #define M_DROPKV 0
 #define M_SNAPKV 1
@@ -142,24 +137,6 @@ inline void load_tile(__global const KV_T *k, __global const KV_T *v, long kb, l
     }
 }
 
-#if L2PF
-/* L2 prefetch of the K (and V) rows of keys j0 .. j0 + 15 that lie below c1: every
- * 128-byte line of a row, the lanes of the warp sharing them. */
-inline void prefetch_tile(__global const KV_T *k, __global const KV_T *v, long kb, long vb,
-                          long k_sl, long v_sl, int j0, int c1, int lane) {
-#define PF_LPR (HEAD_DIM / 64) /* 128-byte lines per 16-bit row */
-    for (int e = lane; e < 16 * (1 + NEED_V) * PF_LPR; e += 32) {
-        const int j = j0 + e % 16, which = (e / 16) % (1 + NEED_V), line = e / (16 * (1 + NEED_V));
-        if (j < c1) {
-            __global const ushort *row = which ? (__global const ushort *)v + vb + (long)j * v_sl
-                                               : (__global const ushort *)k + kb + (long)j * k_sl;
-            clkv_prefetch_l2(row + line * 64);
-        }
-    }
-#undef PF_LPR
-}
-#endif
-
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q_st,
                  __global const KV_T *k, long k_off, long k_sb, long k_sh, long k_sl,
@@ -242,12 +219,6 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
 #else
         if (live)
             load_tile(k, v, kb, vb, k_sl, v_sl, j0, n, fg, ft, kf, vf);
-#endif
-#if L2PF
-        /* rows L2PF tiles ahead (at the first tile, every tile up to there) */
-        for (int d = tile0 == c0 ? 1 : L2PF; d <= L2PF; d++)
-            if (j0 + d * KT < c1)
-                prefetch_tile(k, v, kb, vb, k_sl, v_sl, j0 + d * KT, c1, lane);
 #endif
 
 #if METHOD == M_DROPKV || WRITE_VNORM

@@ -62,7 +62,7 @@ typedef struct score_plan {
     /* window kernel geometry */
     int tpr, wg, kpr, vec_aligned;
     /* tensor-core window kernel (score_window_mma.cl): rows per stage, keys per work-group */
-    int mma, mma_rs, mma_chunk, mma_prefetch, mma_l2pf;
+    int mma, mma_rs, mma_chunk, mma_prefetch;
     /* tensor-core H2O kernel (score_h2o_mma.cl): keys per warp, rows per stage, stages,
      * row pieces (NSPLIT) and rows per piece */
     int h2o, h2o_kw, h2o_rt, h2o_nstg, h2o_split, h2o_rps;
@@ -247,7 +247,7 @@ static int mma_tune(const char *name, int lo, int hi) {
     const int x = e && *e ? atoi(e) : -1;
     return x >= lo && x <= hi ? x : -1;
 }
-static int g_mma_prefetch = -2, g_mma_tiles = -2, g_mma_l2pf = -2;
+static int g_mma_prefetch = -2, g_mma_tiles = -2;
 
 #define MMA_LOCAL_MAX 40960 /* staged query rows, bytes (static local memory <= 48 KiB) */
 #define MMA_KT 64           /* keys per tile of score_window_mma */
@@ -291,11 +291,6 @@ static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p)
     if (g_mma_prefetch == -2)
         g_mma_prefetch = mma_tune("CLKV_SCORE_MMA_PREFETCH", 0, 1);
     p->mma_prefetch = g_mma_prefetch >= 0 ? g_mma_prefetch : 0;
-    /* $CLKV_SCORE_MMA_L2PF (0..4): K/V rows requested into L2 that many tiles ahead
-     * (0: none; score_window_mma.cl) */
-    if (g_mma_l2pf == -2)
-        g_mma_l2pf = mma_tune("CLKV_SCORE_MMA_L2PF", 0, 4);
-    p->mma_l2pf = g_mma_l2pf >= 0 ? g_mma_l2pf : 1;
 }
 
 /* Tuning overrides of the H2O tensor-core kernel, read once per process (-1: default):
@@ -523,7 +518,6 @@ static clkv_status launch_window(clkv_context *ctx, const clkv_score_args *a, co
     if (p->mma) {
         clkv__defs_int(&defs, "RS", p->mma_rs);
         clkv__defs_int(&defs, "PREFETCH", p->mma_prefetch);
-        clkv__defs_int(&defs, "L2PF", p->mma_l2pf);
         clkv__defs_int(&defs, "KV_ALIGNED",
                        clkv__rows_aligned(&a->k, 8) && (!nv || clkv__rows_aligned(&a->v, 8)));
     } else {
@@ -572,8 +566,8 @@ static clkv_status launch_window(clkv_context *ctx, const clkv_score_args *a, co
         const size_t l[3] = {128, 1, 1};
         if (g[0] == 0)
             return CLKV_OK;
-        clkv__log(ctx, "score_window_mma: method=%s RS=%d chunk=%d groups=%zu l2pf=%d", g_names[m],
-                  p->mma_rs, chunk, g[0] / 128, p->mma_l2pf);
+        clkv__log(ctx, "score_window_mma: method=%s RS=%d chunk=%d groups=%zu", g_names[m],
+                  p->mma_rs, chunk, g[0] / 128);
         return clkv__launch(ctx, kw, "score_window_mma", 3, g, l, 0, NULL);
     }
     const int64_t tile = (int64_t)(p->wg / p->tpr) * p->kpr;
