@@ -18,10 +18,12 @@
  *                 publishes, fences and counts itself in with an atomic) reads and clears
  *                 the histogram and finds the bin holding rank c.
  *   select_cand   per chunk: the keys above that bin are counted, the keys inside it (the
- *                 candidates) appended to the row's candidate list (indices, any order);
- *                 the row's last work-group finds T and `take` among the candidates (two
- *                 10-bit radix passes in local memory), the candidates' per-chunk counts
- *                 of keys > T and == T, and the per-chunk output offsets (exclusive scans).
+ *                 candidates) appended to the row's candidate list ({key, index}, any
+ *                 order); the row's last work-group reads the list once into local memory
+ *                 (up to CAND_LOCAL; longer lists are re-read from the workspace) and finds
+ *                 T and `take` among the candidates (two 10-bit radix passes), their
+ *                 per-chunk counts of keys > T and == T, and the per-chunk output offsets
+ *                 (exclusive scans).
  *   select_write  ordered compaction (position order) and the -1 padding.
  * Scores are read 3 times plus the candidates (typically a few % of the row; all of it
  * when every score is equal). Rows with c == 0 or c == n skip the search (T fixed).
@@ -50,6 +52,8 @@
 #define CTR_CAND 4098
 #define SEL_CW 256            /* chunks per round of the per-chunk candidate counts */
 #define SEL_NOBIN 0xffffffffu /* sel_hist_add: no increment */
+#define CAND_LOCAL 4096       /* candidates resolved in local memory (more: from the list) */
+#define CAND_BATCH 8          /* candidate loads in flight per work-item */
 
 /* Orders this work-item's earlier global writes and atomics before its later ones,
  * device-wide (CUDA __threadfence). */
@@ -250,41 +254,44 @@ __kernel void select_hist1(__global const float *scores, long s_off, long s_sb, 
     }
 }
 
-/* Key of candidate i of a row's list (written by other work-groups of this launch: read
- * past the non-coherent L1). */
-inline uint sel_cand_key(volatile __global const uint *cand, uint i, __global const float *p,
-                         uint *idx) {
-    const uint j = cand[i];
-    *idx = j;
-    return sel_key(p[j]);
+/* Candidate i of a row: {key, index}, from the local copy (use_local) or from the global
+ * list (written by other work-groups of this launch: read past the non-coherent L1). */
+inline uint2 sel_cand_get(int use_local, __local const uint2 *cl, volatile __global const uint2 *cg,
+                          uint i) {
+    return use_local ? cl[i] : cg[i];
 }
 
 /* Radix pass over the row's m candidates: histogram of (key >> shift) & (LO_BINS - 1) of
- * the keys whose bits under `mask` equal prefix. */
-inline void sel_cand_hist(volatile __global const uint *cand, uint m, __global const float *p,
-                          uint prefix, uint mask, uint shift, __local uint *lh) {
+ * the keys whose bits under `mask` equal prefix. CAND_BATCH loads per work-item are
+ * issued before their increments. */
+inline void sel_cand_hist(int use_local, __local const uint2 *cl, volatile __global const uint2 *cg,
+                          uint m, uint prefix, uint mask, uint shift, __local uint *lh) {
     const uint lid = get_local_id(0);
     for (uint i = lid; i < LO_BINS; i += SEL_WG)
         lh[i] = 0u;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint i0 = 0; i0 < m; i0 += SEL_WG) { /* uniform trip count */
-        const uint i = i0 + lid;
-        uint bin = SEL_NOBIN;
-        if (i < m) {
-            uint j;
-            const uint key = sel_cand_key(cand, i, p, &j);
-            if ((key & mask) == prefix)
-                bin = (key >> shift) & (LO_BINS - 1u);
+    for (uint i0 = 0; i0 < m; i0 += SEL_WG * CAND_BATCH) { /* uniform trip count */
+        uint keys[CAND_BATCH];
+        _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
+            const uint i = i0 + u * SEL_WG + lid;
+            keys[u] = i < m ? sel_cand_get(use_local, cl, cg, i).x : 0u;
         }
-        sel_hist_add(lh, bin);
+        _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
+            const uint i = i0 + u * SEL_WG + lid;
+            const uint bin = i < m && (keys[u] & mask) == prefix
+                                 ? (keys[u] >> shift) & (LO_BINS - 1u)
+                                 : SEL_NOBIN;
+            sel_hist_add(lh, bin);
+        }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
 /* Kernel 2: per chunk, the keys above the row's bin (or, T final, > T and == T) into
- * cc[row][chunk] and the keys inside the bin appended to the row's candidate list; the
- * row's last work-group then finds T and take among the candidates and turns the chunk
- * counts into output offsets: cc[row][chunk] = {out offset, ties at T before the chunk}.
+ * cc[row][chunk] and the keys inside the bin appended to the row's candidate list
+ * ({key, index} pairs); the row's last work-group then finds T and take among the
+ * candidates (in local memory when at most CAND_LOCAL) and turns the chunk counts into
+ * output offsets: cc[row][chunk] = {out offset, ties at T before the chunk}.
  * Global: (nchunks * SEL_WG, rows). */
 __kernel void select_cand(__global const float *scores, long s_off, long s_sb, long s_sh, int H,
                           __global const int *lens, long len_off, int has_len, int max_len,
@@ -293,6 +300,7 @@ __kernel void select_cand(__global const float *scores, long s_off, long s_sb, l
                           long c_off, long c_sb, long c_sh, int has_counts) {
     __local uint lh[LO_BINS];
     __local uint gtl[SEL_CW], eql[SEL_CW];
+    __local uint2 cl[CAND_LOCAL];
     __local uint s[SEL_WG];
     __local uint res[2];
     __local uint flag, lcnt, lbase;
@@ -308,7 +316,7 @@ __kernel void select_cand(__global const float *scores, long s_off, long s_sb, l
     const uint dT = st0 >> H1_SHIFT; /* the bin (search rows) */
     __global uint *rc = ctr + (size_t)row * CTR_WORDS;
     __global uint *rcc = ws + cc_off + (size_t)row * nchunks * 2;
-    __global uint *cand = ws + cand_off + (size_t)row * max_len;
+    __global uint2 *cand = (__global uint2 *)(ws + cand_off) + (size_t)row * max_len;
     __global const float *p = scores + s_off + b * s_sb + h * s_sh;
     const long start = (long)g * chunk;
     const long end = min((long)n, start + chunk);
@@ -344,7 +352,7 @@ __kernel void select_cand(__global const float *scores, long s_off, long s_sb, l
             _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
                 const long i = t0 + (long)j * SEL_WG + lid;
                 if (i < end && (keys[j] >> H1_SHIFT) == dT)
-                    cand[at++] = (uint)i;
+                    cand[at++] = (uint2)(keys[j], (uint)i);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
         }
@@ -361,7 +369,7 @@ __kernel void select_cand(__global const float *scores, long s_off, long s_sb, l
         return;
 
     /* the row's last work-group */
-    volatile __global const uint *vcand = cand;
+    volatile __global const uint2 *vcand = cand;
     volatile __global const uint *vcc = rcc;
     uint T = st0, take = st[1];
     if (!done) {
@@ -370,12 +378,28 @@ __kernel void select_cand(__global const float *scores, long s_off, long s_sb, l
         barrier(CLK_LOCAL_MEM_FENCE);
         const uint m = res[0];
         barrier(CLK_LOCAL_MEM_FENCE);
+        const int use_local = m <= CAND_LOCAL;
+        if (use_local) { /* one batched read of the list */
+            for (uint i0 = 0; i0 < m; i0 += SEL_WG * CAND_BATCH) {
+                uint2 c[CAND_BATCH];
+                _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
+                    const uint i = i0 + u * SEL_WG + lid;
+                    c[u] = i < m ? vcand[i] : (uint2)(0u, 0u);
+                }
+                _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
+                    const uint i = i0 + u * SEL_WG + lid;
+                    if (i < m)
+                        cl[i] = c[u];
+                }
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
         /* bits H1_SHIFT-1 .. 10, then 9 .. 0 (every candidate shares the top bits) */
-        sel_cand_hist(vcand, m, p, 0u, 0u, 10u, lh);
+        sel_cand_hist(use_local, cl, vcand, m, 0u, 0u, 10u, lh);
         sel_find_digit(lh, LO_BINS, take, s, res);
         const uint prefix = st0 | res[0] << 10;
         const uint r2 = res[1];
-        sel_cand_hist(vcand, m, p, prefix, 0xfffffc00u, 0u, lh);
+        sel_cand_hist(use_local, cl, vcand, m, prefix, 0xfffffc00u, 0u, lh);
         sel_find_digit(lh, LO_BINS, r2, s, res);
         T = prefix | res[0];
         take = res[1];
@@ -385,12 +409,18 @@ __kernel void select_cand(__global const float *scores, long s_off, long s_sb, l
             for (uint i = lid; i < SEL_CW; i += SEL_WG)
                 gtl[i] = eql[i] = 0u;
             barrier(CLK_LOCAL_MEM_FENCE);
-            for (uint i = lid; i < m; i += SEL_WG) {
-                uint j;
-                const uint key = sel_cand_key(vcand, i, p, &j);
-                const int ch = (int)(j / (uint)chunk) - w0;
-                if (ch >= 0 && ch < SEL_CW && key >= T)
-                    atomic_inc(key > T ? &gtl[ch] : &eql[ch]);
+            for (uint i0 = 0; i0 < m; i0 += SEL_WG * CAND_BATCH) {
+                uint2 c[CAND_BATCH];
+                _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
+                    const uint i = i0 + u * SEL_WG + lid;
+                    c[u] = i < m ? sel_cand_get(use_local, cl, vcand, i) : (uint2)(0u, 0u);
+                }
+                _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
+                    const uint i = i0 + u * SEL_WG + lid;
+                    const int ch = (int)(c[u].y / (uint)chunk) - w0;
+                    if (i < m && ch >= 0 && ch < SEL_CW && c[u].x >= T)
+                        atomic_inc(c[u].x > T ? &gtl[ch] : &eql[ch]);
+                }
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int t0 = w0; t0 < min(w0 + SEL_CW, nchunks); t0 += SEL_WG) {

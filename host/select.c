@@ -129,8 +129,8 @@ static void plan_launch(clkv_context *ctx, const clkv_select_topk_args *a, selec
     p->nchunks = (int)((len + p->chunk - 1) / p->chunk);
     p->state_bytes = clkv__ws_align((size_t)p->rows * STATE_WORDS * 4);
     p->cc_bytes = clkv__ws_align((size_t)p->rows * (size_t)p->nchunks * 2 * 4);
-    /* candidate lists: up to a whole row each (all scores equal) */
-    p->cand_bytes = clkv__ws_align((size_t)p->rows * (size_t)len * 4);
+    /* candidate lists ({key, index}): up to a whole row each (all scores equal) */
+    p->cand_bytes = clkv__ws_align((size_t)p->rows * (size_t)len * 8);
     /* one work-group per row: 512 lanes on a GPU (registers of 1024 would be tight) */
     int rwg = gpu ? 512 : 256;
     while ((uint64_t)rwg > ctx->info.max_work_group_size && rwg > 1)
