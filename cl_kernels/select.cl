@@ -37,7 +37,9 @@
  * select_row: the whole selection of one row in one work-group (short rows).
  *
  * -D: SEL_WG (work-group size, power of two <= 256), SELECT_SMALLEST (0/1),
- * PER_ITEM (consecutive elements per work-item in the write kernel).
+ * PER_ITEM (consecutive elements per work-item in the write kernel), FUSE_POOL (0/1:
+ * select_hist1 first computes the scores from a scorer's raw rows), POOL, POOL_K (with
+ * FUSE_POOL: the scorer's pooling, see clkv_pooled_score in common.cl).
  */
 
 #define BINS 2048 /* select_row: 11/11/10-bit passes */
@@ -190,21 +192,52 @@ inline void sel_find_digit(__local const uint *lh, uint nbins, uint r, __local u
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
+#if FUSE_POOL
+/* The fused first kernel's tile (FUSE_POOL): final scores of [t0, wend) computed from the
+ * scorer's raw row (clkv_pooled_score, as score_finalize) and written out; the keys of
+ * those below `end` (= n) histogrammed like sel_hist_tile. */
+inline void sel_pool_hist_tile(__global float *out, __global const float *rawrow, long t0, long end,
+                               long wend, int n, int P, long protect, __local uint *lh) {
+    const uint lid = get_local_id(0);
+    uint keys[PER_ITEM];
+    _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
+        const long i = t0 + (long)j * SEL_WG + lid;
+        float v = 0.0f;
+        if (i < wend) {
+            v = clkv_pooled_score(rawrow, (int)i, n, P, protect, POOL, POOL_K);
+            out[i] = v;
+        }
+        keys[j] = sel_key(v);
+    }
+    _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
+        const long i = t0 + (long)j * SEL_WG + lid;
+        sel_hist_add(lh, i < end ? keys[j] >> H1_SHIFT : SEL_NOBIN);
+    }
+}
+#endif
+
 /* Kernel 1: histogram of the top H1_BITS bits of the chunk's keys into the row's counter
  * histogram; the row's last work-group finds the bin of rank c (see the top).
- * Global: (nchunks * SEL_WG, rows). */
-__kernel void select_hist1(__global const float *scores, long s_off, long s_sb, long s_sh, int H,
+ * FUSE_POOL (clkv_evict_keep_set): the scores are first computed from the scorer's raw
+ * rows (raw + raw_off + row * row_len; the scorer's pooling and protection, -D POOL /
+ * POOL_K, W, excl, protect as score_finalize) and written to `scores` for every token
+ * j < L; the grid then covers ceil(L / chunk) >= nchunks chunks, the ones past nchunks
+ * only writing. Without FUSE_POOL the raw arguments are unused.
+ * Global: (nchunks * SEL_WG, rows), FUSE_POOL: (ceil(L / chunk) * SEL_WG, rows). */
+__kernel void select_hist1(__global float *scores, long s_off, long s_sb, long s_sh, int H,
                            __global const int *lens, long len_off, int has_len, int max_len,
                            __global const int *kbuf, long k_off, long k_sb, long k_sh, int has_krow,
                            int K, int has_rule, ulong ratio_bits, float ratio_f, long budget,
                            long window, __global uint *ws, long st_off, __global uint *ctr,
-                           int chunk, int nchunks) {
+                           int chunk, int nchunks, __global const float *raw, long raw_off,
+                           long row_len, int L, int W, int excl, long protect) {
     __local uint lh[H1_BINS];
     __local uint s[SEL_WG];
     __local uint res[2];
     __local uint flag;
     const uint row = get_global_id(1);
     const uint lid = get_local_id(0);
+    const uint g = get_group_id(0);
     const int b = (int)(row / (uint)H), h = (int)(row % (uint)H);
     int n = max_len;
     if (has_len)
@@ -212,8 +245,24 @@ __kernel void select_hist1(__global const float *scores, long s_off, long s_sb, 
     const int c = sel_row_count(n, b, h, kbuf, k_off, k_sb, k_sh, has_krow, K, has_rule, ratio_bits,
                                 ratio_f, budget, window);
     __global uint *st = ws + st_off + (size_t)row * STATE_WORDS;
-    if (c == 0 || c == n) { /* uniform over the row: T fixed, no search */
-        if (get_group_id(0) == 0 && lid == 0) {
+    __global float *p = scores + s_off + b * s_sb + h * s_sh;
+    const long start = (long)g * chunk;
+    const long end = min((long)n, start + chunk);
+#if FUSE_POOL
+    const long wend = min((long)L, start + chunk);
+    __global const float *rawrow = raw + raw_off + (long)row * row_len;
+    const int P = excl ? max(n - W, 0) : n;
+#else
+    (void)raw, (void)raw_off, (void)row_len, (void)L, (void)W, (void)excl, (void)protect;
+    const long wend = end;
+#endif
+    if (c == 0 || c == n || (int)g >= nchunks) { /* uniform over the work-group */
+#if FUSE_POOL
+        for (long i = start + lid; i < wend; i += SEL_WG)
+            p[i] = clkv_pooled_score(rawrow, (int)i, n, P, protect, POOL, POOL_K);
+#endif
+        /* c == 0 or c == n (uniform over the row): T fixed, no search */
+        if ((c == 0 || c == n) && g == 0 && lid == 0) {
             st[0] = c == 0 ? 0xffffffffu : 0u; /* nothing / everything (T = lowest key) */
             st[1] = c == 0 ? 0u : (uint)n;
             st[2] = (uint)c;
@@ -222,16 +271,17 @@ __kernel void select_hist1(__global const float *scores, long s_off, long s_sb, 
         return;
     }
     __global uint *rc = ctr + (size_t)row * CTR_WORDS;
-    const long start = (long)get_group_id(0) * chunk;
-    const long end = min((long)n, start + chunk);
-    if (start < end) { /* uniform over the work-group */
+    if (start < wend) { /* uniform over the work-group */
         for (uint i = lid; i < H1_BINS; i += SEL_WG)
             lh[i] = 0u;
         barrier(CLK_LOCAL_MEM_FENCE);
-        __global const float *p = scores + s_off + b * s_sb + h * s_sh;
         /* uniform trip count (sel_hist_add needs whole warps) */
-        for (long t0 = start; t0 < end; t0 += (long)SEL_WG * PER_ITEM)
+        for (long t0 = start; t0 < wend; t0 += (long)SEL_WG * PER_ITEM)
+#if FUSE_POOL
+            sel_pool_hist_tile(p, rawrow, t0, end, wend, n, P, protect, lh);
+#else
             sel_hist_tile(p, t0, end, 0u, 0u, H1_SHIFT, H1_BINS - 1u, lh);
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
         for (uint i = lid; i < H1_BINS; i += SEL_WG) {
             const uint v = lh[i];

@@ -13,12 +13,12 @@
 #define CTR_WORDS 4100 /* per-row words of the context's counter buffer (select.cl) */
 #define ROW_PER_ITEM 16
 /* Rows up to this many tokens take select_row (one work-group per row, one launch)
- * unless a chunk length is forced ($CLKV_SELECT_ROW_MAX overrides it). H200,
- * clkv_keep_set of 8 rows (DropKV step), against the earlier 6-kernel chunked pipeline:
- * 16K tokens 33 us against 41 us chunked; a row streams through one SM, so long rows
- * stay chunked (128K: 284 us in one work-group per row before the loads of a tile were
- * batched, 55 us chunked). */
-#define ROW_MAX_LEN (1 << 15)
+ * unless a chunk length is forced ($CLKV_SELECT_ROW_MAX overrides it). A row streams
+ * through one SM, so long rows go chunked. clkv_keep_set of 8 rows (DropKV step), 16K
+ * tokens: H200, the earlier 6-kernel chunked pipeline, 33 us in select_row against 41 us
+ * chunked; H100, the 3-kernel pipeline (before its candidates were read into local
+ * memory), 34.1 us in select_row against 31.7 us chunked. */
+#define ROW_MAX_LEN (1 << 13)
 /* The chunked pipeline's counter histograms: at most this many rows (64 MiB of
  * counters); more rows take select_row. */
 #define CHUNKED_MAX_ROWS 4096
@@ -229,17 +229,27 @@ static clkv_status launch_row(clkv_context *ctx, const clkv_select_topk_args *ar
 }
 
 clkv_status clkv_select_topk(clkv_context *ctx, const clkv_select_topk_args *args, cl_event *done) {
-    return clkv__select_topk_rule(ctx, args, NULL, done);
+    return clkv__select_topk_rule(ctx, args, NULL, NULL, done);
+}
+
+int clkv__select_topk_chunked(clkv_context *ctx, const clkv_select_topk_args *args) {
+    select_plan p;
+    plan_launch(ctx, args, &p);
+    return p.rows > 0 && !p.row_path;
 }
 
 clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_args *args,
-                                   const clkv__keep_rule *rule, cl_event *done) {
+                                   const clkv__keep_rule *rule, const clkv__select_fuse *fuse,
+                                   cl_event *done) {
     clkv_status st = check_common(ctx, args);
     if (st != CLKV_OK)
         return st;
     const rule_args ra = make_rule(rule);
     select_plan p;
     plan_launch(ctx, args, &p);
+    if (fuse && (p.rows == 0 || p.row_path))
+        return clkv__fail(ctx, CLKV_ERR_ARG_UNSUPPORTED,
+                          "scores: pooled by the selection only on its chunked path (internal)");
     if (p.rows == 0)
         return clkv__marker(ctx, done);
     if (p.row_path)
@@ -250,6 +260,11 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
     clkv__defs_int(&defs, "SEL_WG", p.wg);
     clkv__defs_int(&defs, "SELECT_SMALLEST", args->largest ? 0 : 1);
     clkv__defs_int(&defs, "PER_ITEM", PER_ITEM);
+    clkv__defs_int(&defs, "FUSE_POOL", fuse != NULL);
+    if (fuse) {
+        clkv__defs_int(&defs, "POOL", fuse->pool);
+        clkv__defs_int(&defs, "POOL_K", fuse->pool_k);
+    }
     cl_kernel k_hist, k_cand, k_write;
     if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_hist1", &k_hist)) ||
         (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_cand", &k_cand)) ||
@@ -260,13 +275,17 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
         (st = clkv__check_local_mem(ctx, k_write, "select_write", 0)))
         return st;
     cl_mem ws, ctr;
-    if ((st = clkv__workspace(ctx, p.state_bytes + p.cc_bytes + p.cand_bytes, &ws)) ||
+    const size_t base = fuse ? clkv__ws_align(fuse->ws_base) : 0;
+    if ((st = clkv__workspace(ctx, base + p.state_bytes + p.cc_bytes + p.cand_bytes, &ws)) ||
         (st = clkv__counters(ctx, (size_t)p.rows * CTR_WORDS, &ctr)))
         return st;
+    if (fuse && fuse->raw != ws) /* the raw rows lie in the workspace below `base` */
+        return clkv__fail(ctx, CLKV_ERR_ARG_UNSUPPORTED,
+                          "scores: raw rows outside the workspace (internal)");
     /* The scratch arrays live in the one workspace buffer, addressed by element offsets
      * (sub-buffers would need CL_DEVICE_MEM_BASE_ADDR_ALIGN alignment). */
-    const cl_long st_off = 0, cc_off = (cl_long)(p.state_bytes / 4),
-                  cand_off = (cl_long)((p.state_bytes + p.cc_bytes) / 4);
+    const cl_long st_off = (cl_long)(base / 4), cc_off = (cl_long)((base + p.state_bytes) / 4),
+                  cand_off = (cl_long)((base + p.state_bytes + p.cc_bytes) / 4);
     const clkv_tensor *sc = &args->scores;
     const cl_mem s_buf = sc->buf, len_buf = args->lengths.buf, k_buf = args->k_per_row.buf,
                  i_buf = args->indices.buf, c_buf = args->counts.buf;
@@ -292,15 +311,25 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
 
     const size_t chunk_g[2] = {(size_t)p.nchunks * p.wg, (size_t)p.rows};
     const size_t loc[2] = {(size_t)p.wg, 1};
-    st = clkv__set_args(
-        ctx, k_hist, "select_hist1", 25, CLKV_ARG(s_buf), CLKV_ARG(s_off), CLKV_ARG(s_sb),
-        CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(len_buf), CLKV_ARG(len_off), CLKV_ARG(has_len),
-        CLKV_ARG(max_len), CLKV_ARG(k_buf), CLKV_ARG(k_off), CLKV_ARG(k_sb), CLKV_ARG(k_sh),
-        CLKV_ARG(has_krow), CLKV_ARG(K), CLKV_ARG(ra.has), CLKV_ARG(ra.ratio_bits),
-        CLKV_ARG(ra.ratio_f), CLKV_ARG(ra.budget), CLKV_ARG(ra.window), CLKV_ARG(ws),
-        CLKV_ARG(st_off), CLKV_ARG(ctr), CLKV_ARG(chunk), CLKV_ARG(nchunks));
+    /* FUSE_POOL: every token j < L gets its score written (chunks past max_len too) */
+    const size_t hist_g[2] = {fuse ? (size_t)((fuse->L + (int64_t)p.chunk - 1) / p.chunk) * p.wg
+                                   : chunk_g[0],
+                              (size_t)p.rows};
+    const cl_mem raw_buf = fuse ? fuse->raw : s_buf;
+    const cl_long raw_off = fuse ? fuse->raw_off : 0, row_len = fuse ? fuse->row_len : 0,
+                  protect = fuse ? fuse->protect : 0;
+    const cl_int L = fuse ? fuse->L : 0, W = fuse ? fuse->W : 0, excl = fuse ? fuse->excl : 0;
+    st = clkv__set_args(ctx, k_hist, "select_hist1", 32, CLKV_ARG(s_buf), CLKV_ARG(s_off),
+                        CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(len_buf),
+                        CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(k_buf),
+                        CLKV_ARG(k_off), CLKV_ARG(k_sb), CLKV_ARG(k_sh), CLKV_ARG(has_krow),
+                        CLKV_ARG(K), CLKV_ARG(ra.has), CLKV_ARG(ra.ratio_bits),
+                        CLKV_ARG(ra.ratio_f), CLKV_ARG(ra.budget), CLKV_ARG(ra.window),
+                        CLKV_ARG(ws), CLKV_ARG(st_off), CLKV_ARG(ctr), CLKV_ARG(chunk),
+                        CLKV_ARG(nchunks), CLKV_ARG(raw_buf), CLKV_ARG(raw_off), CLKV_ARG(row_len),
+                        CLKV_ARG(L), CLKV_ARG(W), CLKV_ARG(excl), CLKV_ARG(protect));
     if (st == CLKV_OK)
-        st = clkv__launch(ctx, k_hist, "select_hist1", 2, chunk_g, loc, 0, NULL);
+        st = clkv__launch(ctx, k_hist, "select_hist1", 2, hist_g, loc, 0, NULL);
     if (st == CLKV_OK)
         st = clkv__set_args(ctx, k_cand, "select_cand", 21, CLKV_ARG(s_buf), CLKV_ARG(s_off),
                             CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(len_buf),
