@@ -37,12 +37,6 @@
  *   PREFETCH    1: the next tile's K/V fragments are loaded while this tile is computed
  *               (twice the fragment registers; measured slower on an H200: fewer resident
  *               warps); 0 (default): loaded at the top of each tile
- *   PIPE        1 (needs KV_ALIGNED, not PREFETCH): each warp copies its next tile's K/V
- *               rows into its own local-memory stage with cp.async right after taking the
- *               current tile's fragments out of it, so a tile's loads are in flight while
- *               the previous tile is computed without holding registers (rows padded to
- *               PIPE_ROW16 16-byte units: conflict-free fragment reads); 0: fragments
- *               loaded from global memory at the top of each tile
  */
 #define M_DROPKV 0
 #define M_SNAPKV 1
@@ -69,12 +63,6 @@
 #if (HEAD_DIM != 64 && HEAD_DIM != 128) || RS % 16 != 0 || METHOD > M_H2O
 #error "score_window_mma: unsupported parameters"
 #endif
-#if PIPE && (!KV_ALIGNED || PREFETCH)
-#error "score_window_mma: PIPE needs aligned K/V rows and no PREFETCH"
-#endif
-#define PIPE_CH (HEAD_DIM / 8)      /* 16-byte chunks per K/V row */
-#define PIPE_ROW16 (PIPE_CH + 4)    /* staged row stride: 4 mod 8 units, no bank conflicts */
-#define PIPE_ROWS (KW * PIPE_ROW16) /* one tensor of a warp's stage */
 #if Q_DTYPE != KV_DTYPE || KV_DTYPE == CLKV_DT_F32 || !defined(CLKV_NVIDIA_PTX)
 #error "score_window_mma needs NVIDIA PTX and f16 / bf16 q and K/V of one dtype"
 #endif
@@ -149,39 +137,6 @@ inline void load_tile(__global const KV_T *k, __global const KV_T *v, long kb, l
     }
 }
 
-#if PIPE
-/* cp.async of the K (and V) rows of keys j0 .. j0 + 15 (rows past n copy row n - 1) into
- * the warp's stage st (K rows at st, V rows at st + PIPE_ROWS), then a commit. */
-inline void pipe_issue(__local uint4 *st, __global const KV_T *k, __global const KV_T *v, long kb,
-                       long vb, long k_sl, long v_sl, int j0, int n, int lane) {
-    for (int i = lane; i < (1 + NEED_V) * KW * PIPE_CH; i += 32) {
-        const int which = i / (KW * PIPE_CH), r = (i / PIPE_CH) % KW, ch = i % PIPE_CH;
-        const long j = min(j0 + r, n - 1);
-        __global const ushort *src = which ? (__global const ushort *)v + vb + j * v_sl
-                                           : (__global const ushort *)k + kb + j * k_sl;
-        clkv_cp_async16(st + which * PIPE_ROWS + r * PIPE_ROW16 + ch,
-                        (__global const uchar *)(src + ch * 8));
-    }
-    clkv_cp_async_commit();
-}
-
-/* The fragments of the staged tile (lane (fg, ft): chunk 4 c + ft of row 8 nt + fg). */
-inline void pipe_take(__local const uint4 *st, int fg, int ft, uint4 (*kf)[NCK], uint4 (*vf)[NCK]) {
-    UNROLL
-    for (int nt = 0; nt < 2; nt++) {
-        UNROLL
-        for (int c = 0; c < NCK; c++) {
-            kf[nt][c] = st[(nt * 8 + fg) * PIPE_ROW16 + 4 * c + ft];
-#if NEED_V
-            vf[nt][c] = st[PIPE_ROWS + (nt * 8 + fg) * PIPE_ROW16 + 4 * c + ft];
-#else
-            (void)vf;
-#endif
-        }
-    }
-}
-#endif
-
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q_st,
                  __global const KV_T *k, long k_off, long k_sb, long k_sh, long k_sl,
@@ -199,9 +154,6 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
 #endif
     __local float lse_loc[RS];
     __local int pos_loc[RS];
-#if PIPE
-    __local uint4 kv_stage[WG_SIZE / 32][(1 + NEED_V) * PIPE_ROWS];
-#endif
 
     const int lid = (int)get_local_id(0);
     const int lane = lid % 32, w = lid / 32;
@@ -245,11 +197,6 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
     if (c0 + w * KW < c1)
         load_tile(k, v, kb, vb, k_sl, v_sl, c0 + w * KW, n, fg, ft, kn, vnx);
 #endif
-#if PIPE
-    __local uint4 *stage = kv_stage[w];
-    if (c0 + w * KW < c1)
-        pipe_issue(stage, k, v, kb, vb, k_sl, v_sl, c0 + w * KW, n, lane);
-#endif
 
     for (int tile0 = c0; tile0 < c1; tile0 += KT) {
         const int j0 = tile0 + w * KW; /* this warp's first key */
@@ -269,15 +216,6 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
         }
         if (j0 + KT < c1)
             load_tile(k, v, kb, vb, k_sl, v_sl, j0 + KT, n, fg, ft, kn, vnx);
-#elif PIPE
-        if (live) {
-            CLKV_CP_ASYNC_WAIT(0); /* this lane's copies of the tile */
-            clkv_warp_sync();      /* ... and every lane's */
-            pipe_take(stage, fg, ft, kf, vf);
-            clkv_warp_sync(); /* the stage is read before it is refilled */
-            if (j0 + KT < c1)
-                pipe_issue(stage, k, v, kb, vb, k_sl, v_sl, j0 + KT, n, lane);
-        }
 #else
         if (live)
             load_tile(k, v, kb, vb, k_sl, v_sl, j0, n, fg, ft, kf, vf);

@@ -62,7 +62,7 @@ typedef struct score_plan {
     /* window kernel geometry */
     int tpr, wg, kpr, vec_aligned;
     /* tensor-core window kernel (score_window_mma.cl): rows per stage, keys per work-group */
-    int mma, mma_rs, mma_chunk, mma_prefetch, mma_pipe;
+    int mma, mma_rs, mma_chunk, mma_prefetch;
     /* tensor-core H2O kernel (score_h2o_mma.cl): keys per warp, rows per stage, stages,
      * row pieces (NSPLIT) and rows per piece */
     int h2o, h2o_kw, h2o_rt, h2o_nstg, h2o_split, h2o_rps;
@@ -247,7 +247,7 @@ static int mma_tune(const char *name, int lo, int hi) {
     const int x = e && *e ? atoi(e) : -1;
     return x >= lo && x <= hi ? x : -1;
 }
-static int g_mma_prefetch = -2, g_mma_tiles = -2, g_mma_pipe = -2;
+static int g_mma_prefetch = -2, g_mma_tiles = -2;
 
 #define MMA_LOCAL_MAX 40960 /* staged query rows, bytes (static local memory <= 48 KiB) */
 #define MMA_KT 64           /* keys per tile of score_window_mma */
@@ -267,23 +267,12 @@ static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p)
     const int64_t rows16 = (p->G * p->W + 15) / 16 * 16;
     p->mma = 1;
     p->mma_rs = (int)(rows16 < rs_max ? rows16 : rs_max);
-    /* $CLKV_SCORE_MMA_PIPE (0/1): the cp.async stage per warp (score_window_mma.cl PIPE;
-     * 16-byte aligned K/V rows, no PREFETCH); ~41 KiB more local memory per work-group at
-     * D 128, so 3 work-groups per compute unit instead of 4 */
-    if (g_mma_prefetch == -2)
-        g_mma_prefetch = mma_tune("CLKV_SCORE_MMA_PREFETCH", 0, 1);
-    if (g_mma_pipe == -2)
-        g_mma_pipe = mma_tune("CLKV_SCORE_MMA_PIPE", 0, 1);
-    p->mma_prefetch = g_mma_prefetch >= 0 ? g_mma_prefetch : 0;
-    p->mma_pipe = g_mma_pipe == 1 && !p->mma_prefetch && clkv__rows_aligned(&a->k, 8) &&
-                  (!needs_v(p->method) || clkv__rows_aligned(&a->v, 8));
     /* about 4 work-groups per compute unit (one wave; the staged rows are read once per
      * work-group), 4..64 tiles each. H200, DropKV bf16 Hq 32 / Hkv 8 D 128 W 8: at 128K
      * 32 tiles per work-group measured 185 us, 16 tiles 198 us, 8 tiles 221 us; at 16K 4
      * tiles 45 us, 8 tiles 49 us. */
     const int64_t tiles = (p->max_len + MMA_KT - 1) / MMA_KT;
-    const int64_t target =
-        (int64_t)(ctx->info.compute_units ? ctx->info.compute_units : 1) * (p->mma_pipe ? 3 : 4);
+    const int64_t target = (int64_t)(ctx->info.compute_units ? ctx->info.compute_units : 1) * 4;
     int64_t per = (tiles * p->B * p->Hkv + target - 1) / target;
     if (per < 4)
         per = 4;
@@ -299,6 +288,9 @@ static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p)
     if (g_mma_tiles > 0)
         per = g_mma_tiles;
     p->mma_chunk = (int)(per * MMA_KT);
+    if (g_mma_prefetch == -2)
+        g_mma_prefetch = mma_tune("CLKV_SCORE_MMA_PREFETCH", 0, 1);
+    p->mma_prefetch = g_mma_prefetch >= 0 ? g_mma_prefetch : 0;
 }
 
 /* Tuning overrides of the H2O tensor-core kernel, read once per process (-1: default):
@@ -526,7 +518,6 @@ static clkv_status launch_window(clkv_context *ctx, const clkv_score_args *a, co
     if (p->mma) {
         clkv__defs_int(&defs, "RS", p->mma_rs);
         clkv__defs_int(&defs, "PREFETCH", p->mma_prefetch);
-        clkv__defs_int(&defs, "PIPE", p->mma_pipe);
         clkv__defs_int(&defs, "KV_ALIGNED",
                        clkv__rows_aligned(&a->k, 8) && (!nv || clkv__rows_aligned(&a->v, 8)));
     } else {
@@ -575,8 +566,8 @@ static clkv_status launch_window(clkv_context *ctx, const clkv_score_args *a, co
         const size_t l[3] = {128, 1, 1};
         if (g[0] == 0)
             return CLKV_OK;
-        clkv__log(ctx, "score_window_mma: method=%s RS=%d chunk=%d groups=%zu pipe=%d", g_names[m],
-                  p->mma_rs, chunk, g[0] / 128, p->mma_pipe);
+        clkv__log(ctx, "score_window_mma: method=%s RS=%d chunk=%d groups=%zu", g_names[m],
+                  p->mma_rs, chunk, g[0] / 128);
         return clkv__launch(ctx, kw, "score_window_mma", 3, g, l, 0, NULL);
     }
     const int64_t tile = (int64_t)(p->wg / p->tpr) * p->kpr;
