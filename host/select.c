@@ -14,11 +14,13 @@
 #define ROW_PER_ITEM 16
 /* Rows up to this many tokens take select_row (one work-group per row, one launch)
  * unless a chunk length is forced ($CLKV_SELECT_ROW_MAX overrides it). A row streams
- * through one SM, so long rows go chunked. clkv_keep_set of 8 rows (DropKV step), 16K
- * tokens: H200, the earlier 6-kernel chunked pipeline, 33 us in select_row against 41 us
- * chunked; H100, the 3-kernel pipeline (before its candidates were read into local
- * memory), 34.1 us in select_row against 31.7 us chunked. */
-#define ROW_MAX_LEN (1 << 13)
+ * through one SM, so long rows go chunked. H100, clkv_evict_keep_set DropKV bf16 Hq 32 /
+ * Hkv 8 D 128 (8 rows), keep-set stage alone, select_row vs the 3-kernel chunked
+ * pipeline: 4K 17.4 vs 38.5 us, 8K 20.8 vs 38.1 us, 16K 33.9 vs 32.8 us; the whole call
+ * at 16K with the chunked selection (pooling fused into it: only 64 work-groups pool)
+ * 120.4 us against 118.0 us with score_finalize and the row kernel. The chunked pipeline's cost is
+ * mostly fixed (its dependent global round trips), ~52 us at 128K. */
+#define ROW_MAX_LEN (1 << 15)
 /* The chunked pipeline's counter histograms: at most this many rows (64 MiB of
  * counters); more rows take select_row. */
 #define CHUNKED_MAX_ROWS 4096
