@@ -21,41 +21,20 @@ score_finalize(__global const float *ws, long raw_off, long vnorm_off, long row_
     if (has_len)
         n = clamp(lengths[len_off + b], 0, max_len);
     const __global float *rawrow = ws + raw_off + ((long)b * Hkv + kvh) * row_len;
+#if STREAMING
     float val;
     if (j >= n)
         val = -INFINITY;
     else if ((long)j >= (long)n - protect)
         val = INFINITY;
-    else {
-#if STREAMING
-        (void)rawrow;
+    else
         val = ((long)j < sink || (long)j >= (long)n - recent) ? INFINITY : (float)j;
 #else
-        (void)sink;
-        (void)recent;
-        const int P = pool_excl_window ? max(n - W, 0) : n;
-#if POOL != 0
-        if (j < P) {
-            const int lo = max(j - POOL_K / 2, 0), hi = min(j + POOL_K / 2, P - 1);
-#if POOL == 1
-            float s = 0.0f;
-            for (int i = lo; i <= hi; i++)
-                s += rawrow[i];
-            val = s / (float)POOL_K;
-#else
-            float m = -INFINITY;
-            for (int i = lo; i <= hi; i++)
-                m = fmax(m, rawrow[i]);
-            val = m;
+    (void)sink;
+    (void)recent;
+    const int P = pool_excl_window ? max(n - W, 0) : n;
+    float val = clkv_pooled_score(rawrow, j, n, P, protect, POOL, POOL_K);
 #endif
-        } else
-            val = rawrow[j];
-#else
-        (void)P;
-        val = rawrow[j];
-#endif
-#endif
-    }
 #if CRITICAL
     const float pb = val;
     if (isfinite(val))

@@ -7,28 +7,55 @@
  * 0xFF800000, or the inverse), so T = 0xFFFFFFFF selects nothing.
  *
  * Row count: c = min(k_row, n) with k_row = k, k_per_row[b, h] clamped to [0, k], or (has_rule,
- * clkv_keep_set) the keep rule clkv_keep_rule(n) of common.cl.
+ * clkv_keep_set) the keep rule clkv_keep_rule(n) of common.cl. The selection is every key
+ * > T plus the first `take` keys == T in position order, T the c-th best key.
  *
- * Row state (STATE_WORDS uints per row in the workspace): [0] prefix / threshold key T,
- * [1] rank still wanted inside the prefix (after the last pass: ties at T to take),
- * [2] c = min(k_row, n), [3] done (1: T and take are final), [4] arrival counter of the
- * row's chunk work-groups (0 between kernels).
+ * Chunked pipeline (3 kernels, rows split into chunks of `chunk` elements, one work-group
+ * per (chunk, row)):
+ *   select_hist1  histogram of the top H1_BITS key bits (local, then added into the row's
+ *                 histogram in the context's zeroed counter buffer); the row's LAST
+ *                 work-group to finish (threadfence-reduction pattern: each work-group
+ *                 publishes, fences and counts itself in with an atomic) reads and clears
+ *                 the histogram and finds the bin holding rank c.
+ *   select_cand   per chunk: the keys above that bin are counted, the keys inside it (the
+ *                 candidates) appended to the row's candidate list ({key, index}, any
+ *                 order); the row's last work-group reads the list once into local memory
+ *                 (up to CAND_LOCAL; longer lists are re-read from the workspace) and finds
+ *                 T and `take` among the candidates (two 10-bit radix passes), their
+ *                 per-chunk counts of keys > T and == T, and the per-chunk output offsets
+ *                 (exclusive scans).
+ *   select_write  ordered compaction (position order) and the -1 padding.
+ * Scores are read 3 times plus the candidates (typically a few % of the row; all of it
+ * when every score is equal). Rows with c == 0 or c == n skip the search (T fixed).
  *
- * Pipeline (5 kernels): init; 3 radix passes of 11/11/10 bits (hist); count (per chunk:
- * keys > T, keys == T). Rows are split into chunks of CHUNK elements, one work-group per
- * (chunk, row). The per-row step after a pass (the digit scan after hist, the exclusive
- * scan of the chunk counts after count) is done by the LAST work-group of the row to
- * finish (threadfence-reduction pattern: each work-group publishes its results, fences,
- * and counts itself in with an atomic; the one that sees nchunks - 1 reads everything
- * back with atomics), which saves a launch per pass. Then write (ordered compaction,
- * position order).
+ * Row state (STATE_WORDS uints per row in the workspace): [0] bin prefix, then T;
+ * [1] rank still wanted inside the bin, then the ties at T to take; [2] c; [3] 1: T and
+ * take already final (c == 0 or c == n). Counter buffer, CTR_WORDS per row, all zero
+ * between calls: [0, H1_BINS) the histogram, CTR_ARRIVE1 / CTR_ARRIVE2 the arrival
+ * counters of the two kernels, CTR_CAND the candidate count.
+ *
+ * select_row: the whole selection of one row in one work-group (short rows).
  *
  * -D: SEL_WG (work-group size, power of two <= 256), SELECT_SMALLEST (0/1),
- * PER_ITEM (consecutive elements per work-item in the write kernel).
+ * PER_ITEM (consecutive elements per work-item in the write kernel), FUSE_POOL (0/1:
+ * select_hist1 first computes the scores from a scorer's raw rows), POOL, POOL_K (with
+ * FUSE_POOL: the scorer's pooling, see clkv_pooled_score in common.cl).
  */
 
-#define BINS 2048
+#define BINS 2048 /* select_row: 11/11/10-bit passes */
 #define STATE_WORDS 8
+#define H1_BITS 12
+#define H1_BINS 4096
+#define H1_SHIFT 20  /* 32 - H1_BITS */
+#define LO_BINS 1024 /* the candidates' two 10-bit passes */
+#define CTR_WORDS 4100
+#define CTR_ARRIVE1 4096
+#define CTR_ARRIVE2 4097
+#define CTR_CAND 4098
+#define SEL_CW 256            /* chunks per round of the per-chunk candidate counts */
+#define SEL_NOBIN 0xffffffffu /* sel_hist_add: no increment */
+#define CAND_LOCAL 4096       /* candidates resolved in local memory (more: from the list) */
+#define CAND_BATCH 8          /* candidate loads in flight per work-item */
 
 /* Orders this work-item's earlier global writes and atomics before its later ones,
  * device-wide (CUDA __threadfence). */
@@ -91,57 +118,31 @@ inline uint sel_scan(uint x, __local uint *s, uint *total) {
     return incl - x;
 }
 
-__kernel void select_init(__global const int *lens, long len_off, int has_len, int max_len,
-                          __global const int *kbuf, long k_off, long k_sb, long k_sh, int has_krow,
-                          int K, int H, __global uint *ws, long st_off, long h_off, int has_rule,
-                          ulong ratio_bits, float ratio_f, long budget, long window) {
-    __global uint *state = ws + st_off, *hist = ws + h_off;
-    const uint row = get_global_id(1);
-    const uint lid = get_local_id(0);
-    for (uint i = lid; i < BINS; i += SEL_WG)
-        hist[(size_t)row * BINS + i] = 0u;
-    if (lid != 0)
-        return;
-    const int b = (int)(row / (uint)H), h = (int)(row % (uint)H);
-    int n = max_len;
-    if (has_len)
-        n = clamp(lens[len_off + b], 0, max_len);
+/* The row's count c = min(k_row, n) (see the top). */
+inline int sel_row_count(int n, int b, int h, __global const int *kbuf, long k_off, long k_sb,
+                         long k_sh, int has_krow, int K, int has_rule, ulong ratio_bits,
+                         float ratio_f, long budget, long window) {
     int kr = K;
     if (has_rule) /* the keep-set's own count (clkv_keep_set) */
         kr = (int)min(clkv_keep_rule(n, ratio_bits, ratio_f, budget, window), (long)K);
     else if (has_krow)
         kr = clamp(kbuf[k_off + b * k_sb + h * k_sh], 0, K);
-    const int c = min(kr, n);
-    __global uint *st = state + (size_t)row * STATE_WORDS;
-    st[2] = (uint)c;
-    st[4] = 0u;
-    if (c == 0) { /* nothing: T above every key */
-        st[0] = 0xffffffffu;
-        st[1] = 0u;
-        st[3] = 1u;
-    } else if (c == n) { /* everything: T = 0 (lowest key), take all ties */
-        st[0] = 0u;
-        st[1] = (uint)n;
-        st[3] = 1u;
-    } else {
-        st[0] = 0u;
-        st[1] = (uint)c;
-        st[3] = 0u;
-    }
+    return min(kr, n);
 }
 
 /* Local histogram increment. On NVIDIA the lanes of a warp holding the same bin add once
- * (match.any): pass 1 sees few distinct exponents, whose bins would otherwise serialize.
- * bin == BINS means "no increment"; every lane of the warp must call it (uniform loop). */
+ * (match.any): few distinct exponents would otherwise serialize on their bins.
+ * bin == SEL_NOBIN means "no increment"; every lane of the warp must call it (uniform
+ * loop). */
 inline void sel_hist_add(__local uint *lh, uint bin) {
 #ifdef CLKV_NVIDIA_PTX
     uint peers, lane;
     asm volatile("match.any.sync.b32 %0, %1, 0xffffffff;" : "=r"(peers) : "r"(bin));
     asm("mov.u32 %0, %%laneid;" : "=r"(lane));
-    if (bin < BINS && (peers & ((1u << lane) - 1u)) == 0u)
+    if (bin != SEL_NOBIN && (peers & ((1u << lane) - 1u)) == 0u)
         atomic_add(&lh[bin], (uint)popcount(peers));
 #else
-    if (bin < BINS)
+    if (bin != SEL_NOBIN)
         atomic_inc(&lh[bin]);
 #endif
 }
@@ -149,7 +150,7 @@ inline void sel_hist_add(__local uint *lh, uint bin) {
 /* Histogram of a tile of SEL_WG * PER_ITEM keys starting at t0 (item lid: keys
  * t0 + j * SEL_WG + lid, coalesced): all PER_ITEM loads are issued before the first
  * increment (one dependent load per iteration would leave a work-group a few KiB in
- * flight). Keys whose bits above `mask` differ from prefix are not counted. */
+ * flight). Keys whose bits under `mask` differ from prefix are not counted. */
 inline void sel_hist_tile(__global const float *p, long t0, long end, uint prefix, uint mask,
                           uint shift, uint dmask, __local uint *lh) {
     const uint lid = get_local_id(0);
@@ -161,164 +162,357 @@ inline void sel_hist_tile(__global const float *p, long t0, long end, uint prefi
     _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
         const long i = t0 + (long)j * SEL_WG + lid;
         const uint bin =
-            (i < end && (keys[j] & mask) == prefix) ? (keys[j] >> shift) & dmask : BINS;
+            (i < end && (keys[j] & mask) == prefix) ? (keys[j] >> shift) & dmask : SEL_NOBIN;
         sel_hist_add(lh, bin);
     }
 }
 
-/* Finds the digit holding the wanted rank (counting from the top), extends the prefix,
- * reduces the rank by the count above it, and clears the histogram (read and cleared
- * with atomics: other work-groups wrote it). Run by one work-group of the row. */
-inline void sel_scan_digit(__global uint *st, __global uint *gh, int shift, int last,
-                           __local uint *s) {
+/* In the local histogram lh[0, nbins) (nbins a multiple of SEL_WG), the bin holding rank
+ * r (1-based, counted from the top bin down): res[0] = the bin, res[1] = r minus the keys
+ * in the bins above it. Every work-item calls it; res is valid after it returns. */
+inline void sel_find_digit(__local const uint *lh, uint nbins, uint r, __local uint *s,
+                           __local uint *res) {
     const uint lid = get_local_id(0);
-    const uint r = st[1];
-    const uint per = BINS / SEL_WG;
+    const uint per = nbins / SEL_WG;
     /* item lid owns positions lid*per .. lid*per + per - 1 of the descending bin order */
-    uint h[BINS / SEL_WG];
     uint sum = 0u;
-    for (uint j = 0; j < per; j++) {
-        uint bin = BINS - 1u - (lid * per + j);
-        h[j] = atomic_xchg(&gh[bin], 0u);
-        sum += h[j];
-    }
+    for (uint j = 0; j < per; j++)
+        sum += lh[nbins - 1u - (lid * per + j)];
     uint total;
     uint cum = sel_scan(sum, s, &total);
     for (uint j = 0; j < per; j++) {
-        uint bin = BINS - 1u - (lid * per + j);
-        if (cum < r && r <= cum + h[j]) {
-            st[0] |= bin << shift;
-            st[1] = r - cum;
-            if (last)
-                st[3] = 1u;
+        const uint bin = nbins - 1u - (lid * per + j);
+        const uint hv = lh[bin];
+        if (cum < r && r <= cum + hv) {
+            res[0] = bin;
+            res[1] = r - cum;
         }
-        cum += h[j];
+        cum += hv;
     }
+    barrier(CLK_LOCAL_MEM_FENCE);
 }
 
-/* Histogram of the digit (key >> shift) & (2^nbits - 1) of the keys whose bits above
- * shift + nbits equal the row's prefix; the row's last work-group then scans it
- * (sel_scan_digit). Global: (nchunks * SEL_WG, rows). */
-__kernel void select_hist(__global const float *scores, long s_off, long s_sb, long s_sh, int H,
-                          __global uint *ws, long st_off, long h_off, __global const int *lens,
-                          long len_off, int has_len, int max_len, int chunk, int nchunks, int shift,
-                          int nbits, int last) {
-    __local uint lh[BINS];
+#if FUSE_POOL
+/* The fused first kernel's tile (FUSE_POOL): final scores of [t0, wend) computed from the
+ * scorer's raw row (clkv_pooled_score, as score_finalize) and written out; the keys of
+ * those below `end` (= n) histogrammed like sel_hist_tile. */
+inline void sel_pool_hist_tile(__global float *out, __global const float *rawrow, long t0, long end,
+                               long wend, int n, int P, long protect, __local uint *lh) {
+    const uint lid = get_local_id(0);
+    uint keys[PER_ITEM];
+    _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
+        const long i = t0 + (long)j * SEL_WG + lid;
+        float v = 0.0f;
+        if (i < wend) {
+            v = clkv_pooled_score(rawrow, (int)i, n, P, protect, POOL, POOL_K);
+            out[i] = v;
+        }
+        keys[j] = sel_key(v);
+    }
+    _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
+        const long i = t0 + (long)j * SEL_WG + lid;
+        sel_hist_add(lh, i < end ? keys[j] >> H1_SHIFT : SEL_NOBIN);
+    }
+}
+#endif
+
+/* Kernel 1: histogram of the top H1_BITS bits of the chunk's keys into the row's counter
+ * histogram; the row's last work-group finds the bin of rank c (see the top).
+ * FUSE_POOL (clkv_evict_keep_set): the scores are first computed from the scorer's raw
+ * rows (raw + raw_off + row * row_len; the scorer's pooling and protection, -D POOL /
+ * POOL_K, W, excl, protect as score_finalize) and written to `scores` for every token
+ * j < L; the grid then covers ceil(L / chunk) >= nchunks chunks, the ones past nchunks
+ * only writing. Without FUSE_POOL the raw arguments are unused.
+ * Global: (nchunks * SEL_WG, rows), FUSE_POOL: (ceil(L / chunk) * SEL_WG, rows). */
+__kernel void select_hist1(__global float *scores, long s_off, long s_sb, long s_sh, int H,
+                           __global const int *lens, long len_off, int has_len, int max_len,
+                           __global const int *kbuf, long k_off, long k_sb, long k_sh, int has_krow,
+                           int K, int has_rule, ulong ratio_bits, float ratio_f, long budget,
+                           long window, __global uint *ws, long st_off, __global uint *ctr,
+                           int chunk, int nchunks, __global const float *raw, long raw_off,
+                           long row_len, int L, int W, int excl, long protect) {
+    __local uint lh[H1_BINS];
     __local uint s[SEL_WG];
+    __local uint res[2];
     __local uint flag;
-    __global uint *state = ws + st_off;
-    __global uint *hist = ws + h_off;
     const uint row = get_global_id(1);
     const uint lid = get_local_id(0);
-    __global uint *st = state + (size_t)row * STATE_WORDS;
-    if (st[3])
-        return; /* uniform over the row: no work-group of it arrives */
+    const uint g = get_group_id(0);
     const int b = (int)(row / (uint)H), h = (int)(row % (uint)H);
     int n = max_len;
     if (has_len)
         n = clamp(lens[len_off + b], 0, max_len);
-    const long start = (long)get_group_id(0) * chunk;
+    const int c = sel_row_count(n, b, h, kbuf, k_off, k_sb, k_sh, has_krow, K, has_rule, ratio_bits,
+                                ratio_f, budget, window);
+    __global uint *st = ws + st_off + (size_t)row * STATE_WORDS;
+    __global float *p = scores + s_off + b * s_sb + h * s_sh;
+    const long start = (long)g * chunk;
     const long end = min((long)n, start + chunk);
-    __global uint *gh = hist + (size_t)row * BINS;
-    if (start < end) { /* uniform over the work-group */
-        for (uint i = lid; i < BINS; i += SEL_WG)
+#if FUSE_POOL
+    const long wend = min((long)L, start + chunk);
+    __global const float *rawrow = raw + raw_off + (long)row * row_len;
+    const int P = excl ? max(n - W, 0) : n;
+#else
+    (void)raw, (void)raw_off, (void)row_len, (void)L, (void)W, (void)excl, (void)protect;
+    const long wend = end;
+#endif
+    if (c == 0 || c == n || (int)g >= nchunks) { /* uniform over the work-group */
+#if FUSE_POOL
+        for (long i = start + lid; i < wend; i += SEL_WG)
+            p[i] = clkv_pooled_score(rawrow, (int)i, n, P, protect, POOL, POOL_K);
+#endif
+        /* c == 0 or c == n (uniform over the row): T fixed, no search */
+        if ((c == 0 || c == n) && g == 0 && lid == 0) {
+            st[0] = c == 0 ? 0xffffffffu : 0u; /* nothing / everything (T = lowest key) */
+            st[1] = c == 0 ? 0u : (uint)n;
+            st[2] = (uint)c;
+            st[3] = 1u;
+        }
+        return;
+    }
+    __global uint *rc = ctr + (size_t)row * CTR_WORDS;
+    if (start < wend) { /* uniform over the work-group */
+        for (uint i = lid; i < H1_BINS; i += SEL_WG)
             lh[i] = 0u;
         barrier(CLK_LOCAL_MEM_FENCE);
-        const uint prefix = st[0];
-        const uint top = (uint)(shift + nbits);
-        const uint mask = top >= 32u ? 0u : ~((1u << top) - 1u);
-        const uint dmask = (1u << nbits) - 1u;
-        __global const float *p = scores + s_off + b * s_sb + h * s_sh;
         /* uniform trip count (sel_hist_add needs whole warps) */
-        for (long t0 = start; t0 < end; t0 += (long)SEL_WG * PER_ITEM)
-            sel_hist_tile(p, t0, end, prefix, mask, (uint)shift, dmask, lh);
+        for (long t0 = start; t0 < wend; t0 += (long)SEL_WG * PER_ITEM)
+#if FUSE_POOL
+            sel_pool_hist_tile(p, rawrow, t0, end, wend, n, P, protect, lh);
+#else
+            sel_hist_tile(p, t0, end, 0u, 0u, H1_SHIFT, H1_BINS - 1u, lh);
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint i = lid; i < BINS; i += SEL_WG) {
-            uint v = lh[i];
+        for (uint i = lid; i < H1_BINS; i += SEL_WG) {
+            const uint v = lh[i];
             if (v)
-                atomic_add(&gh[i], v);
+                atomic_add(&rc[i], v);
         }
     }
-    if (sel_arrive(st + 4, (uint)nchunks, &flag))
-        sel_scan_digit(st, gh, shift, last, s);
+    if (sel_arrive(rc + CTR_ARRIVE1, (uint)nchunks, &flag)) {
+        /* read and clear the row's histogram (other work-groups added into it) */
+        for (uint i = lid; i < H1_BINS; i += SEL_WG)
+            lh[i] = atomic_xchg(&rc[i], 0u);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        sel_find_digit(lh, H1_BINS, (uint)c, s, res);
+        if (lid == 0) {
+            st[0] = res[0] << H1_SHIFT;
+            st[1] = res[1];
+            st[2] = (uint)c;
+            st[3] = 0u;
+        }
+    }
 }
 
-/* Per row, by its last work-group: exclusive scans over the chunks of (selected count,
- * ties before), read back with atomics (other work-groups wrote them), and the row's
- * count. */
-inline void sel_offsets(__global uint *st, __global uint *cc, int nchunks, __global int *counts,
-                        long c_off, long c_sb, long c_sh, int has_counts, int b, int h,
-                        __local uint *s) {
+/* Candidate i of a row: {key, index}, from the local copy (use_local) or from the global
+ * list (written by other work-groups of this launch: read past the non-coherent L1). */
+inline uint2 sel_cand_get(int use_local, __local const uint2 *cl, volatile __global const uint2 *cg,
+                          uint i) {
+    return use_local ? cl[i] : cg[i];
+}
+
+/* Radix pass over the row's m candidates: histogram of (key >> shift) & (LO_BINS - 1) of
+ * the keys whose bits under `mask` equal prefix. CAND_BATCH loads per work-item are
+ * issued before their increments. */
+inline void sel_cand_hist(int use_local, __local const uint2 *cl, volatile __global const uint2 *cg,
+                          uint m, uint prefix, uint mask, uint shift, __local uint *lh) {
     const uint lid = get_local_id(0);
-    const uint take = st[1];
-    uint gt_base = 0u, eq_base = 0u;
-    for (int t0 = 0; t0 < nchunks; t0 += SEL_WG) {
-        const int j = t0 + (int)lid;
-        __global uint *o = cc + (size_t)j * 2;
-        uint gt = 0u, eq = 0u;
-        if (j < nchunks) {
-            gt = atomic_add(o, 0u);
-            eq = atomic_add(o + 1, 0u);
+    for (uint i = lid; i < LO_BINS; i += SEL_WG)
+        lh[i] = 0u;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint i0 = 0; i0 < m; i0 += SEL_WG * CAND_BATCH) { /* uniform trip count */
+        uint keys[CAND_BATCH];
+        _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
+            const uint i = i0 + u * SEL_WG + lid;
+            keys[u] = i < m ? sel_cand_get(use_local, cl, cg, i).x : 0u;
         }
-        uint tgt, teq;
-        uint gt_ex = sel_scan(gt, s, &tgt) + gt_base;
-        uint eq_ex = sel_scan(eq, s, &teq) + eq_base;
-        if (j < nchunks) {
-            o[0] = gt_ex + min(eq_ex, take); /* output offset of the chunk */
-            o[1] = eq_ex;                    /* ties at T before the chunk */
+        _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
+            const uint i = i0 + u * SEL_WG + lid;
+            const uint bin = i < m && (keys[u] & mask) == prefix
+                                 ? (keys[u] >> shift) & (LO_BINS - 1u)
+                                 : SEL_NOBIN;
+            sel_hist_add(lh, bin);
         }
-        gt_base += tgt;
-        eq_base += teq;
     }
-    if (has_counts && lid == 0)
-        counts[c_off + b * c_sb + h * c_sh] = (int)st[2];
+    barrier(CLK_LOCAL_MEM_FENCE);
 }
 
-/* Per chunk: the number of keys > T and == T; the row's last work-group then turns them
- * into output offsets (sel_offsets). Global: (nchunks * SEL_WG, rows). */
-__kernel void select_count(__global const float *scores, long s_off, long s_sb, long s_sh, int H,
-                           __global uint *ws, long st_off, long cc_off, __global const int *lens,
-                           long len_off, int has_len, int max_len, int chunk, int nchunks,
-                           __global int *counts, long c_off, long c_sb, long c_sh, int has_counts) {
+/* Kernel 2: per chunk, the keys above the row's bin (or, T final, > T and == T) into
+ * cc[row][chunk] and the keys inside the bin appended to the row's candidate list
+ * ({key, index} pairs); the row's last work-group then finds T and take among the
+ * candidates (in local memory when at most CAND_LOCAL) and turns the chunk counts into
+ * output offsets: cc[row][chunk] = {out offset, ties at T before the chunk}.
+ * Global: (nchunks * SEL_WG, rows). */
+__kernel void select_cand(__global const float *scores, long s_off, long s_sb, long s_sh, int H,
+                          __global const int *lens, long len_off, int has_len, int max_len,
+                          __global uint *ws, long st_off, long cc_off, long cand_off,
+                          __global uint *ctr, int chunk, int nchunks, __global int *counts,
+                          long c_off, long c_sb, long c_sh, int has_counts) {
+    __local uint lh[LO_BINS];
+    __local uint gtl[SEL_CW], eql[SEL_CW];
+    __local uint2 cl[CAND_LOCAL];
     __local uint s[SEL_WG];
-    __local uint flag;
-    __global uint *state = ws + st_off;
-    __global uint *cc = ws + cc_off;
+    __local uint res[2];
+    __local uint flag, lcnt, lbase;
     const uint row = get_global_id(1);
     const uint lid = get_local_id(0);
+    const uint g = get_group_id(0);
     const int b = (int)(row / (uint)H), h = (int)(row % (uint)H);
     int n = max_len;
     if (has_len)
         n = clamp(lens[len_off + b], 0, max_len);
-    const long start = (long)get_group_id(0) * chunk;
-    const long end = min((long)n, start + chunk);
-    __global uint *st = state + (size_t)row * STATE_WORDS;
-    const uint T = st[0];
+    __global uint *st = ws + st_off + (size_t)row * STATE_WORDS;
+    const uint st0 = st[0], done = st[3];
+    const uint dT = st0 >> H1_SHIFT; /* the bin (search rows) */
+    __global uint *rc = ctr + (size_t)row * CTR_WORDS;
+    __global uint *rcc = ws + cc_off + (size_t)row * nchunks * 2;
+    __global uint2 *cand = (__global uint2 *)(ws + cand_off) + (size_t)row * max_len;
     __global const float *p = scores + s_off + b * s_sb + h * s_sh;
+    const long start = (long)g * chunk;
+    const long end = min((long)n, start + chunk);
     uint gt = 0u, eq = 0u;
-    for (long t0 = start; t0 < end; t0 += (long)SEL_WG * PER_ITEM) {
+    for (long t0 = start; t0 < end; t0 += (long)SEL_WG * PER_ITEM) { /* uniform */
         uint keys[PER_ITEM];
         _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
             const long i = t0 + (long)j * SEL_WG + lid;
             keys[j] = i < end ? sel_key(p[i]) : 0u;
         }
+        uint mine = 0u;
         _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
             if (t0 + (long)j * SEL_WG + lid < end) {
-                gt += keys[j] > T;
-                eq += keys[j] == T;
+                if (done) {
+                    gt += keys[j] > st0;
+                    eq += keys[j] == st0;
+                } else {
+                    gt += (keys[j] >> H1_SHIFT) > dT;
+                    mine += (keys[j] >> H1_SHIFT) == dT;
+                }
             }
+        }
+        if (!done) { /* uniform over the row: append this tile's candidates */
+            if (lid == 0)
+                lcnt = 0u;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            uint at = mine ? atomic_add(&lcnt, mine) : 0u;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (lid == 0)
+                lbase = lcnt ? atomic_add(&rc[CTR_CAND], lcnt) : 0u;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            at += lbase;
+            _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
+                const long i = t0 + (long)j * SEL_WG + lid;
+                if (i < end && (keys[j] >> H1_SHIFT) == dT)
+                    cand[at++] = (uint2)(keys[j], (uint)i);
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
         }
     }
     uint tgt, teq;
     sel_scan(gt, s, &tgt);
     sel_scan(eq, s, &teq);
-    __global uint *rcc = cc + (size_t)row * nchunks * 2;
     if (lid == 0) {
-        rcc[get_group_id(0) * 2] = tgt;
-        rcc[get_group_id(0) * 2 + 1] = teq;
+        rcc[g * 2] = tgt;
+        rcc[g * 2 + 1] = teq;
     }
-    if (sel_arrive(st + 4, (uint)nchunks, &flag))
-        sel_offsets(st, rcc, nchunks, counts, c_off, c_sb, c_sh, has_counts, b, h, s);
+    sel_fence(); /* the candidates and counts before the arrival */
+    if (!sel_arrive(rc + CTR_ARRIVE2, (uint)nchunks, &flag))
+        return;
+
+    /* the row's last work-group */
+    volatile __global const uint2 *vcand = cand;
+    volatile __global const uint *vcc = rcc;
+    uint T = st0, take = st[1];
+    if (!done) {
+        if (lid == 0)
+            res[0] = atomic_xchg(&rc[CTR_CAND], 0u);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const uint m = res[0];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int use_local = m <= CAND_LOCAL;
+        if (use_local) { /* one batched read of the list */
+            for (uint i0 = 0; i0 < m; i0 += SEL_WG * CAND_BATCH) {
+                uint2 c[CAND_BATCH];
+                _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
+                    const uint i = i0 + u * SEL_WG + lid;
+                    c[u] = i < m ? vcand[i] : (uint2)(0u, 0u);
+                }
+                _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
+                    const uint i = i0 + u * SEL_WG + lid;
+                    if (i < m)
+                        cl[i] = c[u];
+                }
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        /* bits H1_SHIFT-1 .. 10, then 9 .. 0 (every candidate shares the top bits) */
+        sel_cand_hist(use_local, cl, vcand, m, 0u, 0u, 10u, lh);
+        sel_find_digit(lh, LO_BINS, take, s, res);
+        const uint prefix = st0 | res[0] << 10;
+        const uint r2 = res[1];
+        sel_cand_hist(use_local, cl, vcand, m, prefix, 0xfffffc00u, 0u, lh);
+        sel_find_digit(lh, LO_BINS, r2, s, res);
+        T = prefix | res[0];
+        take = res[1];
+        /* per-chunk counts of the candidates > T and == T, SEL_CW chunks per round */
+        uint gt_base = 0u, eq_base = 0u;
+        for (int w0 = 0; w0 < nchunks; w0 += SEL_CW) {
+            for (uint i = lid; i < SEL_CW; i += SEL_WG)
+                gtl[i] = eql[i] = 0u;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (uint i0 = 0; i0 < m; i0 += SEL_WG * CAND_BATCH) {
+                uint2 c[CAND_BATCH];
+                _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
+                    const uint i = i0 + u * SEL_WG + lid;
+                    c[u] = i < m ? sel_cand_get(use_local, cl, vcand, i) : (uint2)(0u, 0u);
+                }
+                _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
+                    const uint i = i0 + u * SEL_WG + lid;
+                    const int ch = (int)(c[u].y / (uint)chunk) - w0;
+                    if (i < m && ch >= 0 && ch < SEL_CW && c[u].x >= T)
+                        atomic_inc(c[u].x > T ? &gtl[ch] : &eql[ch]);
+                }
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int t0 = w0; t0 < min(w0 + SEL_CW, nchunks); t0 += SEL_WG) {
+                const int j = t0 + (int)lid;
+                const int live = j < min(w0 + SEL_CW, nchunks);
+                const uint cg = live ? vcc[j * 2] + gtl[j - w0] : 0u;
+                const uint ce = live ? eql[j - w0] : 0u;
+                uint tg, te;
+                const uint g_ex = sel_scan(cg, s, &tg) + gt_base;
+                const uint e_ex = sel_scan(ce, s, &te) + eq_base;
+                if (live) {
+                    rcc[j * 2] = g_ex + min(e_ex, take);
+                    rcc[j * 2 + 1] = e_ex;
+                }
+                gt_base += tg;
+                eq_base += te;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+    } else {
+        uint gt_base = 0u, eq_base = 0u;
+        for (int t0 = 0; t0 < nchunks; t0 += SEL_WG) {
+            const int j = t0 + (int)lid;
+            const uint cg = j < nchunks ? vcc[j * 2] : 0u;
+            const uint ce = j < nchunks ? vcc[j * 2 + 1] : 0u;
+            uint tg, te;
+            const uint g_ex = sel_scan(cg, s, &tg) + gt_base;
+            const uint e_ex = sel_scan(ce, s, &te) + eq_base;
+            if (j < nchunks) {
+                rcc[j * 2] = g_ex + min(e_ex, take);
+                rcc[j * 2 + 1] = e_ex;
+            }
+            gt_base += tg;
+            eq_base += te;
+        }
+    }
+    if (lid == 0) {
+        st[0] = T;
+        st[1] = take;
+        if (has_counts)
+            counts[c_off + b * c_sb + h * c_sh] = (int)st[2];
+    }
 }
 
 /* Ordered compaction of [start, end) of a row: writes the indices of the keys > T and of
@@ -395,7 +589,6 @@ __kernel void select_write(__global const float *scores, long s_off, long s_sb, 
     for (long sl = (long)c + (long)g * SEL_WG + lid; sl < K; sl += (long)nchunks * SEL_WG)
         dst[sl] = -1;
 }
-
 /* The whole selection of one row in one work-group (rows short enough that one
  * work-group streams them faster than the multi-kernel pipeline launches; host/select.c
  * decides): c = min(k_row, n), three radix passes over the row with a local histogram,
@@ -416,12 +609,8 @@ __kernel void select_row(__global const float *scores, long s_off, long s_sb, lo
     int n = max_len;
     if (has_len)
         n = clamp(lens[len_off + b], 0, max_len);
-    int kr = K;
-    if (has_rule) /* the keep-set's own count (clkv_keep_set) */
-        kr = (int)min(clkv_keep_rule(n, ratio_bits, ratio_f, budget, window), (long)K);
-    else if (has_krow)
-        kr = clamp(kbuf[k_off + b * k_sb + h * k_sh], 0, K);
-    const int c = min(kr, n);
+    const int c = sel_row_count(n, b, h, kbuf, k_off, k_sb, k_sh, has_krow, K, has_rule, ratio_bits,
+                                ratio_f, budget, window);
     __global const float *p = scores + s_off + b * s_sb + h * s_sh;
     __global int *dst = idx + i_off + b * i_sb + h * i_sh;
     uint T = 0u, take = (uint)n; /* c == n: everything */
@@ -443,26 +632,8 @@ __kernel void select_row(__global const float *scores, long s_off, long s_sb, lo
             for (long t0 = 0; t0 < n; t0 += (long)SEL_WG * PER_ITEM)
                 sel_hist_tile(p, t0, (long)n, prefix, mask, shift, dmask, lh);
             barrier(CLK_LOCAL_MEM_FENCE);
-            /* item lid owns positions lid*per .. lid*per + per - 1 of the descending order */
-            const uint per = BINS / SEL_WG;
-            uint hv[BINS / SEL_WG];
-            uint sum = 0u;
-            for (uint j = 0; j < per; j++) {
-                hv[j] = lh[BINS - 1u - (lid * per + j)];
-                sum += hv[j];
-            }
-            uint total;
-            uint cum = sel_scan(sum, s, &total);
-            for (uint j = 0; j < per; j++) {
-                const uint bin = BINS - 1u - (lid * per + j);
-                if (cum < r && r <= cum + hv[j]) {
-                    res[0] = prefix | bin << shift;
-                    res[1] = r - cum;
-                }
-                cum += hv[j];
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);
-            prefix = res[0];
+            sel_find_digit(lh, BINS, r, s, res);
+            prefix |= res[0] << shift;
             r = res[1];
         }
         T = prefix;

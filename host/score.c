@@ -772,14 +772,19 @@ static clkv_status launch_finalize(clkv_context *ctx, const clkv_score_args *a, 
     return clkv__launch(ctx, kf, "score_finalize", 3, g, l, 0, done);
 }
 
-clkv_status clkv_score(clkv_context *ctx, const clkv_score_args *args, cl_event *done) {
+/* Everything of clkv_score but score_finalize; *ws_out receives the workspace (NULL when
+ * there is nothing to score). */
+static clkv_status score_raw(clkv_context *ctx, const clkv_score_args *args, score_plan *pp,
+                             cl_mem *ws_out) {
+    *ws_out = NULL;
     clkv_status st = check_common(ctx, args);
     if (st != CLKV_OK)
         return st;
     score_plan p;
     plan_launch(ctx, args, &p);
+    *pp = p;
     if (p.B == 0 || p.Hkv == 0 || p.L == 0)
-        return clkv__marker(ctx, done);
+        return CLKV_OK;
     cl_mem ws;
     if ((st = clkv__workspace(ctx, p.raw_bytes + p.vnorm_bytes + p.part_bytes, &ws)))
         return st;
@@ -797,5 +802,47 @@ clkv_status clkv_score(clkv_context *ctx, const clkv_score_args *args, cl_event 
         if ((st = launch_key(ctx, args, &p, ws, raw_off, part_off)))
             return st;
     }
-    return launch_finalize(ctx, args, &p, ws, raw_off, vnorm_off, done);
+    *ws_out = ws;
+    return CLKV_OK;
+}
+
+clkv_status clkv_score(clkv_context *ctx, const clkv_score_args *args, cl_event *done) {
+    score_plan p;
+    cl_mem ws;
+    clkv_status st = score_raw(ctx, args, &p, &ws);
+    if (st != CLKV_OK)
+        return st;
+    if (!ws)
+        return clkv__marker(ctx, done);
+    return launch_finalize(ctx, args, &p, ws, 0, (cl_long)(p.raw_bytes / 4), done);
+}
+
+int clkv__score_fusable(clkv_score_method m) {
+    return (int)m >= 0 && (int)m < CLKV_SCORE_METHOD_COUNT && m != CLKV_SCORE_CRITICALKV &&
+           m != CLKV_SCORE_STREAMINGLLM;
+}
+
+clkv_status clkv__score_unpooled(clkv_context *ctx, const clkv_score_args *args,
+                                 clkv__select_fuse *fuse) {
+    if (args && !clkv__score_fusable(args->method))
+        return clkv__fail(ctx, CLKV_ERR_ARG_UNSUPPORTED,
+                          "method: %s has its own final step (internal)",
+                          clkv_score_method_name(args->method));
+    score_plan p;
+    cl_mem ws;
+    clkv_status st = score_raw(ctx, args, &p, &ws);
+    if (st != CLKV_OK)
+        return st;
+    memset(fuse, 0, sizeof *fuse);
+    fuse->raw = ws;
+    fuse->raw_off = 0;
+    fuse->row_len = p.row_len;
+    fuse->protect = p.protect;
+    fuse->L = (int)p.L;
+    fuse->W = (int)p.W;
+    fuse->excl = p.pool_excl_window;
+    fuse->pool = p.pool;
+    fuse->pool_k = p.pool_k;
+    fuse->ws_base = p.raw_bytes + p.vnorm_bytes + p.part_bytes;
+    return CLKV_OK;
 }

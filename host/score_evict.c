@@ -1,6 +1,7 @@
 /* clkv_evict_keep_set: window attention + scorer + keep-set in one call, intermediates in
  * one workspace region placed above the region the three steps use themselves. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "clkv/attention.h"
@@ -130,11 +131,14 @@ static clkv_status plan(clkv_context *ctx, const clkv_evict_args *e, evict_steps
             return st;
         need = b > need ? b : need;
     }
-    if ((st = clkv_score_workspace_size(ctx, &s->score, &b)))
+    /* the scorer's raw rows and the keep-set's scratch side by side: the fused path (the
+     * keep-set pools the raw rows itself) reads the one while writing the other */
+    size_t sb = 0;
+    if ((st = clkv_score_workspace_size(ctx, &s->score, &sb)))
         return st;
-    need = b > need ? b : need;
     if ((st = clkv_keep_set_workspace_size(ctx, &s->keep, &b)))
         return st;
+    b += clkv__ws_align(sb);
     need = b > need ? b : need;
     const size_t region0 = clkv__ws_align(need);
     *total = region0 + s->inter_bytes;
@@ -168,6 +172,18 @@ clkv_status clkv_evict_keep_set_workspace_size(clkv_context *ctx, const clkv_evi
 
 static int g_stages = 0;
 
+/* $CLKV_EVICT_FUSE (read once per process): unset or nonzero = the keep-set pools the
+ * scorer's raw rows in its first kernel where it can (one launch less); 0 = score_finalize
+ * then the keep-set. */
+static int fuse_env(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CLKV_EVICT_FUSE");
+        v = !(e && *e && atoi(e) == 0);
+    }
+    return v;
+}
+
 void clkv__evict_set_stages(int mask) {
     g_stages = mask & (CLKV__EVICT_ATTENTION | CLKV__EVICT_SCORE | CLKV__EVICT_KEEP);
 }
@@ -186,6 +202,15 @@ clkv_status clkv_evict_keep_set(clkv_context *ctx, const clkv_evict_args *args, 
     if (s.window && (stages & CLKV__EVICT_ATTENTION) &&
         (st = clkv_attention_window(ctx, &s.att, NULL)))
         return st;
+    const clkv_tensor *k = &s.score.k;
+    if ((stages & CLKV__EVICT_SCORE) && (stages & CLKV__EVICT_KEEP) && fuse_env() &&
+        clkv__score_fusable(s.score.method) && !s.keep.pbar.buf &&
+        k->dims[0] * k->dims[1] * k->dims[2] > 0 && clkv__keep_set_chunked(ctx, &s.keep)) {
+        clkv__select_fuse f;
+        if ((st = clkv__score_unpooled(ctx, &s.score, &f)))
+            return st;
+        return clkv__keep_set_fused(ctx, &s.keep, &f, done);
+    }
     if ((stages & CLKV__EVICT_SCORE) && (st = clkv_score(ctx, &s.score, NULL)))
         return st;
     if (stages & CLKV__EVICT_KEEP)

@@ -3,6 +3,7 @@
 #define CLKV_HOST_SCORE_INTERNAL_H
 
 #include "clkv/score.h"
+#include "host/select_internal.h"
 
 /* The protected token count clkv_score uses for `a` (the method default resolved);
  * a->q must be valid for window methods. */
@@ -18,6 +19,21 @@ void clkv__score_force_tpr(int tpr);
  * runs all. A call that skips a stage reads whatever its predecessor left in the
  * workspace (benchmarking only; results are meaningless unless the mask is 0). Process
  * wide, not thread-safe. */
+/* clkv_score without its final kernel (score_finalize): enqueues the scorer and fills
+ * `fuse` with where its raw rows lie and how they become scores, for the keep-set's fused
+ * first kernel. Only for methods whose final step is the plain pooling and protection
+ * (clkv__score_fusable). Validates like clkv_score. */
+int clkv__score_fusable(clkv_score_method m);
+clkv_status clkv__score_unpooled(clkv_context *ctx, const clkv_score_args *args,
+                                 clkv__select_fuse *fuse);
+
+/* clkv_keep_set whose one-stage selection computes args->scores from a scorer's raw rows
+ * (`fuse`, from clkv__score_unpooled), on the chunked selection path only:
+ * clkv__keep_set_chunked(ctx, args) says whether it applies. */
+int clkv__keep_set_chunked(clkv_context *ctx, const clkv_keep_set_args *args);
+clkv_status clkv__keep_set_fused(clkv_context *ctx, const clkv_keep_set_args *args,
+                                 const clkv__select_fuse *fuse, cl_event *done);
+
 #define CLKV__EVICT_ATTENTION 1
 #define CLKV__EVICT_SCORE 2
 #define CLKV__EVICT_KEEP 4

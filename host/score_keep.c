@@ -144,7 +144,28 @@ static cl_ulong dbits(double x) {
     return u;
 }
 
-clkv_status clkv_keep_set(clkv_context *ctx, const clkv_keep_set_args *args, cl_event *done) {
+/* The one-stage selection's arguments (the final selection of clkv_keep_set without
+ * pbar). */
+static clkv_select_topk_args one_stage_args(const clkv_keep_set_args *args) {
+    clkv_select_topk_args fin = CLKV_SELECT_TOPK_ARGS_INIT;
+    fin.scores = args->scores;
+    fin.lengths = args->lengths;
+    fin.indices = args->indices;
+    fin.counts = args->counts;
+    fin.max_length = args->max_length;
+    fin.k = args->indices.dims[2];
+    return fin;
+}
+
+int clkv__keep_set_chunked(clkv_context *ctx, const clkv_keep_set_args *args) {
+    if (args->pbar.buf)
+        return 0;
+    const clkv_select_topk_args fin = one_stage_args(args);
+    return clkv__select_topk_chunked(ctx, &fin);
+}
+
+static clkv_status keep_set(clkv_context *ctx, const clkv_keep_set_args *args,
+                            const clkv__select_fuse *fuse, cl_event *done) {
     if (!ctx)
         return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
     if (!args)
@@ -153,6 +174,9 @@ clkv_status clkv_keep_set(clkv_context *ctx, const clkv_keep_set_args *args, cl_
     clkv_status st = validate(ctx, args, &p);
     if (st)
         return st;
+    if (fuse && p.two_stage)
+        return clkv__fail(ctx, CLKV_ERR_ARG_UNSUPPORTED,
+                          "pbar: the two-stage keep-set does not pool raw scores (internal)");
     if (p.B * p.H == 0)
         return clkv__marker(ctx, done);
     cl_kernel kc = NULL, kcopy = NULL, kboost = NULL;
@@ -165,7 +189,8 @@ clkv_status clkv_keep_set(clkv_context *ctx, const clkv_keep_set_args *args, cl_
          (st = clkv__get_kernel(ctx, "score_keep.cl", &defs, "keep_boost", &kboost))))
         return st;
     cl_mem ws;
-    if ((st = clkv__workspace(ctx, total_bytes(&p), &ws)))
+    if ((st = clkv__workspace(ctx, (fuse ? clkv__ws_align(fuse->ws_base) : 0) + total_bytes(&p),
+                              &ws)))
         return st;
     const size_t krow_at = p.sel_bytes, k1_at = krow_at + p.krow_bytes,
                  idx1_at = k1_at + p.k1_bytes, dense_at = idx1_at + p.idx1_bytes;
@@ -242,6 +267,15 @@ clkv_status clkv_keep_set(clkv_context *ctx, const clkv_keep_set_args *args, cl_
     }
     const clkv__keep_rule rule = {args->ratio, args->budget, args->window};
     if (!st)
-        st = clkv__select_topk_rule(ctx, &fin, p.two_stage ? NULL : &rule, done);
+        st = clkv__select_topk_rule(ctx, &fin, p.two_stage ? NULL : &rule, fuse, done);
     return st;
+}
+
+clkv_status clkv_keep_set(clkv_context *ctx, const clkv_keep_set_args *args, cl_event *done) {
+    return keep_set(ctx, args, NULL, done);
+}
+
+clkv_status clkv__keep_set_fused(clkv_context *ctx, const clkv_keep_set_args *args,
+                                 const clkv__select_fuse *fuse, cl_event *done) {
+    return keep_set(ctx, args, fuse, done);
 }

@@ -8,23 +8,29 @@
 #include "runtime/internal.h"
 
 #define KERNEL_FILE "select.cl"
-#define SEL_BINS 2048
 #define PER_ITEM 8
-#define STATE_WORDS 8 /* per-row state words (cl_kernels/select.cl) */
+#define STATE_WORDS 8  /* per-row state words (cl_kernels/select.cl) */
+#define CTR_WORDS 4100 /* per-row words of the context's counter buffer (select.cl) */
 #define ROW_PER_ITEM 16
 /* Rows up to this many tokens take select_row (one work-group per row, one launch)
- * unless a chunk length is forced. H200, clkv_keep_set of 8 rows (DropKV step): 16K
- * tokens 33 us against 41 us chunked; a row streams through one SM, so long rows stay
- * chunked (128K: 284 us in one work-group per row before the loads of a tile were
- * batched, 55 us chunked). */
+ * unless a chunk length is forced ($CLKV_SELECT_ROW_MAX overrides it). A row streams
+ * through one SM, so long rows go chunked. H100, clkv_evict_keep_set DropKV bf16 Hq 32 /
+ * Hkv 8 D 128 (8 rows), keep-set stage alone, select_row vs the 3-kernel chunked
+ * pipeline: 4K 17.4 vs 38.5 us, 8K 20.8 vs 38.1 us, 16K 33.9 vs 32.8 us; the whole call
+ * at 16K with the chunked selection (pooling fused into it: only 64 work-groups pool)
+ * 120.4 us against 118.0 us with score_finalize and the row kernel. The chunked pipeline's cost is
+ * mostly fixed (its dependent global round trips), ~52 us at 128K. */
 #define ROW_MAX_LEN (1 << 15)
+/* The chunked pipeline's counter histograms: at most this many rows (64 MiB of
+ * counters); more rows take select_row. */
+#define CHUNKED_MAX_ROWS 4096
 
 typedef struct select_plan {
     int64_t B, H, N, rows;
     int max_len, K;
     int row_path, row_wg; /* select_row and its work-group size */
     int wg, chunk, nchunks;
-    size_t state_bytes, hist_bytes, cc_bytes;
+    size_t state_bytes, cc_bytes, cand_bytes;
 } select_plan;
 
 static clkv_status validate(clkv_context *ctx, const clkv_select_topk_args *a) {
@@ -81,6 +87,15 @@ static int forced_path(void) {
     return g_force_path;
 }
 
+static int row_max_len(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CLKV_SELECT_ROW_MAX");
+        v = e && *e && atoi(e) >= 0 ? atoi(e) : ROW_MAX_LEN;
+    }
+    return v;
+}
+
 static void plan_launch(clkv_context *ctx, const clkv_select_topk_args *a, select_plan *p) {
     memset(p, 0, sizeof *p);
     p->B = a->scores.dims[0];
@@ -115,15 +130,17 @@ static void plan_launch(clkv_context *ctx, const clkv_select_topk_args *a, selec
     p->chunk = (int)(chunk > INT32_MAX / 2 ? INT32_MAX / 2 / tile * tile : chunk);
     p->nchunks = (int)((len + p->chunk - 1) / p->chunk);
     p->state_bytes = clkv__ws_align((size_t)p->rows * STATE_WORDS * 4);
-    p->hist_bytes = clkv__ws_align((size_t)p->rows * SEL_BINS * 4);
     p->cc_bytes = clkv__ws_align((size_t)p->rows * (size_t)p->nchunks * 2 * 4);
+    /* candidate lists ({key, index}): up to a whole row each (all scores equal) */
+    p->cand_bytes = clkv__ws_align((size_t)p->rows * (size_t)len * 8);
     /* one work-group per row: 512 lanes on a GPU (registers of 1024 would be tight) */
     int rwg = gpu ? 512 : 256;
     while ((uint64_t)rwg > ctx->info.max_work_group_size && rwg > 1)
         rwg /= 2;
     p->row_wg = rwg;
     const int fp = forced_path();
-    p->row_path = fp == 1 || (fp == 0 && !chunk_forced && p->max_len <= ROW_MAX_LEN);
+    p->row_path = fp == 1 || (fp == 0 && !chunk_forced && p->max_len <= row_max_len()) ||
+                  p->rows > CHUNKED_MAX_ROWS;
 }
 
 static clkv_status check_common(clkv_context *ctx, const clkv_select_topk_args *args) {
@@ -143,7 +160,7 @@ clkv_status clkv_select_topk_workspace_size(clkv_context *ctx, const clkv_select
         return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "bytes: output pointer is NULL");
     select_plan p;
     plan_launch(ctx, args, &p);
-    *bytes = p.rows ? p.state_bytes + p.hist_bytes + p.cc_bytes : 0;
+    *bytes = p.rows ? p.state_bytes + p.cc_bytes + p.cand_bytes : 0;
     return CLKV_OK;
 }
 
@@ -214,17 +231,27 @@ static clkv_status launch_row(clkv_context *ctx, const clkv_select_topk_args *ar
 }
 
 clkv_status clkv_select_topk(clkv_context *ctx, const clkv_select_topk_args *args, cl_event *done) {
-    return clkv__select_topk_rule(ctx, args, NULL, done);
+    return clkv__select_topk_rule(ctx, args, NULL, NULL, done);
+}
+
+int clkv__select_topk_chunked(clkv_context *ctx, const clkv_select_topk_args *args) {
+    select_plan p;
+    plan_launch(ctx, args, &p);
+    return p.rows > 0 && !p.row_path;
 }
 
 clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_args *args,
-                                   const clkv__keep_rule *rule, cl_event *done) {
+                                   const clkv__keep_rule *rule, const clkv__select_fuse *fuse,
+                                   cl_event *done) {
     clkv_status st = check_common(ctx, args);
     if (st != CLKV_OK)
         return st;
     const rule_args ra = make_rule(rule);
     select_plan p;
     plan_launch(ctx, args, &p);
+    if (fuse && (p.rows == 0 || p.row_path))
+        return clkv__fail(ctx, CLKV_ERR_ARG_UNSUPPORTED,
+                          "scores: pooled by the selection only on its chunked path (internal)");
     if (p.rows == 0)
         return clkv__marker(ctx, done);
     if (p.row_path)
@@ -235,23 +262,32 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
     clkv__defs_int(&defs, "SEL_WG", p.wg);
     clkv__defs_int(&defs, "SELECT_SMALLEST", args->largest ? 0 : 1);
     clkv__defs_int(&defs, "PER_ITEM", PER_ITEM);
-    cl_kernel k_init, k_hist, k_count, k_write;
-    if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_init", &k_init)) ||
-        (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_hist", &k_hist)) ||
-        (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_count", &k_count)) ||
+    clkv__defs_int(&defs, "FUSE_POOL", fuse != NULL);
+    if (fuse) {
+        clkv__defs_int(&defs, "POOL", fuse->pool);
+        clkv__defs_int(&defs, "POOL_K", fuse->pool_k);
+    }
+    cl_kernel k_hist, k_cand, k_write;
+    if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_hist1", &k_hist)) ||
+        (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_cand", &k_cand)) ||
         (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_write", &k_write)))
         return st;
-    if ((st = clkv__check_local_mem(ctx, k_hist, "select_hist", 0)) ||
-        (st = clkv__check_local_mem(ctx, k_count, "select_count", 0)) ||
+    if ((st = clkv__check_local_mem(ctx, k_hist, "select_hist1", 0)) ||
+        (st = clkv__check_local_mem(ctx, k_cand, "select_cand", 0)) ||
         (st = clkv__check_local_mem(ctx, k_write, "select_write", 0)))
         return st;
-    cl_mem ws;
-    if ((st = clkv__workspace(ctx, p.state_bytes + p.hist_bytes + p.cc_bytes, &ws)))
+    cl_mem ws, ctr;
+    const size_t base = fuse ? clkv__ws_align(fuse->ws_base) : 0;
+    if ((st = clkv__workspace(ctx, base + p.state_bytes + p.cc_bytes + p.cand_bytes, &ws)) ||
+        (st = clkv__counters(ctx, (size_t)p.rows * CTR_WORDS, &ctr)))
         return st;
-    /* The three scratch arrays live in the one workspace buffer, addressed by element
-     * offsets (sub-buffers would need CL_DEVICE_MEM_BASE_ADDR_ALIGN alignment). */
-    const cl_long st_off = 0, h_off = (cl_long)(p.state_bytes / 4),
-                  cc_off = (cl_long)((p.state_bytes + p.hist_bytes) / 4);
+    if (fuse && fuse->raw != ws) /* the raw rows lie in the workspace below `base` */
+        return clkv__fail(ctx, CLKV_ERR_ARG_UNSUPPORTED,
+                          "scores: raw rows outside the workspace (internal)");
+    /* The scratch arrays live in the one workspace buffer, addressed by element offsets
+     * (sub-buffers would need CL_DEVICE_MEM_BASE_ADDR_ALIGN alignment). */
+    const cl_long st_off = (cl_long)(base / 4), cc_off = (cl_long)((base + p.state_bytes) / 4),
+                  cand_off = (cl_long)((base + p.state_bytes + p.cc_bytes) / 4);
     const clkv_tensor *sc = &args->scores;
     const cl_mem s_buf = sc->buf, len_buf = args->lengths.buf, k_buf = args->k_per_row.buf,
                  i_buf = args->indices.buf, c_buf = args->counts.buf;
@@ -275,38 +311,36 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
               (long long)p.B, (long long)p.H, (long long)p.N, p.max_len, p.K, (int)args->largest,
               p.wg, p.chunk, p.nchunks);
 
-    const size_t row_g[2] = {(size_t)p.wg, (size_t)p.rows};
     const size_t chunk_g[2] = {(size_t)p.nchunks * p.wg, (size_t)p.rows};
     const size_t loc[2] = {(size_t)p.wg, 1};
-
-    st = clkv__set_args(ctx, k_init, "select_init", 19, CLKV_ARG(len_buf), CLKV_ARG(len_off),
-                        CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(k_buf), CLKV_ARG(k_off),
-                        CLKV_ARG(k_sb), CLKV_ARG(k_sh), CLKV_ARG(has_krow), CLKV_ARG(K),
-                        CLKV_ARG(H), CLKV_ARG(ws), CLKV_ARG(st_off), CLKV_ARG(h_off),
-                        CLKV_ARG(ra.has), CLKV_ARG(ra.ratio_bits), CLKV_ARG(ra.ratio_f),
-                        CLKV_ARG(ra.budget), CLKV_ARG(ra.window));
+    /* FUSE_POOL: every token j < L gets its score written (chunks past max_len too) */
+    const size_t hist_g[2] = {fuse ? (size_t)((fuse->L + (int64_t)p.chunk - 1) / p.chunk) * p.wg
+                                   : chunk_g[0],
+                              (size_t)p.rows};
+    const cl_mem raw_buf = fuse ? fuse->raw : s_buf;
+    const cl_long raw_off = fuse ? fuse->raw_off : 0, row_len = fuse ? fuse->row_len : 0,
+                  protect = fuse ? fuse->protect : 0;
+    const cl_int L = fuse ? fuse->L : 0, W = fuse ? fuse->W : 0, excl = fuse ? fuse->excl : 0;
+    st = clkv__set_args(ctx, k_hist, "select_hist1", 32, CLKV_ARG(s_buf), CLKV_ARG(s_off),
+                        CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(len_buf),
+                        CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(k_buf),
+                        CLKV_ARG(k_off), CLKV_ARG(k_sb), CLKV_ARG(k_sh), CLKV_ARG(has_krow),
+                        CLKV_ARG(K), CLKV_ARG(ra.has), CLKV_ARG(ra.ratio_bits),
+                        CLKV_ARG(ra.ratio_f), CLKV_ARG(ra.budget), CLKV_ARG(ra.window),
+                        CLKV_ARG(ws), CLKV_ARG(st_off), CLKV_ARG(ctr), CLKV_ARG(chunk),
+                        CLKV_ARG(nchunks), CLKV_ARG(raw_buf), CLKV_ARG(raw_off), CLKV_ARG(row_len),
+                        CLKV_ARG(L), CLKV_ARG(W), CLKV_ARG(excl), CLKV_ARG(protect));
     if (st == CLKV_OK)
-        st = clkv__launch(ctx, k_init, "select_init", 2, row_g, loc, 0, NULL);
-    static const cl_int shifts[3] = {21, 10, 0}, bits[3] = {11, 11, 10};
-    for (int pass = 0; pass < 3 && st == CLKV_OK; pass++) {
-        const cl_int shift = shifts[pass], nbits = bits[pass], last = pass == 2;
-        st = clkv__set_args(ctx, k_hist, "select_hist", 17, CLKV_ARG(s_buf), CLKV_ARG(s_off),
-                            CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(ws),
-                            CLKV_ARG(st_off), CLKV_ARG(h_off), CLKV_ARG(len_buf), CLKV_ARG(len_off),
-                            CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(chunk),
-                            CLKV_ARG(nchunks), CLKV_ARG(shift), CLKV_ARG(nbits), CLKV_ARG(last));
-        if (st == CLKV_OK)
-            st = clkv__launch(ctx, k_hist, "select_hist", 2, chunk_g, loc, 0, NULL);
-    }
+        st = clkv__launch(ctx, k_hist, "select_hist1", 2, hist_g, loc, 0, NULL);
     if (st == CLKV_OK)
-        st = clkv__set_args(ctx, k_count, "select_count", 19, CLKV_ARG(s_buf), CLKV_ARG(s_off),
-                            CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(ws),
-                            CLKV_ARG(st_off), CLKV_ARG(cc_off), CLKV_ARG(len_buf),
-                            CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len),
+        st = clkv__set_args(ctx, k_cand, "select_cand", 21, CLKV_ARG(s_buf), CLKV_ARG(s_off),
+                            CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(len_buf),
+                            CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(ws),
+                            CLKV_ARG(st_off), CLKV_ARG(cc_off), CLKV_ARG(cand_off), CLKV_ARG(ctr),
                             CLKV_ARG(chunk), CLKV_ARG(nchunks), CLKV_ARG(c_buf), CLKV_ARG(c_off),
                             CLKV_ARG(c_sb), CLKV_ARG(c_sh), CLKV_ARG(has_counts));
     if (st == CLKV_OK)
-        st = clkv__launch(ctx, k_count, "select_count", 2, chunk_g, loc, 0, NULL);
+        st = clkv__launch(ctx, k_cand, "select_cand", 2, chunk_g, loc, 0, NULL);
     if (st == CLKV_OK)
         st = clkv__set_args(ctx, k_write, "select_write", 19, CLKV_ARG(s_buf), CLKV_ARG(s_off),
                             CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(ws),

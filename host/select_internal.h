@@ -18,9 +18,29 @@ typedef struct clkv__keep_rule {
     int64_t window;
 } clkv__keep_rule;
 
+/* A scorer's raw rows and final step, for a selection that computes the scores itself
+ * (clkv_evict_keep_set: the keep-set's first kernel pools the raw scores and writes
+ * args->scores, instead of a separate score_finalize launch). Row r = b * H + h of the
+ * raw scores starts at element raw_off + r * row_len of `raw`; the final score of token
+ * j is clkv_pooled_score (common.cl) with P = excl ? max(n - W, 0) : n. The selection's
+ * own workspace then starts at byte ws_base of the context workspace (above the raw
+ * rows, which live in the same buffer). */
+typedef struct clkv__select_fuse {
+    cl_mem raw;
+    cl_long raw_off, row_len, protect;
+    int L, W, excl, pool, pool_k;
+    size_t ws_base;
+} clkv__select_fuse;
+
 /* clkv_select_topk with the rows' k given by `rule` (NULL: the public behaviour;
- * args->k_per_row must then be absent). */
+ * args->k_per_row must then be absent) and, optionally, the scores computed from a
+ * scorer's raw rows (`fuse`, only where clkv__select_topk_chunked says 1). */
 clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_args *args,
-                                   const clkv__keep_rule *rule, cl_event *done);
+                                   const clkv__keep_rule *rule, const clkv__select_fuse *fuse,
+                                   cl_event *done);
+
+/* 1 when clkv_select_topk(ctx, args) takes the chunked pipeline (the one a `fuse` can
+ * join), 0 for the one-work-group-per-row kernel. args must be valid. */
+int clkv__select_topk_chunked(clkv_context *ctx, const clkv_select_topk_args *args);
 
 #endif

@@ -7,7 +7,9 @@
  * (no intermediate overwritten by a step's own scratch). The steps themselves are checked
  * against the double references in test_score.c (including score -> keep-set against
  * the reference scores with the SPEC §0.2 set rule) and test_attention_window.c; the
- * counts here are checked against the keep formula.
+ * counts here are checked against the keep formula. The "fused" cases force the chunked
+ * selection, where the composite call pools the raw scores inside the keep-set's first
+ * kernel instead of score_finalize: same scores bit for bit, same selection.
  */
 #include "util/test_util.h"
 #include "ref/ref_attention.h"
@@ -15,6 +17,7 @@
 #include "ref/ref_select.h"
 
 #include "clkv/score.h"
+#include "host/select_internal.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -45,19 +48,25 @@ typedef struct ecase {
     double ratio;
     int64_t budget;
     int want_scores; /* scores (and pbar) as caller outputs */
+    int chunked;     /* the chunked selection (2048-token chunks): the composite call pools
+                      * the raw scores in the keep-set's first kernel (fused path) */
+    int64_t max_len; /* max_length, 0: default (L) */
 } ecase;
 
 /* clang-format off */
 static const ecase g_cases[] = {
-    {"evict_dropkv_bf16_h8x2_len500_77", "dropkv", 2, 8, 2, 64, 8, 500, CLKV_BF16, {500, 77}, 0.1, -1, 1},
-    {"evict_snapkv_f16_h14x2_w16_len4101_16", "snapkv", 2, 14, 2, 128, 16, 4101, CLKV_F16, {4101, 16}, 0.2, -1, 0},
-    {"evict_andpro_f32_h8x8_budget40", "andpro", 1, 8, 8, 64, 8, 300, CLKV_F32, {300}, 0.1, 40, 0},
-    {"evict_criticalkv_bf16_two_stage", "criticalkv", 2, 8, 2, 64, 8, 400, CLKV_BF16, {400, 9}, 0.25, -1, 1},
-    {"evict_diffkv_bf16_w64", "diffkv", 1, 8, 2, 128, 64, 700, CLKV_BF16, {700}, 0.3, -1, 0},
-    {"evict_h2o_f32_T200", "h2o", 2, 4, 2, 64, 200, 200, CLKV_F32, {200, 120}, 0.25, -1, 1},
-    {"evict_knorm_bf16", "knorm", 2, 8, 8, 128, 0, 1000, CLKV_BF16, {1000, 1}, 0.1, -1, 0},
-    {"evict_keydiff_f16", "keydiff", 1, 2, 2, 64, 0, 600, CLKV_F16, {600}, 0.1, -1, 1},
-    {"evict_streamingllm", "streamingllm", 2, 2, 2, 64, 0, 100, CLKV_F32, {100, 30}, 0.2, -1, 0},
+    {"evict_dropkv_bf16_h8x2_len500_77", "dropkv", 2, 8, 2, 64, 8, 500, CLKV_BF16, {500, 77}, 0.1, -1, 1, 0, 0},
+    {"evict_snapkv_f16_h14x2_w16_len4101_16", "snapkv", 2, 14, 2, 128, 16, 4101, CLKV_F16, {4101, 16}, 0.2, -1, 0, 0, 0},
+    {"evict_andpro_f32_h8x8_budget40", "andpro", 1, 8, 8, 64, 8, 300, CLKV_F32, {300}, 0.1, 40, 0, 0, 0},
+    {"evict_criticalkv_bf16_two_stage", "criticalkv", 2, 8, 2, 64, 8, 400, CLKV_BF16, {400, 9}, 0.25, -1, 1, 0, 0},
+    {"evict_diffkv_bf16_w64", "diffkv", 1, 8, 2, 128, 64, 700, CLKV_BF16, {700}, 0.3, -1, 0, 0, 0},
+    {"evict_h2o_f32_T200", "h2o", 2, 4, 2, 64, 200, 200, CLKV_F32, {200, 120}, 0.25, -1, 1, 0, 0},
+    {"evict_knorm_bf16", "knorm", 2, 8, 8, 128, 0, 1000, CLKV_BF16, {1000, 1}, 0.1, -1, 0, 0, 0},
+    {"evict_keydiff_f16", "keydiff", 1, 2, 2, 64, 0, 600, CLKV_F16, {600}, 0.1, -1, 1, 0, 0},
+    {"evict_streamingllm", "streamingllm", 2, 2, 2, 64, 0, 100, CLKV_F32, {100, 30}, 0.2, -1, 0, 0, 0},
+    {"evict_dropkv_bf16_fused_len4101_77", "dropkv", 2, 8, 2, 64, 8, 4101, CLKV_BF16, {4101, 77}, 0.1, -1, 1, 1, 0},
+    {"evict_snapkv_f16_fused_maxlen3000", "snapkv", 2, 8, 2, 128, 16, 4101, CLKV_F16, {2999, 16}, 0.2, -1, 1, 1, 3000},
+    {"evict_knorm_f32_fused_budget", "knorm", 1, 2, 2, 64, 0, 3000, CLKV_F32, {3000}, 0.1, 700, 0, 1, 0},
 };
 /* clang-format on */
 
@@ -102,6 +111,12 @@ static void run_case(void **state) {
     e.counts = tu_tensor_alloc(g_ctx, CLKV_I32, 2, cd, 8, 8);
     e.ratio = c->ratio;
     e.budget = c->budget;
+    if (c->max_len > 0)
+        e.score.max_length = c->max_len;
+    if (c->chunked) {
+        clkv__select_force_path(2);
+        setenv("CLKV_SELECT_CHUNK", "2048", 1);
+    }
     size_t wsb = 0;
     TU_CHECK_OK(g_ctx, clkv_evict_keep_set_workspace_size(g_ctx, &e, &wsb));
     cl_event ev = NULL;
@@ -124,6 +139,7 @@ static void run_case(void **state) {
         w.k = e.score.k;
         w.v = e.score.v;
         w.lengths = e.score.lengths;
+        w.max_length = e.score.max_length;
         o = tu_tensor_alloc(g_ctx, CLKV_F32, 4, qd, 0, 0);
         lse = tu_tensor_alloc(g_ctx, CLKV_F32, 3, ld, 0, 0);
         w.o = o;
@@ -138,12 +154,17 @@ static void run_case(void **state) {
     ks.scores = s.scores;
     ks.pbar = s.pbar;
     ks.lengths = e.score.lengths;
+    ks.max_length = e.score.max_length;
     ks.indices = tu_tensor_alloc(g_ctx, CLKV_I32, 3, id, 0, 0);
     ks.counts = tu_tensor_alloc(g_ctx, CLKV_I32, 2, cd, 0, 0);
     ks.ratio = c->ratio;
     ks.budget = c->budget;
     ks.window = m == CLKV_SCORE_STREAMINGLLM ? 4 : (win && m != CLKV_SCORE_H2O ? W : 0);
     TU_CHECK_OK(g_ctx, clkv_keep_set(g_ctx, &ks, NULL));
+    if (c->chunked) {
+        clkv__select_force_path(0);
+        unsetenv("CLKV_SELECT_CHUNK");
+    }
 
     const size_t ni = (size_t)(B * Hkv * K), ns = (size_t)(B * Hkv * L);
     float *g1 = (float *)tu_malloc((ni > ns ? ni : ns) * sizeof(float));

@@ -43,16 +43,20 @@ extern "C" {
  * N may be up to 2^31 - 1 (SPEC asks for 2^24).
  *
  * Algorithm: exact radix select on the f32 bit pattern mapped to an order-preserving
- * uint32 (three histogram passes of 11/11/10 bits in local memory), which yields the c-th
- * best key T and the number of ties at T to take, then an ordered compaction writing
- * indices in position order. No sort. Rows of at most 32768 tokens (max_length) run in
- * ONE kernel, one work-group per row (the row is read 4 times). Longer rows are split
- * over many work-groups so a single long row fills the device: init, three histogram
- * kernels, per-chunk counts with their exclusive scan, and the compaction -- six kernels
- * (the per-row scans run in the last work-group of each row to finish a pass; the scores
- * are read 5 times); scratch (histograms, per-chunk counts) comes from the context's
- * workspace (see
- * clkv_select_topk_workspace_size). Nothing blocks.
+ * uint32, which yields the c-th best key T and the number of ties at T to take, then an
+ * ordered compaction writing indices in position order. No sort. Rows of at most 32768
+ * tokens (max_length) run in ONE kernel, one work-group per row (three histogram passes
+ * of 11/11/10 bits in local memory; the row is read 4 times). Longer rows are split over
+ * many work-groups so a single long row fills the device, in three kernels: a histogram
+ * of the top 12 key bits; the keys of the bin holding rank c appended to a candidate list
+ * while the keys above it are counted per chunk, the row's last work-group to finish
+ * resolving T and the ties among the candidates (two 10-bit passes, in local memory for
+ * up to 4096 candidates) and the per-chunk output offsets; the compaction. The scores are
+ * read 3 times, plus the candidates (the whole row when all scores are equal).
+ * Scratch (state, per-chunk counts, candidate lists of up to a row each: 8 bytes per
+ * token) comes from the context's workspace (see clkv_select_topk_workspace_size), the
+ * row histograms from the context's zeroed counter buffer (returned to zero). Nothing
+ * blocks.
  */
 typedef struct clkv_select_topk_args {
     clkv_tensor scores;
