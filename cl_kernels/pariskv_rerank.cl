@@ -9,6 +9,15 @@
  *   KH_BITS   bits of the score key in the Stage II histogram (KH_BINS = 2^KH_BITS bins)
  *   KBUF_CAP  capacity (a power of two) of a row's buffer of scores at or above the
  *             threshold bin
+ *   RR_PER    candidates per work-item in pkv_rerank / pkv_topk_collect (a work-group
+ *             covers WG * RR_PER candidates: j0 + r * WG + lid, r < RR_PER)
+ *   RR_TABLE  1: pkv_rerank looks up a per-work-group table tq[c][nibble] = v(nibble) * q~_c
+ *             (one local load per coordinate); 0: level and q~ loads and a multiply
+ *   CODES_V16 1: code rows are 16-byte aligned and D / 2 is a multiple of 16 (uint4 loads)
+ *   KH_COARSE 1: the row state also holds a 64-bin histogram of the top 6 key bits, so the
+ *             threshold bin is found from 64 + 64 bins instead of KH_BINS
+ *   TK_RANK   > 0: pkv_topk selects from a buffer of at most TK_RANK entries by counting
+ *             ranks (no sort); larger buffers use the bitonic sort
  *
  * Final top-k: pkv_rerank scores the candidates and histograms the top KH_BITS bits of
  * each score's order-preserving key per row (global atomics from per-work-group
@@ -25,8 +34,28 @@
 #define W_T CLKV_STORAGE(W_DTYPE)
 #define NSUB (WG >= 32 ? WG / 32 : 1) /* top-k sub-histograms */
 #define KH_BINS (1 << KH_BITS)
-#define KH_WORDS (KH_BINS + 2) /* histogram, then: appended count, count at/above thr bin */
+#define KH_CBINS 64                 /* coarse bins (top 6 key bits), used when KH_COARSE */
+#define KH_CNT (KH_BINS + KH_CBINS) /* then: appended count, count at/above the thr bin */
+#define KH_WORDS (KH_CNT + 2)
 #define KH_PER (KH_BINS > WG ? KH_BINS / WG : 1) /* bins per work-item in the bin scan */
+#ifndef RR_PER
+#define RR_PER 1
+#endif
+#ifndef RR_TABLE
+#define RR_TABLE 0
+#endif
+#ifndef CODES_V16
+#define CODES_V16 0
+#endif
+#ifndef KH_COARSE
+#define KH_COARSE 0
+#endif
+#ifndef TK_RANK
+#define TK_RANK 0
+#endif
+#if KH_COARSE && WG < KH_CBINS
+#error "KH_COARSE needs WG >= 64"
+#endif
 
 /* Exclusive scan of one ulong per work-item over the work-group; *total gets the sum. */
 inline ulong pkr_scan(__local ulong *tmp, ulong v, ulong *total) {
@@ -52,10 +81,58 @@ inline uint pkr_key(float x) {
     return (u >> 31) ? ~u : (u | 0x80000000u);
 }
 
+/* Dot product of one candidate's code row with q~ (f32, coordinate order within a block):
+ * sum_blk w_blk * sum_j v_j q~_j. `tq` (RR_TABLE) holds v(nibble) * q~_c at [c * 16 +
+ * nibble]; otherwise `q` and the signed levels `av` (av[8 + t] = a[t], av[t] = -a[t]). */
+inline float pkr_score(__global const uchar *row, __global const W_T *wts, long wrow,
+                       __local const float *tq, __local const float *q, __local const float *av) {
+    float acc = 0.0f;
+#if SUB_M == 8 && (CODES_V16 || CODES_U32)
+#if CODES_V16
+    for (int w4 = 0; w4 < NBLK / 4; w4++) {
+        const uint4 x4 = ((__global const uint4 *)row)[w4];
+        const uint xs[4] = {x4.s0, x4.s1, x4.s2, x4.s3};
+        for (int u = 0; u < 4; u++) {
+            const int blk = 4 * w4 + u;
+            const uint x = xs[u];
+#else
+    {
+        for (int blk = 0; blk < NBLK; blk++) {
+            const uint x = ((__global const uint *)row)[blk];
+#endif
+            float dot = 0.0f;
+            for (int jj = 0; jj < 8; jj++) {
+#if RR_TABLE
+                dot += tq[(blk * 8 + jj) * 16 + ((x >> (4 * jj)) & 0xfu)];
+#else
+                dot += av[(x >> (4 * jj)) & 0xfu] * q[blk * 8 + jj];
+#endif
+            }
+            acc += CLKV_LOAD(W_DTYPE)(wts, wrow + blk) * dot;
+        }
+    }
+#else
+    for (int blk = 0; blk < NBLK; blk++) {
+        float dot = 0.0f;
+        for (int jj = 0; jj < SUB_M; jj++) {
+            const int c = blk * SUB_M + jj;
+            const uint nib = (row[c >> 1] >> (4 * (c & 1))) & 0xfu;
+#if RR_TABLE
+            dot += tq[c * 16 + nib];
+#else
+            dot += av[nib] * q[c];
+#endif
+        }
+        acc += CLKV_LOAD(W_DTYPE)(wts, wrow + blk) * dot;
+    }
+#endif
+    return acc;
+}
+
 /* s^ of candidate j: q_norm * sum_blk w_blk * sum_j v_j q~_j (f32, in coordinate order),
  * and the row's histogram of the top KH_BITS bits of the score keys (kh: KH_WORDS words
- * per row, zeroed by pkv_threshold).
- * Grid (ceil(max_cand / WG) * WG, Hkv, B), local (WG). */
+ * per row, zeroed before Stage II; with KH_COARSE also the 64 coarse bins).
+ * Grid (ceil(max_cand / (WG * RR_PER)) * WG, Hkv, B), local (WG). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_rerank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global const float *qn,
            long qn_off, long qn_sb, long qn_sh, __global const uchar *codes, long cd_off,
@@ -64,53 +141,57 @@ pkv_rerank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __glob
            int max_cand, __global const int *cand, long ca_off, long ca_sb, long ca_sh,
            __global float *cs, long cs_off, long cs_sb, long cs_sh, __global uint *kh,
            long kh_off) {
+#if RR_TABLE
+    __local float tq[HEAD_DIM * 16];
+    __local float *q = 0, *av = 0;
+#else
     __local float q[HEAD_DIM];
     __local float av[16]; /* signed levels by nibble: av[8 + t] = a[t], av[t] = -a[t] */
+    __local float *tq = 0;
+#endif
     __local uint hist[KH_BINS];
     const int lid = (int)get_local_id(0);
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const int C = clamp(plan[plan_off + 7 * B + b], 0, max_cand);
-    const int j0 = (int)get_group_id(0) * WG;
+    const int j0 = (int)get_group_id(0) * WG * RR_PER;
+    const float l[8] = {lev.s0, lev.s1, lev.s2, lev.s3, lev.s4, lev.s5, lev.s6, lev.s7};
+#if RR_TABLE
+    for (int i = lid; i < HEAD_DIM * 16; i += WG) {
+        const int nib = i & 15;
+        const float a = nib >= 8 ? l[nib - 8] : -l[nib];
+        tq[i] = a * qr[qr_off + b * qr_sb + h * qr_sh + (i >> 4)];
+    }
+#else
     for (int i = lid; i < HEAD_DIM; i += WG)
         q[i] = qr[qr_off + b * qr_sb + h * qr_sh + i];
+    if (lid < 16)
+        av[lid] = lid >= 8 ? l[lid - 8] : -l[lid];
+#endif
     for (int i = lid; i < KH_BINS; i += WG)
         hist[i] = 0;
-    if (lid < 16) {
-        const float l[8] = {lev.s0, lev.s1, lev.s2, lev.s3, lev.s4, lev.s5, lev.s6, lev.s7};
-        av[lid] = lid >= 8 ? l[lid - 8] : -l[lid];
-    }
     barrier(CLK_LOCAL_MEM_FENCE);
-    const int j = j0 + lid;
-    if (j < C) {
-        const long p = cand[ca_off + b * ca_sb + h * ca_sh + j];
-        __global const uchar *row = codes + cd_off + b * cd_sb + h * cd_sh + p * cd_sl;
-        const long wrow = w_off + b * w_sb + h * w_sh + p * w_sl;
-        float acc = 0.0f;
-        for (int blk = 0; blk < NBLK; blk++) {
-            float dot = 0.0f;
-#if CODES_U32 && SUB_M == 8
-            const uint x = ((__global const uint *)row)[blk];
-            for (int jj = 0; jj < 8; jj++) {
-                dot += av[(x >> (4 * jj)) & 0xfu] * q[blk * 8 + jj];
-            }
-#else
-            for (int jj = 0; jj < SUB_M; jj++) {
-                const int c = blk * SUB_M + jj;
-                dot += av[(row[c >> 1] >> (4 * (c & 1))) & 0xfu] * q[c];
-            }
-#endif
-            acc += CLKV_LOAD(W_DTYPE)(wts, wrow + blk) * dot;
+    const float qnorm = qn[qn_off + b * qn_sb + h * qn_sh];
+    for (int r = 0; r < RR_PER; r++) {
+        const int j = j0 + r * WG + lid;
+        if (j < C) {
+            const long p = cand[ca_off + b * ca_sb + h * ca_sh + j];
+            __global const uchar *row = codes + cd_off + b * cd_sb + h * cd_sh + p * cd_sl;
+            const long wrow = w_off + b * w_sb + h * w_sh + p * w_sl;
+            const float sv = qnorm * pkr_score(row, wts, wrow, tq, q, av);
+            cs[cs_off + b * cs_sb + h * cs_sh + j] = sv;
+            atomic_inc(&hist[pkr_key(sv) >> (32 - KH_BITS)]);
         }
-        const float sv = qn[qn_off + b * qn_sb + h * qn_sh] * acc;
-        cs[cs_off + b * cs_sb + h * cs_sh + j] = sv;
-        atomic_inc(&hist[pkr_key(sv) >> (32 - KH_BITS)]);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     __global uint *kr = kh + kh_off + ((long)b * get_num_groups(1) + h) * KH_WORDS;
     for (int i = lid; i < (j0 < C ? KH_BINS : 0); i += WG) {
         const uint x = hist[i];
-        if (x)
+        if (x) {
             atomic_add(&kr[i], x);
+#if KH_COARSE
+            atomic_add(&kr[KH_BINS + (i >> (KH_BITS - 6))], x);
+#endif
+        }
     }
 }
 
@@ -143,10 +224,43 @@ inline int pkr_thr_bin(__global const uint *kr, __local ulong *tmp, __local int 
     return sh[0];
 }
 
+#if KH_COARSE
+/* As pkr_thr_bin from the coarse histogram (KH_CBINS bins of the top 6 key bits, right
+ * after the fine bins) and then the KH_BINS / KH_CBINS fine bins of the coarse bin found:
+ * 2 * 64 words read instead of KH_BINS. */
+inline int pkr_thr_bin_coarse(__global const uint *kr, __local ulong *tmp, __local int *sh, uint kk,
+                              uint *cnt) {
+    const int lid = (int)get_local_id(0);
+    const int fine = KH_BINS / KH_CBINS;
+    /* coarse bins in descending order, one per work-item */
+    uint x = lid < KH_CBINS ? kr[KH_BINS + KH_CBINS - 1 - lid] : 0u;
+    ulong total;
+    ulong cum = pkr_scan(tmp, x, &total);
+    if (lid < KH_CBINS && cum < kk && cum + x >= kk) {
+        sh[0] = KH_CBINS - 1 - lid;
+        sh[1] = (int)cum; /* keys in the coarse bins above */
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int cb = sh[0];
+    const uint above = (uint)sh[1];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    /* fine bins of coarse bin cb, descending (fine <= WG: one per work-item) */
+    x = lid < fine ? kr[cb * fine + fine - 1 - lid] : 0u;
+    cum = pkr_scan(tmp, x, &total) + above;
+    if (lid < fine && cum < kk && cum + x >= kk) {
+        sh[0] = cb * fine + fine - 1 - lid;
+        sh[1] = (int)(cum + x);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    *cnt = (uint)sh[1];
+    return sh[0];
+}
+#endif
+
 /* Appends (key, candidate index) of every score whose key is in the threshold bin or
  * above to the row's buffer kbuf (KBUF_CAP ulongs per row, unordered; sorted by
  * pkv_topk); nothing when the count exceeds KBUF_CAP (pkv_topk then selects over the whole
- * row). kh[row][KH_BINS] counts the appended entries, kh[row][KH_BINS + 1] gets the count.
+ * row). kh[row][KH_CNT] counts the appended entries, kh[row][KH_CNT + 1] gets the count.
  * Grid (ceil(max_cand / WG) * WG, Hkv, B), local (WG). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_topk_collect(__global const float *cs, long cs_off, long cs_sb, long cs_sh,
@@ -159,27 +273,41 @@ pkv_topk_collect(__global const float *cs, long cs_off, long cs_sb, long cs_sh,
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const int C = clamp(plan[plan_off + 7 * B + b], 0, max_cand);
     const int kk = min(top_k, C);
-    const int j0 = (int)get_group_id(0) * WG;
+    const int j0 = (int)get_group_id(0) * WG * RR_PER;
     const long row = (long)b * get_num_groups(1) + h;
     __global uint *kr = kh + kh_off + row * KH_WORDS;
     /* No early return: every work-item reaches every barrier (uniform flags instead). */
     const int active = j0 < C && kk > 0;
     uint cnt = 0;
+#if KH_COARSE
+    const int t = pkr_thr_bin_coarse(kr, tmp, sh, (uint)max(kk, 1), &cnt);
+#else
     const int t = pkr_thr_bin(kr, tmp, sh, (uint)max(kk, 1), &cnt);
+#endif
     if (active && j0 == 0 && lid == 0)
-        kr[KH_BINS + 1] = cnt;
-    const int j = active && cnt <= KBUF_CAP ? j0 + lid : C;
-    uint key = 0;
-    if (j < C)
-        key = pkr_key(cs[cs_off + b * cs_sb + h * cs_sh + j]);
-    const int take = j < C && (int)(key >> (32 - KH_BITS)) >= t;
+        kr[KH_CNT + 1] = cnt;
+    const int use = active && cnt <= KBUF_CAP;
+    uint key[RR_PER];
+    int take[RR_PER];
+    uint ntake = 0;
+    for (int r = 0; r < RR_PER; r++) {
+        const int j = j0 + r * WG + lid;
+        key[r] = use && j < C ? pkr_key(cs[cs_off + b * cs_sb + h * cs_sh + j]) : 0u;
+        take[r] = use && j < C && (int)(key[r] >> (32 - KH_BITS)) >= t;
+        ntake += (uint)take[r];
+    }
     ulong total;
-    const uint slot = (uint)pkr_scan(tmp, (ulong)take, &total); /* in index order */
+    uint slot = (uint)pkr_scan(tmp, (ulong)ntake, &total);
     if (lid == 0 && total)
-        l_base = atomic_add(&kr[KH_BINS], (uint)total);
+        l_base = atomic_add(&kr[KH_CNT], (uint)total);
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (take && l_base + slot < KBUF_CAP) /* sort key: larger score, then lower index first */
-        kbuf[kb_off + row * KBUF_CAP + l_base + slot] = ((ulong)(~key) << 32) | (uint)j;
+    for (int r = 0; r < RR_PER; r++) {
+        const int j = j0 + r * WG + lid;
+        /* sort key: larger score, then lower index first */
+        if (take[r] && l_base + slot < KBUF_CAP)
+            kbuf[kb_off + row * KBUF_CAP + l_base + slot] = ((ulong)(~key[r]) << 32) | (uint)j;
+        slot += (uint)take[r];
+    }
 }
 
 /* Ascending bitonic sort of v[0..n) in local memory (n a power of two); all work-items. */
@@ -225,10 +353,46 @@ pkv_topk(__global const float *cs, long cs_off, long cs_sb, long cs_sh, __global
     const long row = (long)b * get_num_groups(1) + h;
     __global const int *cd = cand + ca_off + b * ca_sb + h * ca_sh;
     __global int *out = idx + ix_off + b * ix_sb + h * ix_sh;
-    const uint nbuf = kk > 0 ? kh[kh_off + row * KH_WORDS + KH_BINS + 1] : 0u;
+    const uint nbuf = kk > 0 ? kh[kh_off + row * KH_WORDS + KH_CNT + 1] : 0u;
     /* Fast path (the buffer holds the row's keys at or above the threshold bin) or the
      * exact radix select over the row; the barriers stay in uniform loops either way. */
+#if TK_RANK
+    /* Counting rank over a small buffer: entry e's rank = #entries smaller (all distinct:
+     * the index is in the low bits); the kk best go to sel[rank], and each of them is
+     * written at its rank among the selected candidate indices (= positions ascending). */
+    __local uint sel[TK_RANK];
+    const int rank_path = kk > 0 && nbuf <= TK_RANK;
+    if (rank_path) {
+        __global const ulong *kb0 = kbuf + kb_off + row * KBUF_CAP;
+        for (int i = lid; i < (int)nbuf; i += WG)
+            big[i] = kb0[i];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (rank_path)
+        for (int i = lid; i < (int)nbuf; i += WG) {
+            const ulong e = big[i];
+            int r = 0;
+            for (int l = 0; l < (int)nbuf; l++)
+                r += big[l] < e;
+            if (r < kk)
+                sel[r] = (uint)e;
+        }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (rank_path)
+        for (int i = lid; i < kk; i += WG) {
+            const uint ji = sel[i];
+            int r = 0;
+            for (int l = 0; l < kk; l++)
+                r += sel[l] < ji;
+            out[r] = cd[ji];
+        }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int fast = kk > 0 && nbuf <= KBUF_CAP && !rank_path;
+    const int done_fast = rank_path || fast;
+#else
     const int fast = kk > 0 && nbuf <= KBUF_CAP;
+    const int done_fast = fast;
+#endif
     int n = fast ? 1 : 0;
     while (fast && n < (int)nbuf)
         n <<= 1;
@@ -247,7 +411,7 @@ pkv_topk(__global const float *cs, long cs_off, long cs_sb, long cs_sh, __global
     for (int i = lid; i < (fast ? kk : 0); i += WG)
         out[i] = cd[(int)big[i]];
     barrier(CLK_LOCAL_MEM_FENCE);
-    const int ks = fast ? 0 : kk; /* what the radix select takes */
+    const int ks = done_fast ? 0 : kk; /* what the radix select takes */
     {
         __global const float *s = cs + cs_off + b * cs_sb + h * cs_sh;
         uint prefix = 0, mask = 0, need = (uint)ks;

@@ -465,7 +465,7 @@ clkv_status clkv_pariskv_index_search(clkv_context *ctx, clkv_pariskv_index *x,
 
 clkv_status clkv__pariskv_index_search_profiled(clkv_context *ctx, clkv_pariskv_index *x,
                                                 const clkv_tensor *q, const clkv_tensor *idx,
-                                                cl_event ev[6]) {
+                                                cl_event ev[PKV_SEARCH_EVENTS]) {
     clkv_status st = check_q(ctx, x, q);
     if (st != CLKV_OK)
         return st;

@@ -20,6 +20,12 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
     clkv__defs_int(&defs, "CODES_U32", clkv__rows_aligned(&a->codes, 4));
     clkv__defs_int(&defs, "KH_BITS", PKV_KHIST_BITS);
     clkv__defs_int(&defs, "KBUF_CAP", PKV_KBUF_CAP);
+    clkv__defs_int(&defs, "RR_PER", p->rr_per);
+    clkv__defs_int(&defs, "RR_TABLE", !p->legacy);
+    clkv__defs_int(&defs, "CODES_V16",
+                   !p->legacy && clkv__rows_aligned(&a->codes, 16) && (p->D / 2) % 16 == 0);
+    clkv__defs_int(&defs, "KH_COARSE", !p->legacy && p->wg2 >= 64);
+    clkv__defs_int(&defs, "TK_RANK", p->legacy ? 0 : PKV_TOPK_RANK_MAX);
     cl_kernel kr, kc, kt;
     clkv_status st;
     k->rerank = k->collect = k->topk = NULL;
@@ -89,15 +95,17 @@ clkv_status clkv__pariskv_stage2_enqueue(clkv_context *ctx, const pkv_search_pla
     const size_t wg = (size_t)p->wg2;
     const size_t l_wg[3] = {wg, 1, 1};
     if (p->max_cand > 0) {
-        const size_t g_rr[3] = {((size_t)p->max_cand + wg - 1) / wg * wg, (size_t)p->Hkv,
+        const size_t per_wg = wg * (size_t)p->rr_per;
+        const size_t g_rr[3] = {((size_t)p->max_cand + per_wg - 1) / per_wg * wg, (size_t)p->Hkv,
                                 (size_t)p->B};
         if ((st = clkv__enqueue(ctx, k->rerank, "pkv_rerank", 3, g_rr, l_wg, ev ? &ev[0] : NULL)) ||
-            (st = clkv__enqueue(ctx, k->collect, "pkv_topk_collect", 3, g_rr, l_wg, NULL)))
+            (st = clkv__enqueue(ctx, k->collect, "pkv_topk_collect", 3, g_rr, l_wg,
+                                ev ? &ev[1] : NULL)))
             return st;
     }
     const size_t g_tk[3] = {wg, (size_t)p->Hkv, (size_t)p->B};
-    /* The top-k kernel is the last one: its event is `done` (or ev[1] when profiling). */
-    if ((st = clkv__enqueue(ctx, k->topk, "pkv_topk", 3, g_tk, l_wg, ev ? &ev[1] : done)))
+    /* The top-k kernel is the last one: its event is `done` (or ev[2] when profiling). */
+    if ((st = clkv__enqueue(ctx, k->topk, "pkv_topk", 3, g_tk, l_wg, ev ? &ev[2] : done)))
         return st;
     return ev && done ? clkv__marker(ctx, done) : CLKV_OK;
 }

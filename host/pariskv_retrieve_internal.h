@@ -11,7 +11,13 @@ typedef struct pkv_search_plan {
     int64_t B, Hkv, L, D, nblk, zone_start, max_zone, max_cand, top_k;
     int m, nc, nbins, s_wide;
     int wg, per_item, chunk, nchunks;
-    int wg2; /* work-group size of Stage II (rerank, top-k) */
+    int wg2;    /* work-group size of Stage II (rerank, top-k) */
+    int rr_per; /* Stage II candidates per work-item (rerank, collection) */
+    /* CLKV_PARISKV_LEGACY=1 in the environment: the previous search (7 kernels: separate
+     * threshold kernel, 8 tokens per collide work-item, 1024-wide Stage II with one
+     * candidate per work-item, full-histogram threshold bin, bitonic top-k), kept to
+     * measure against; 0: the default (6 kernels). */
+    int legacy;
     clkv_pariskv_levels levels;
     /* Workspace byte offsets (each 256-aligned) and the total. */
     size_t off_bonus, off_s, off_hist, off_rowhist, off_cinfo, off_cand, off_cs, off_khist,
@@ -19,25 +25,28 @@ typedef struct pkv_search_plan {
 } pkv_search_plan;
 
 /* Stage II final top-k (cl_kernels/pariskv_rerank.cl): per (b, KV head) row a histogram
- * of the top PKV_KHIST_BITS bits of the score keys (PKV_KHIST_BINS words) followed by
- * two counters (PKV_KHIST_WORDS words per row), and a buffer of PKV_KBUF_CAP
+ * of the top PKV_KHIST_BITS bits of the score keys (PKV_KHIST_BINS words), a coarse
+ * histogram of the top 6 bits (64 words) and two counters (PKV_KHIST_WORDS words per
+ * row), and a buffer of PKV_KBUF_CAP
  * (key, candidate) pairs (8 bytes each) for the scores at or above the threshold bin. */
 #define PKV_KHIST_BITS 12
 #define PKV_KHIST_BINS (1 << PKV_KHIST_BITS)
-#define PKV_KHIST_WORDS (PKV_KHIST_BINS + 2)
+#define PKV_KHIST_WORDS (PKV_KHIST_BINS + 64 + 2)
 #define PKV_KBUF_CAP 4096
+/* pkv_topk ranks buffers of at most this many entries by counting (no sort). */
+#define PKV_TOPK_RANK_MAX 1024
 
 /* The kernels of one search (owned by the program cache). */
 typedef struct pkv_search_kernels {
     cl_kernel rank, collide, threshold, compact, rerank, collect, topk;
 } pkv_search_kernels;
 
-/* `ev` (optional): events of the stage's kernels (stage 1: 4, stage 2: 2 = rerank, top-k; the
- * collection kernel between them has none), NULL where a kernel was not enqueued. Each stage in two
- * steps, so every kernel is built, has its arguments set and passes the local-memory check before
- * anything is enqueued. Stage I (rank, collide with the histogram, threshold, compaction) writes
- * candidates to args->candidates when given, else to the workspace at p->off_cand. Stage II
- * (rerank, top-k) writes args->idx. */
+/* `ev` (optional): events of the stage's kernels (stage 1: 4 = rank, collide, threshold,
+ * compact; stage 2: 3 = rerank, collection, top-k), NULL where a kernel was not enqueued. Each
+ * stage in two steps, so every kernel is built, has its arguments set and passes the local-memory
+ * check before anything is enqueued. Stage I (rank, collide with the histogram, threshold,
+ * compaction) writes candidates to args->candidates when given, else to the workspace at
+ * p->off_cand. Stage II (rerank, top-k) writes args->idx. */
 clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_search_args *args,
                                          const pkv_search_plan *p, cl_mem ws,
                                          pkv_search_kernels *k);
@@ -49,16 +58,18 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
 clkv_status clkv__pariskv_stage2_enqueue(clkv_context *ctx, const pkv_search_plan *p,
                                          const pkv_search_kernels *k, cl_event *done, cl_event *ev);
 
-/* clkv_pariskv_search with one event per kernel for profiling (benchmarks): ev[0..5] =
- * rank, collide, threshold, compact, rerank, top-k (NULL where a kernel was not
- * enqueued); the caller releases them. */
+/* clkv_pariskv_search with one event per kernel for profiling (benchmarks): ev[0..6] =
+ * rank, collide, threshold, compact, rerank, collection, top-k (NULL where a kernel was
+ * not enqueued, e.g. the threshold kernel outside the legacy path); the caller releases
+ * them. */
+#define PKV_SEARCH_EVENTS 7
 clkv_status clkv__pariskv_search_profiled(clkv_context *ctx, const clkv_pariskv_search_args *args,
-                                          cl_event ev[6]);
+                                          cl_event ev[PKV_SEARCH_EVENTS]);
 
 /* clkv_pariskv_index_search with the per-kernel events of the search (as above; the
  * query transform is not included). */
 clkv_status clkv__pariskv_index_search_profiled(clkv_context *ctx, clkv_pariskv_index *index,
                                                 const clkv_tensor *q, const clkv_tensor *idx,
-                                                cl_event ev[6]);
+                                                cl_event ev[PKV_SEARCH_EVENTS]);
 
 #endif /* CLKV_HOST_PARISKV_RETRIEVE_INTERNAL_H */

@@ -5,8 +5,22 @@
 
 #include "host/pariskv_retrieve_internal.h"
 
+#include <stdlib.h>
+
 #define SEARCH_WG 256
 #define PER_ITEM 8
+/* Tokens per collide work-item for zones above PER_ITEM_BIG_ZONE tokens (fewer chunks:
+ * fewer histogram flushes and a shorter chunk prefix in the compaction). */
+#define PER_ITEM_BIG 16
+#define PER_ITEM_BIG_ZONE (256 * 1024)
+/* Stage II candidates per work-item (default path). */
+#define RR_PER 2
+
+/* CLKV_PARISKV_LEGACY=1: the previous search path (kept to measure against). */
+static int legacy_search(void) {
+    const char *e = getenv("CLKV_PARISKV_LEGACY");
+    return e && atoi(e) != 0;
+}
 
 static clkv_status check_dims(clkv_context *ctx, const clkv_tensor *t, const char *name,
                               const int64_t *want, const char *const *why, int n) {
@@ -148,13 +162,24 @@ static clkv_status validate_search(clkv_context *ctx, const clkv_pariskv_search_
                           "m: %d needs work-groups of %lld, the device allows %zu", (int)a->m,
                           (long long)nc, (size_t)ctx->info.max_work_group_size);
     p->wg = wg;
-    /* Stage II: the top-k runs one work-group per (b, KV head) over C_b candidates; on GPUs
-     * 1024 work-items (4x fewer serial iterations per radix pass than 256). */
-    int wg2 = ctx->info.kind == CLKV_DEVICE_KIND_GPU ? 1024 : SEARCH_WG;
+    p->legacy = legacy_search();
+    /* Stage II: the default path runs SEARCH_WG work-items with RR_PER candidates each
+     * (the top-k ranks its small buffer by counting); the legacy path 1024 on GPUs with
+     * one candidate each (4x fewer serial iterations per radix pass than 256). */
+    int wg2 = p->legacy && ctx->info.kind == CLKV_DEVICE_KIND_GPU ? 1024 : SEARCH_WG;
     while ((size_t)wg2 > ctx->info.max_work_group_size && wg2 > 1)
         wg2 /= 2;
     p->wg2 = wg2;
-    p->per_item = PER_ITEM;
+    p->rr_per = p->legacy ? 1 : RR_PER;
+    p->per_item = !p->legacy && max_zone > PER_ITEM_BIG_ZONE ? PER_ITEM_BIG : PER_ITEM;
+    {
+        /* CLKV_PARISKV_PER_ITEM=8|16 forces the collide tokens per work-item (tests run
+         * the 16-token variant on small zones with it) */
+        const char *e = getenv("CLKV_PARISKV_PER_ITEM");
+        const int v = e ? atoi(e) : 0;
+        if (v == PER_ITEM || v == PER_ITEM_BIG)
+            p->per_item = v;
+    }
     p->chunk = wg * PER_ITEM;
     p->nchunks = (int)((max_zone + p->chunk - 1) / p->chunk);
     if (p->nchunks < 1)
@@ -231,8 +256,8 @@ clkv_status clkv_pariskv_search(clkv_context *ctx, const clkv_pariskv_search_arg
 }
 
 clkv_status clkv__pariskv_search_profiled(clkv_context *ctx, const clkv_pariskv_search_args *args,
-                                          cl_event ev[6]) {
-    for (int i = 0; i < 6; i++)
+                                          cl_event ev[PKV_SEARCH_EVENTS]) {
+    for (int i = 0; i < PKV_SEARCH_EVENTS; i++)
         ev[i] = NULL;
     return search_impl(ctx, args, NULL, ev);
 }

@@ -22,7 +22,7 @@ void usage_bench_retrieval(FILE *f) {
             "  select     candidate threshold + ordered compaction\n"
             "  rerank     Stage II RSQ-IP scores + final top-k\n"
             "            (these three: kernel time from OpenCL profiling events)\n"
-            "  search     clkv_pariskv_index_search: query transform + the six kernels\n"
+            "  search     clkv_pariskv_index_search: query transform + the search kernels\n"
             "  sparse     clkv_attention_sparse over sink + top-k + local\n"
             "  gather     --offload only: clkv_offload_gather of the top-k rows (K and V) from\n"
             "             the host-resident store\n"
@@ -42,6 +42,8 @@ void usage_bench_retrieval(FILE *f) {
             "  --device SEL        device selector (default: $CLKV_DEVICE, first GPU, first CPU)\n"
             "  --offload           retrieval zone K/V in a host-resident store (cfg.kv_store,\n"
             "                      clkv_offload_store_create AUTO: zero-copy on NVIDIA)\n"
+            "  --per-kernel        also print each search kernel's median time (profiling\n"
+            "                      events; 0 = not enqueued on this path)\n"
             "\n"
             "The zone is len - 4 - 512 tokens (sink 4, local 512); (beta, rho) follow the length\n"
             "schedule, so C = 0.1 * zone candidates beyond 30K tokens.\n");
@@ -53,7 +55,7 @@ typedef struct retr_opts {
     int64_t batch, hq, hkv, dim, top_k, iters, repeats;
     clkv_dtype dtype;
     const char *device;
-    int offload;
+    int offload, per_kernel;
 } retr_opts;
 
 static int parse_opts(int argc, char **argv, retr_opts *o) {
@@ -70,6 +72,7 @@ static int parse_opts(int argc, char **argv, retr_opts *o) {
     o->dtype = CLKV_BF16;
     o->device = NULL;
     o->offload = 0;
+    o->per_kernel = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int m, bad = 0;
@@ -97,6 +100,8 @@ static int parse_opts(int argc, char **argv, retr_opts *o) {
             bad = m < 0 || parse_float_dtype("--dtype", v, &o->dtype) != 0;
         } else if (strcmp(argv[i], "--offload") == 0) {
             o->offload = 1;
+        } else if (strcmp(argv[i], "--per-kernel") == 0) {
+            o->per_kernel = 1;
         } else if ((m = opt_value(argc, argv, &i, "--device", &v)) != 0) {
             bad = m < 0;
             o->device = v;
@@ -127,27 +132,35 @@ static double span(cl_event a, cl_event b) {
 
 typedef struct retr_result {
     double collide, select, rerank, search, sparse, gather, step; /* seconds, medians */
+    double kernel[PKV_SEARCH_EVENTS]; /* each search kernel alone (0: not enqueued) */
     int64_t zone, cand;
 } retr_result;
 
-/* Each stage's median over `repeats` profiled searches. */
+static const char *const KERNEL_NAMES[PKV_SEARCH_EVENTS] = {
+    "rank", "collide", "threshold", "compact", "rerank", "collect", "topk"};
+
+/* Each stage's (and kernel's) median over `repeats` profiled searches. */
 static clkv_status profile_stages(clkv_context *ctx, clkv_pariskv_index *ix, const clkv_tensor *q,
                                   const clkv_tensor *idx, int repeats, retr_result *r) {
-    double *t = (double *)calloc((size_t)repeats * 3, sizeof(double));
+    enum { NT = 3 + PKV_SEARCH_EVENTS };
+    double *t = (double *)calloc((size_t)repeats * NT, sizeof(double));
     if (!t)
         return CLKV_ERR_OUT_OF_HOST_MEMORY;
     clkv_status st = CLKV_OK;
     for (int i = 0; i < repeats && st == CLKV_OK; i++) {
-        cl_event ev[6];
+        cl_event ev[PKV_SEARCH_EVENTS];
         st = clkv__pariskv_index_search_profiled(ctx, ix, q, idx, ev);
         if (st == CLKV_OK)
             st = clkv_context_finish(ctx);
         if (st == CLKV_OK) {
+            /* stages: rank..collide, threshold..compact, rerank..top-k */
             t[i] = span(ev[0], ev[1]);
-            t[repeats + i] = span(ev[2], ev[3] ? ev[3] : ev[2]);
-            t[2 * repeats + i] = span(ev[4] ? ev[4] : ev[5], ev[5]);
+            t[repeats + i] = span(ev[2] ? ev[2] : ev[3], ev[3] ? ev[3] : ev[2]);
+            t[2 * repeats + i] = span(ev[4] ? ev[4] : ev[6], ev[6]);
+            for (int e = 0; e < PKV_SEARCH_EVENTS; e++)
+                t[(3 + e) * repeats + i] = span(ev[e], ev[e]);
         }
-        for (int e = 0; e < 6; e++)
+        for (int e = 0; e < PKV_SEARCH_EVENTS; e++)
             if (ev[e])
                 clReleaseEvent(ev[e]);
     }
@@ -155,6 +168,8 @@ static clkv_status profile_stages(clkv_context *ctx, clkv_pariskv_index *ix, con
         r->collide = tool_median(t, repeats);
         r->select = tool_median(t + repeats, repeats);
         r->rerank = tool_median(t + 2 * repeats, repeats);
+        for (int e = 0; e < PKV_SEARCH_EVENTS; e++)
+            r->kernel[e] = tool_median(t + (3 + e) * repeats, repeats);
     }
     free(t);
     return st;
@@ -397,6 +412,12 @@ int bench_retrieval(int argc, char **argv) {
         printf("%9lld %9lld %8lld %9.1f %9.1f %9.1f %9.1f %9.1f %9s %9.1f\n", (long long)o.len[i],
                (long long)r.zone, (long long)r.cand, r.collide * 1e6, r.select * 1e6,
                r.rerank * 1e6, r.search * 1e6, r.sparse * 1e6, gather, r.step * 1e6);
+        if (o.per_kernel) {
+            printf("%9s kernels:", "");
+            for (int e = 0; e < PKV_SEARCH_EVENTS; e++)
+                printf(" %s %.1f", KERNEL_NAMES[e], r.kernel[e] * 1e6);
+            printf("\n");
+        }
         fflush(stdout);
     }
     clkv_context_destroy(ctx);
