@@ -232,6 +232,13 @@ inline int pkr_thr_bin_coarse(__global const uint *kr, __local ulong *tmp, __loc
                               uint *cnt) {
     const int lid = (int)get_local_id(0);
     const int fine = KH_BINS / KH_CBINS;
+    /* Defaults for a row with fewer than kk keys (C = 0: nothing found): bin 0, so the
+     * fine bins read below stay inside the row. Ordered before the scan's writes by its
+     * first barrier. */
+    if (lid == 0) {
+        sh[0] = 0;
+        sh[1] = 0;
+    }
     /* coarse bins in descending order, one per work-item */
     uint x = lid < KH_CBINS ? kr[KH_BINS + KH_CBINS - 1 - lid] : 0u;
     ulong total;
@@ -244,6 +251,10 @@ inline int pkr_thr_bin_coarse(__global const uint *kr, __local ulong *tmp, __loc
     const int cb = sh[0];
     const uint above = (uint)sh[1];
     barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0) {
+        sh[0] = cb * fine;
+        sh[1] = (int)above;
+    }
     /* fine bins of coarse bin cb, descending (fine <= WG: one per work-item) */
     x = lid < fine ? kr[cb * fine + fine - 1 - lid] : 0u;
     cum = pkr_scan(tmp, x, &total) + above;
