@@ -13,6 +13,10 @@
  *             covers WG * RR_PER candidates: j0 + r * WG + lid, r < RR_PER)
  *   RR_TABLE  1: pkv_rerank looks up a per-work-group table tq[c][nibble] = v(nibble) * q~_c
  *             (one local load per coordinate); 0: level and q~ loads and a multiply
+ *   RR_LANES  work-items per candidate in pkv_rerank (1, or a divisor of NBLK and WG):
+ *             each takes NBLK / RR_LANES consecutive blocks (contiguous code bytes and
+ *             weights, so the lanes of a candidate read one span), the partial sums are
+ *             added in lane order through local memory
  *   CODES_V16 1: code rows are 16-byte aligned and D / 2 is a multiple of 16 (uint4 loads)
  *   KH_COARSE 1: the row state also holds a 64-bin histogram of the top 6 key bits, so the
  *             threshold bin is found from 64 + 64 bins instead of KH_BINS
@@ -50,6 +54,19 @@
 #ifndef KH_COARSE
 #define KH_COARSE 0
 #endif
+#ifndef RR_LANES
+#define RR_LANES 1
+#endif
+#if NBLK % RR_LANES != 0 || WG % RR_LANES != 0
+#error "RR_LANES must divide NBLK and WG"
+#endif
+#define BPL (NBLK / RR_LANES) /* blocks per lane */
+#define CPP (WG / RR_LANES)   /* candidates per pass of a work-group */
+#define TQ_CSTRIDE (HEAD_DIM / RR_LANES)
+/* Table slot of (coordinate c, nibble): the rows of c and c ^ 1 swap in every other lane's
+ * coordinate range, so the RR_LANES lanes of a candidate (same coordinate offset, ranges
+ * TQ_CSTRIDE apart) hit both halves of the banks. A permutation of [0, 16 * HEAD_DIM). */
+#define TQ_IDX(c, nib) ((((c) ^ (((c) / TQ_CSTRIDE) & 1)) << 4) + (nib))
 #ifndef TK_RANK
 #define TK_RANK 0
 #endif
@@ -81,29 +98,32 @@ inline uint pkr_key(float x) {
     return (u >> 31) ? ~u : (u | 0x80000000u);
 }
 
-/* Dot product of one candidate's code row with q~ (f32, coordinate order within a block):
- * sum_blk w_blk * sum_j v_j q~_j. `tq` (RR_TABLE) holds v(nibble) * q~_c at [c * 16 +
- * nibble]; otherwise `q` and the signed levels `av` (av[8 + t] = a[t], av[t] = -a[t]). */
-inline float pkr_score(__global const uchar *row, __global const W_T *wts, long wrow,
+/* Part of the dot product of one candidate's code row with q~ over the BPL blocks
+ * blk0 .. blk0 + BPL - 1 (f32, blocks and coordinates in order):
+ * sum_blk w_blk * sum_j v_j q~_j. `tq` (RR_TABLE) holds v(nibble) * q~_c at
+ * TQ_IDX(c, nibble); otherwise `q` and the signed levels `av` (av[8 + t] = a[t],
+ * av[t] = -a[t]). */
+inline float pkr_score(__global const uchar *row, __global const W_T *wts, long wrow, int blk0,
                        __local const float *tq, __local const float *q, __local const float *av) {
     float acc = 0.0f;
 #if SUB_M == 8 && (CODES_V16 || CODES_U32)
-#if CODES_V16
-    for (int w4 = 0; w4 < NBLK / 4; w4++) {
-        const uint4 x4 = ((__global const uint4 *)row)[w4];
+#if CODES_V16 && BPL % 4 == 0
+    for (int w4 = 0; w4 < BPL / 4; w4++) {
+        const uint4 x4 = ((__global const uint4 *)row)[blk0 / 4 + w4];
         const uint xs[4] = {x4.s0, x4.s1, x4.s2, x4.s3};
         for (int u = 0; u < 4; u++) {
-            const int blk = 4 * w4 + u;
+            const int blk = blk0 + 4 * w4 + u;
             const uint x = xs[u];
 #else
     {
-        for (int blk = 0; blk < NBLK; blk++) {
+        for (int u = 0; u < BPL; u++) {
+            const int blk = blk0 + u;
             const uint x = ((__global const uint *)row)[blk];
 #endif
             float dot = 0.0f;
             for (int jj = 0; jj < 8; jj++) {
 #if RR_TABLE
-                dot += tq[(blk * 8 + jj) * 16 + ((x >> (4 * jj)) & 0xfu)];
+                dot += tq[TQ_IDX(blk * 8 + jj, (x >> (4 * jj)) & 0xfu)];
 #else
                 dot += av[(x >> (4 * jj)) & 0xfu] * q[blk * 8 + jj];
 #endif
@@ -112,13 +132,13 @@ inline float pkr_score(__global const uchar *row, __global const W_T *wts, long 
         }
     }
 #else
-    for (int blk = 0; blk < NBLK; blk++) {
+    for (int blk = blk0; blk < blk0 + BPL; blk++) {
         float dot = 0.0f;
         for (int jj = 0; jj < SUB_M; jj++) {
             const int c = blk * SUB_M + jj;
             const uint nib = (row[c >> 1] >> (4 * (c & 1))) & 0xfu;
 #if RR_TABLE
-            dot += tq[c * 16 + nib];
+            dot += tq[TQ_IDX(c, nib)];
 #else
             dot += av[nib] * q[c];
 #endif
@@ -132,7 +152,8 @@ inline float pkr_score(__global const uchar *row, __global const W_T *wts, long 
 /* s^ of candidate j: q_norm * sum_blk w_blk * sum_j v_j q~_j (f32, in coordinate order),
  * and the row's histogram of the top KH_BITS bits of the score keys (kh: KH_WORDS words
  * per row, zeroed before Stage II; with KH_COARSE also the 64 coarse bins).
- * Grid (ceil(max_cand / (WG * RR_PER)) * WG, Hkv, B), local (WG). */
+ * A work-group scores CPP * RR_PER candidates (CPP = WG / RR_LANES per pass).
+ * Grid (ceil(max_cand / (CPP * RR_PER)) * WG, Hkv, B), local (WG). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_rerank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global const float *qn,
            long qn_off, long qn_sb, long qn_sh, __global const uchar *codes, long cd_off,
@@ -153,13 +174,13 @@ pkv_rerank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __glob
     const int lid = (int)get_local_id(0);
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const int C = clamp(plan[plan_off + 7 * B + b], 0, max_cand);
-    const int j0 = (int)get_group_id(0) * WG * RR_PER;
+    const int j0 = (int)get_group_id(0) * CPP * RR_PER;
     const float l[8] = {lev.s0, lev.s1, lev.s2, lev.s3, lev.s4, lev.s5, lev.s6, lev.s7};
 #if RR_TABLE
     for (int i = lid; i < HEAD_DIM * 16; i += WG) {
         const int nib = i & 15;
         const float a = nib >= 8 ? l[nib - 8] : -l[nib];
-        tq[i] = a * qr[qr_off + b * qr_sb + h * qr_sh + (i >> 4)];
+        tq[TQ_IDX(i >> 4, nib)] = a * qr[qr_off + b * qr_sb + h * qr_sh + (i >> 4)];
     }
 #else
     for (int i = lid; i < HEAD_DIM; i += WG)
@@ -171,17 +192,43 @@ pkv_rerank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __glob
         hist[i] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     const float qnorm = qn[qn_off + b * qn_sb + h * qn_sh];
+#if RR_LANES > 1
+    __local float part[WG];
+    const int ql = lid % RR_LANES;
+    for (int r = 0; r < RR_PER; r++) { /* uniform loop: barriers inside */
+        const int j = j0 + r * CPP + lid / RR_LANES;
+        float ps = 0.0f;
+        if (j < C) {
+            const long p = cand[ca_off + b * ca_sb + h * ca_sh + j];
+            __global const uchar *row = codes + cd_off + b * cd_sb + h * cd_sh + p * cd_sl;
+            const long wrow = w_off + b * w_sb + h * w_sh + p * w_sl;
+            ps = pkr_score(row, wts, wrow, ql * BPL, tq, q, av);
+        }
+        part[lid] = ps;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (ql == 0 && j < C) {
+            float acc = part[lid];
+            for (int u = 1; u < RR_LANES; u++)
+                acc += part[lid + u];
+            const float sv = qnorm * acc;
+            cs[cs_off + b * cs_sb + h * cs_sh + j] = sv;
+            atomic_inc(&hist[pkr_key(sv) >> (32 - KH_BITS)]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+#else
     for (int r = 0; r < RR_PER; r++) {
         const int j = j0 + r * WG + lid;
         if (j < C) {
             const long p = cand[ca_off + b * ca_sb + h * ca_sh + j];
             __global const uchar *row = codes + cd_off + b * cd_sb + h * cd_sh + p * cd_sl;
             const long wrow = w_off + b * w_sb + h * w_sh + p * w_sl;
-            const float sv = qnorm * pkr_score(row, wts, wrow, tq, q, av);
+            const float sv = qnorm * pkr_score(row, wts, wrow, 0, tq, q, av);
             cs[cs_off + b * cs_sb + h * cs_sh + j] = sv;
             atomic_inc(&hist[pkr_key(sv) >> (32 - KH_BITS)]);
         }
     }
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
     __global uint *kr = kh + kh_off + ((long)b * get_num_groups(1) + h) * KH_WORDS;
     for (int i = lid; i < (j0 < C ? KH_BINS : 0); i += WG) {

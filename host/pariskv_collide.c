@@ -93,13 +93,16 @@ clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_s
     clkv__defs_int(&defs, "S_WIDE", p->s_wide);
     clkv__defs_int(&defs, "IDS_V16",
                    !p->legacy && clkv__rows_aligned(&a->ids, 16) && p->nblk % 16 == 0);
-    clkv__defs_int(&defs, "FUSED_THR", !p->legacy);
+    clkv__defs_int(&defs, "SUFFIX", !p->legacy);
+    clkv__defs_int(&defs, "FUSED_THR", p->fused_thr);
+    clkv__defs_int(&defs, "PACK_TAB", !p->legacy);
+    clkv__defs_int(&defs, "RANK_ILP", !p->legacy);
     cl_kernel kr, kc, kt = NULL, kp;
     clkv_status st;
     k->rank = k->collide = k->threshold = k->compact = NULL;
     if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_rank", &kr)) ||
         (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_collide", &kc)) ||
-        (p->legacy && (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_threshold", &kt))) ||
+        (!p->fused_thr && (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_threshold", &kt))) ||
         (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_compact", &kp)))
         return st;
 
@@ -184,20 +187,20 @@ clkv_status clkv__pariskv_stage1_enqueue(clkv_context *ctx, const pkv_search_pla
     const size_t g_thr[2] = {(size_t)p->wg, (size_t)(p->B * p->Hkv)};
     clkv__log(ctx,
               "pariskv stage1: B=%lld Hkv=%lld nblk=%lld m=%d zone=[%lld,+%lld) cand<=%lld "
-              "chunks=%d wg=%d per_item=%d legacy=%d",
+              "chunks=%d wg=%d per_item=%d legacy=%d fused_thr=%d",
               (long long)p->B, (long long)p->Hkv, (long long)p->nblk, p->m,
               (long long)p->zone_start, (long long)p->max_zone, (long long)p->max_cand, p->nchunks,
-              p->wg, p->per_item, p->legacy);
+              p->wg, p->per_item, p->legacy, p->fused_thr);
     if ((st = clkv__enqueue(ctx, k->rank, "pkv_rank", 3, g_rank, l_rank, ev ? &ev[0] : NULL)) ||
         (st = clkv__enqueue(ctx, k->collide, "pkv_collide", 3, g_chunk, l_wg, ev ? &ev[1] : NULL)))
         return st;
-    /* Legacy: the threshold kernel (chunk bases, -1 fill), then the compaction when there
-     * are candidates; default: the compaction finds its own threshold and base (and fills
-     * the -1 tail), so it always runs. */
-    if (p->legacy && (st = clkv__enqueue(ctx, k->threshold, "pkv_threshold", 2, g_thr, l_wg,
-                                         ev ? &ev[2] : NULL)))
+    /* The threshold kernel (chunk bases, -1 fill), then the compaction when there are
+     * candidates; fused: the compaction finds its own threshold and base (and fills the
+     * -1 tail), so it always runs. */
+    if (!p->fused_thr && (st = clkv__enqueue(ctx, k->threshold, "pkv_threshold", 2, g_thr, l_wg,
+                                             ev ? &ev[2] : NULL)))
         return st;
-    if (p->max_cand > 0 || !p->legacy)
+    if (p->max_cand > 0 || p->fused_thr)
         st = clkv__enqueue(ctx, k->compact, "pkv_compact", 3, g_chunk, l_wg, ev ? &ev[3] : NULL);
     return st;
 }

@@ -21,6 +21,7 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
     clkv__defs_int(&defs, "KH_BITS", PKV_KHIST_BITS);
     clkv__defs_int(&defs, "KBUF_CAP", PKV_KBUF_CAP);
     clkv__defs_int(&defs, "RR_PER", p->rr_per);
+    clkv__defs_int(&defs, "RR_LANES", p->rr_lanes);
     clkv__defs_int(&defs, "RR_TABLE", !p->legacy);
     clkv__defs_int(&defs, "CODES_V16",
                    !p->legacy && clkv__rows_aligned(&a->codes, 16) && (p->D / 2) % 16 == 0);
@@ -95,11 +96,15 @@ clkv_status clkv__pariskv_stage2_enqueue(clkv_context *ctx, const pkv_search_pla
     const size_t wg = (size_t)p->wg2;
     const size_t l_wg[3] = {wg, 1, 1};
     if (p->max_cand > 0) {
-        const size_t per_wg = wg * (size_t)p->rr_per;
-        const size_t g_rr[3] = {((size_t)p->max_cand + per_wg - 1) / per_wg * wg, (size_t)p->Hkv,
+        /* rerank: wg / rr_lanes candidates per pass; collection: one per work-item */
+        const size_t per_rr = wg / (size_t)p->rr_lanes * (size_t)p->rr_per;
+        const size_t per_co = wg * (size_t)p->rr_per;
+        const size_t g_rr[3] = {((size_t)p->max_cand + per_rr - 1) / per_rr * wg, (size_t)p->Hkv,
+                                (size_t)p->B};
+        const size_t g_co[3] = {((size_t)p->max_cand + per_co - 1) / per_co * wg, (size_t)p->Hkv,
                                 (size_t)p->B};
         if ((st = clkv__enqueue(ctx, k->rerank, "pkv_rerank", 3, g_rr, l_wg, ev ? &ev[0] : NULL)) ||
-            (st = clkv__enqueue(ctx, k->collect, "pkv_topk_collect", 3, g_rr, l_wg,
+            (st = clkv__enqueue(ctx, k->collect, "pkv_topk_collect", 3, g_co, l_wg,
                                 ev ? &ev[1] : NULL)))
             return st;
     }

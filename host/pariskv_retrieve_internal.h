@@ -11,13 +11,18 @@ typedef struct pkv_search_plan {
     int64_t B, Hkv, L, D, nblk, zone_start, max_zone, max_cand, top_k;
     int m, nc, nbins, s_wide;
     int wg, per_item, chunk, nchunks;
-    int wg2;    /* work-group size of Stage II (rerank, top-k) */
-    int rr_per; /* Stage II candidates per work-item (rerank, collection) */
+    int wg2;      /* work-group size of Stage II (rerank, top-k) */
+    int rr_per;   /* Stage II candidates per work-item (collection) / per lane group (rerank) */
+    int rr_lanes; /* work-items per candidate in the rerank */
     /* CLKV_PARISKV_LEGACY=1 in the environment: the previous search (7 kernels: separate
      * threshold kernel, 8 tokens per collide work-item, 1024-wide Stage II with one
      * candidate per work-item, full-histogram threshold bin, bitonic top-k), kept to
      * measure against; 0: the default (6 kernels). */
     int legacy;
+    /* 1: no threshold kernel, the compaction work-groups find threshold and bases (when
+     * they fit in about one wave; two more scans per work-group otherwise cost more than
+     * the launch) */
+    int fused_thr;
     clkv_pariskv_levels levels;
     /* Workspace byte offsets (each 256-aligned) and the total. */
     size_t off_bonus, off_s, off_hist, off_rowhist, off_cinfo, off_cand, off_cs, off_khist,

@@ -9,12 +9,12 @@
 
 #define SEARCH_WG 256
 #define PER_ITEM 8
-/* Tokens per collide work-item for zones above PER_ITEM_BIG_ZONE tokens (fewer chunks:
- * fewer histogram flushes and a shorter chunk prefix in the compaction). */
-#define PER_ITEM_BIG 16
-#define PER_ITEM_BIG_ZONE (256 * 1024)
-/* Stage II candidates per work-item (default path). */
+/* Stage II (default path): candidates per work-item of the collection and per lane
+ * group of the rerank, and lanes per candidate in the rerank. */
 #define RR_PER 2
+#define RR_LANES 4
+/* Compaction work-groups per compute unit up to which the threshold is fused into it. */
+#define FUSED_WAVE_WGS 8
 
 /* CLKV_PARISKV_LEGACY=1: the previous search path (kept to measure against). */
 static int legacy_search(void) {
@@ -171,19 +171,19 @@ static clkv_status validate_search(clkv_context *ctx, const clkv_pariskv_search_
         wg2 /= 2;
     p->wg2 = wg2;
     p->rr_per = p->legacy ? 1 : RR_PER;
-    p->per_item = !p->legacy && max_zone > PER_ITEM_BIG_ZONE ? PER_ITEM_BIG : PER_ITEM;
-    {
-        /* CLKV_PARISKV_PER_ITEM=8|16 forces the collide tokens per work-item (tests run
-         * the 16-token variant on small zones with it) */
-        const char *e = getenv("CLKV_PARISKV_PER_ITEM");
-        const int v = e ? atoi(e) : 0;
-        if (v == PER_ITEM || v == PER_ITEM_BIG)
-            p->per_item = v;
-    }
+    /* RR_LANES work-items per candidate when they divide the blocks: the lanes of a
+     * candidate read its code row and weights as one span (the one-lane gather was bound
+     * by uncoalesced loads) */
+    p->rr_lanes = !p->legacy && nblk % RR_LANES == 0 ? RR_LANES : 1;
+    /* 8 tokens per collide work-item: 16 measured slower at 1M on an H100 (fewer
+     * work-groups in flight). */
+    p->per_item = PER_ITEM;
     p->chunk = wg * PER_ITEM;
     p->nchunks = (int)((max_zone + p->chunk - 1) / p->chunk);
     if (p->nchunks < 1)
         p->nchunks = 1;
+    p->fused_thr = !p->legacy && (uint64_t)(B * Hkv) * (uint64_t)p->nchunks <=
+                                     (uint64_t)FUSED_WAVE_WGS * ctx->info.compute_units;
     const size_t rows = (size_t)(B * Hkv);
     size_t off = 0;
     p->off_bonus = off;

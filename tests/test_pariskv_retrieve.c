@@ -593,22 +593,6 @@ static void test_search_ties(void **state) {
     run_search_ties(0.6, 0.6);
 }
 
-/* The collide / compaction variant with 16 tokens per work-item (chosen by the search
- * for zones above 256K tokens) on the multi-chunk cases, forced through
- * CLKV_PARISKV_PER_ITEM: same bit-exact checks. */
-static void test_search_per_item16(void **state) {
-    (void)state;
-    setenv("CLKV_PARISKV_PER_ITEM", "16", 1);
-    for (size_t i = 0; i < sizeof g_scases / sizeof g_scases[0]; i++)
-        if (strcmp(g_scases[i].name, "search_d128_m8_b1_g2_n30000") == 0 ||
-            strcmp(g_scases[i].name, "search_d128_m8_b3_g4_n10001") == 0) {
-            void *st = (void *)&g_scases[i];
-            run_search_case(&st);
-        }
-    run_search_ties(0.0, 0.0);
-    unsetenv("CLKV_PARISKV_PER_ITEM");
-}
-
 /* ------------------------------------------------------------------------------------ */
 /* Retrieval index: decode steps                                                        */
 /* ------------------------------------------------------------------------------------ */
@@ -1555,8 +1539,6 @@ int main(void) {
     }
     tests[n].name = "search_ties";
     tests[n++].test_func = test_search_ties;
-    tests[n].name = "search_per_item16";
-    tests[n++].test_func = test_search_per_item16;
     tests[n].name = "index_steps";
     tests[n++].test_func = test_index_steps;
     tests[n].name = "index_offload";
