@@ -8,9 +8,6 @@
  *   PER_ITEM  tokens per work-item in a chunk (chunk = WG * PER_ITEM tokens)
  *   IDS_U32   1: id rows are 4-byte aligned (read as uint words)
  *   S_WIDE    1: S is stored as ushort (6 * NBLK > 255), 0: uchar
- *   IDS_V16   1: id rows are 16-byte aligned and NBLK is a multiple of 16 (uint4 loads)
- *   PACK_TAB  1: pkv_collide's bonus table packed 8 per word (conflict-free lookups)
- *   RANK_ILP  1: pkv_rank accumulates `before` in 4 independent sums
  *   SUFFIX    1: pkv_collide stores per-chunk SUFFIX counts (#S >= v) instead of the
  *             per-chunk histogram, so a chunk's (#S > thr, #S == thr) is two loads
  *   FUSED_THR 1 (needs SUFFIX): no pkv_threshold kernel: every pkv_compact work-group finds
@@ -21,12 +18,6 @@
  * Plan (int32 [8, B] row-major): row 0 = n_b, rows 1..6 = T_0..T_5, row 7 = C_b.
  */
 
-#ifndef IDS_V16
-#define IDS_V16 0
-#endif
-#ifndef RANK_ILP
-#define RANK_ILP 0
-#endif
 #ifndef FUSED_THR
 #define FUSED_THR 0
 #endif
@@ -36,19 +27,7 @@
 #if FUSED_THR && !SUFFIX
 #error "FUSED_THR needs SUFFIX"
 #endif
-#ifndef PACK_TAB
-#define PACK_TAB 0
-#endif
 #define NC (1 << SUB_M)
-/* Bonus table of pkv_collide: PACK_TAB packs 8 bonuses (<= 6, 4 bits each) per word,
- * TAB_W words per subspace; centroid c of a subspace is in word c >> 3, so the words of
- * one subspace sit in distinct banks (TAB_W <= 32) and a lookup never conflicts. */
-#define TAB_W (NC >= 8 ? NC / 8 : 1)
-#if PACK_TAB
-#define TAB(blk, id) ((tab[(blk)*TAB_W + ((id) >> 3)] >> (((id)&7u) * 4u)) & 0xfu)
-#else
-#define TAB(blk, id) (tab[(blk)*NC + (id)])
-#endif
 #define NBINS (6 * NBLK + 1)
 #define CHUNK (WG * PER_ITEM)
 #define CSUB (WG >= 32 ? WG / 32 : 1) /* collide sub-histograms */
@@ -145,22 +124,11 @@ pkv_rank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global
     ct[c] = cnt[c_off + b * c_sb + h * c_sh + blk * c_sblk + c];
     barrier(CLK_LOCAL_MEM_FENCE);
     ulong before = 0;
-#if RANK_ILP && NC >= 4
-    ulong part[4] = {0, 0, 0, 0};
-    for (int o = 0; o < NC; o += 4) {
-        for (int u = 0; u < 4; u++) {
-            const float so = sc[o + u];
-            part[u] += (so > s || (so == s && o + u < c)) ? ct[o + u] : 0u;
-        }
-    }
-    before = (part[0] + part[1]) + (part[2] + part[3]);
-#else
     for (int o = 0; o < NC; o++) {
         const float so = sc[o];
         if (so > s || (so == s && o < c))
             before += ct[o];
     }
-#endif
     int bonus_c = 0;
     for (int t = 0; t < 6; t++)
         bonus_c += before < (ulong)max(plan[plan_off + (1 + t) * B + b], 0);
@@ -177,83 +145,36 @@ pkv_collide(__global const uchar *ids, long id_off, long id_sb, long id_sh, long
             __global const uchar *bonus, long bonus_off, __global S_T *sc, long s_off, long s_sb,
             long s_sh, __global int *dbg, long dbg_off, long dbg_sb, long dbg_sh, int has_dbg,
             __global uint *chist, long ch_off, int nchunks, __global uint *rowhist, long rh_off) {
-#if PACK_TAB
-    __local uint tab[NBLK * TAB_W];
-#else
     __local uchar tab[NBLK * NC];
-#endif
     __local uint hist[CSUB * NBINS]; /* one histogram per 32 work-items (less contention) */
     const int lid = (int)get_local_id(0), chunk = (int)get_group_id(0);
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const int Hkv = (int)get_num_groups(1);
     const long bh = (long)b * Hkv + h;
-#if PACK_TAB
-    for (int w = lid; w < NBLK * TAB_W; w += WG) {
-        const int blk = w / TAB_W, e0 = (w % TAB_W) * 8;
-        uint v = 0;
-        for (int e = 0; e < 8 && e0 + e < NC; e++)
-            v |= (uint)bonus[bonus_off + bh * (NBLK * NC) + blk * NC + e0 + e] << (4 * e);
-        tab[w] = v;
-    }
-#else
     for (int i = lid; i < NBLK * NC; i += WG)
         tab[i] = bonus[bonus_off + bh * (NBLK * NC) + i];
-#endif
     for (int i = lid; i < CSUB * NBINS; i += WG)
         hist[i] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     __local uint *mine = hist + (lid / 32) * NBINS;
     const int n = clamp(plan[plan_off + b], 0, max_zone);
     __global const uchar *base = ids + id_off + b * id_sb + h * id_sh;
-#if IDS_V16 && NBLK == 16
-    /* one 16-byte id row per token: all PER_ITEM loads are issued before any lookup */
-    uint4 xr[PER_ITEM];
-    for (int r = 0; r < PER_ITEM; r++) {
-        const int i = chunk * CHUNK + r * WG + lid;
-        xr[r] =
-            i < n ? *(__global const uint4 *)(base + (long)(zone_start + i) * id_sl) : (uint4)(0u);
-    }
-    for (int r = 0; r < PER_ITEM; r++) {
-        const int i = chunk * CHUNK + r * WG + lid;
-        if (i >= n)
-            break;
-        const uint xs[4] = {xr[r].s0, xr[r].s1, xr[r].s2, xr[r].s3};
-        uint S = 0;
-        for (int u = 0; u < 4; u++) {
-            const uint x = xs[u];
-            S += TAB((4 * u + 0), (x & 0xffu)) + TAB((4 * u + 1), ((x >> 8) & 0xffu)) +
-                 TAB((4 * u + 2), ((x >> 16) & 0xffu)) + TAB((4 * u + 3), (x >> 24));
-        }
-#else
     for (int r = 0; r < PER_ITEM; r++) {
         const int i = chunk * CHUNK + r * WG + lid;
         if (i >= n)
             break;
         __global const uchar *row = base + (long)(zone_start + i) * id_sl;
         uint S = 0;
-#if IDS_V16
-        __global const uint4 *r4 = (__global const uint4 *)row;
-        for (int w4 = 0; w4 < NBLK / 16; w4++) {
-            const uint4 x4 = r4[w4];
-            const uint xs[4] = {x4.s0, x4.s1, x4.s2, x4.s3};
-            for (int u = 0; u < 4; u++) {
-                const uint x = xs[u];
-                const int bb = 16 * w4 + 4 * u;
-                S += TAB((bb + 0), (x & 0xffu)) + TAB((bb + 1), ((x >> 8) & 0xffu)) +
-                     TAB((bb + 2), ((x >> 16) & 0xffu)) + TAB((bb + 3), (x >> 24));
-            }
-        }
-#elif IDS_U32
+#if IDS_U32
         __global const uint *rw = (__global const uint *)row;
         for (int w = 0; w < NBLK / 4; w++) {
             const uint x = rw[w];
-            S += TAB((4 * w + 0), (x & 0xffu)) + TAB((4 * w + 1), ((x >> 8) & 0xffu)) +
-                 TAB((4 * w + 2), ((x >> 16) & 0xffu)) + TAB((4 * w + 3), (x >> 24));
+            S += tab[(4 * w + 0) * NC + (x & 0xffu)] + tab[(4 * w + 1) * NC + ((x >> 8) & 0xffu)] +
+                 tab[(4 * w + 2) * NC + ((x >> 16) & 0xffu)] + tab[(4 * w + 3) * NC + (x >> 24)];
         }
 #else
         for (int blk = 0; blk < NBLK; blk++)
-            S += TAB(blk, row[blk]);
-#endif
+            S += tab[blk * NC + row[blk]];
 #endif
         sc[s_off + b * s_sb + h * s_sh + i] = (S_T)S;
         if (has_dbg)

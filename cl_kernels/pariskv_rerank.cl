@@ -9,17 +9,8 @@
  *   KH_BITS   bits of the score key in the Stage II histogram (KH_BINS = 2^KH_BITS bins)
  *   KBUF_CAP  capacity (a power of two) of a row's buffer of scores at or above the
  *             threshold bin
- *   RR_PER    candidates per work-item in pkv_rerank / pkv_topk_collect (a work-group
- *             covers WG * RR_PER candidates: j0 + r * WG + lid, r < RR_PER)
- *   RR_TABLE  1: pkv_rerank looks up a per-work-group table tq[c][nibble] = v(nibble) * q~_c
- *             (one local load per coordinate); 0: level and q~ loads and a multiply
- *   RR_LANES  work-items per candidate in pkv_rerank (1, or a divisor of NBLK and WG):
- *             each takes NBLK / RR_LANES consecutive blocks (contiguous code bytes and
- *             weights, so the lanes of a candidate read one span), the partial sums are
- *             added in lane order through local memory
- *   CODES_V16 1: code rows are 16-byte aligned and D / 2 is a multiple of 16 (uint4 loads)
- *   KH_COARSE 1: the row state also holds a 64-bin histogram of the top 6 key bits, so the
- *             threshold bin is found from 64 + 64 bins instead of KH_BINS
+ *   KH_COARSE 1: the row state also holds a 64-bin histogram of the top 6 key bits, so
+ *             pkv_topk_collect finds the threshold bin from 64 + 64 bins instead of KH_BINS
  *   TK_RANK   > 0: pkv_topk selects from a buffer of at most TK_RANK entries by counting
  *             ranks (no sort); larger buffers use the bitonic sort
  *
@@ -42,31 +33,9 @@
 #define KH_CNT (KH_BINS + KH_CBINS) /* then: appended count, count at/above the thr bin */
 #define KH_WORDS (KH_CNT + 2)
 #define KH_PER (KH_BINS > WG ? KH_BINS / WG : 1) /* bins per work-item in the bin scan */
-#ifndef RR_PER
-#define RR_PER 1
-#endif
-#ifndef RR_TABLE
-#define RR_TABLE 0
-#endif
-#ifndef CODES_V16
-#define CODES_V16 0
-#endif
 #ifndef KH_COARSE
 #define KH_COARSE 0
 #endif
-#ifndef RR_LANES
-#define RR_LANES 1
-#endif
-#if NBLK % RR_LANES != 0 || WG % RR_LANES != 0
-#error "RR_LANES must divide NBLK and WG"
-#endif
-#define BPL (NBLK / RR_LANES) /* blocks per lane */
-#define CPP (WG / RR_LANES)   /* candidates per pass of a work-group */
-#define TQ_CSTRIDE (HEAD_DIM / RR_LANES)
-/* Table slot of (coordinate c, nibble): the rows of c and c ^ 1 swap in every other lane's
- * coordinate range, so the RR_LANES lanes of a candidate (same coordinate offset, ranges
- * TQ_CSTRIDE apart) hit both halves of the banks. A permutation of [0, 16 * HEAD_DIM). */
-#define TQ_IDX(c, nib) ((((c) ^ (((c) / TQ_CSTRIDE) & 1)) << 4) + (nib))
 #ifndef TK_RANK
 #define TK_RANK 0
 #endif
@@ -98,62 +67,10 @@ inline uint pkr_key(float x) {
     return (u >> 31) ? ~u : (u | 0x80000000u);
 }
 
-/* Part of the dot product of one candidate's code row with q~ over the BPL blocks
- * blk0 .. blk0 + BPL - 1 (f32, blocks and coordinates in order):
- * sum_blk w_blk * sum_j v_j q~_j. `tq` (RR_TABLE) holds v(nibble) * q~_c at
- * TQ_IDX(c, nibble); otherwise `q` and the signed levels `av` (av[8 + t] = a[t],
- * av[t] = -a[t]). */
-inline float pkr_score(__global const uchar *row, __global const W_T *wts, long wrow, int blk0,
-                       __local const float *tq, __local const float *q, __local const float *av) {
-    float acc = 0.0f;
-#if SUB_M == 8 && (CODES_V16 || CODES_U32)
-#if CODES_V16 && BPL % 4 == 0
-    for (int w4 = 0; w4 < BPL / 4; w4++) {
-        const uint4 x4 = ((__global const uint4 *)row)[blk0 / 4 + w4];
-        const uint xs[4] = {x4.s0, x4.s1, x4.s2, x4.s3};
-        for (int u = 0; u < 4; u++) {
-            const int blk = blk0 + 4 * w4 + u;
-            const uint x = xs[u];
-#else
-    {
-        for (int u = 0; u < BPL; u++) {
-            const int blk = blk0 + u;
-            const uint x = ((__global const uint *)row)[blk];
-#endif
-            float dot = 0.0f;
-            for (int jj = 0; jj < 8; jj++) {
-#if RR_TABLE
-                dot += tq[TQ_IDX(blk * 8 + jj, (x >> (4 * jj)) & 0xfu)];
-#else
-                dot += av[(x >> (4 * jj)) & 0xfu] * q[blk * 8 + jj];
-#endif
-            }
-            acc += CLKV_LOAD(W_DTYPE)(wts, wrow + blk) * dot;
-        }
-    }
-#else
-    for (int blk = blk0; blk < blk0 + BPL; blk++) {
-        float dot = 0.0f;
-        for (int jj = 0; jj < SUB_M; jj++) {
-            const int c = blk * SUB_M + jj;
-            const uint nib = (row[c >> 1] >> (4 * (c & 1))) & 0xfu;
-#if RR_TABLE
-            dot += tq[TQ_IDX(c, nib)];
-#else
-            dot += av[nib] * q[c];
-#endif
-        }
-        acc += CLKV_LOAD(W_DTYPE)(wts, wrow + blk) * dot;
-    }
-#endif
-    return acc;
-}
-
 /* s^ of candidate j: q_norm * sum_blk w_blk * sum_j v_j q~_j (f32, in coordinate order),
  * and the row's histogram of the top KH_BITS bits of the score keys (kh: KH_WORDS words
- * per row, zeroed before Stage II; with KH_COARSE also the 64 coarse bins).
- * A work-group scores CPP * RR_PER candidates (CPP = WG / RR_LANES per pass).
- * Grid (ceil(max_cand / (CPP * RR_PER)) * WG, Hkv, B), local (WG). */
+ * per row, zeroed by pkv_rank; with KH_COARSE also the coarse bins).
+ * Grid (ceil(max_cand / WG) * WG, Hkv, B), local (WG). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_rerank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global const float *qn,
            long qn_off, long qn_sb, long qn_sh, __global const uchar *codes, long cd_off,
@@ -162,73 +79,47 @@ pkv_rerank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __glob
            int max_cand, __global const int *cand, long ca_off, long ca_sb, long ca_sh,
            __global float *cs, long cs_off, long cs_sb, long cs_sh, __global uint *kh,
            long kh_off) {
-#if RR_TABLE
-    __local float tq[HEAD_DIM * 16];
-    __local float *q = 0, *av = 0;
-#else
     __local float q[HEAD_DIM];
     __local float av[16]; /* signed levels by nibble: av[8 + t] = a[t], av[t] = -a[t] */
-    __local float *tq = 0;
-#endif
     __local uint hist[KH_BINS];
     const int lid = (int)get_local_id(0);
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const int C = clamp(plan[plan_off + 7 * B + b], 0, max_cand);
-    const int j0 = (int)get_group_id(0) * CPP * RR_PER;
-    const float l[8] = {lev.s0, lev.s1, lev.s2, lev.s3, lev.s4, lev.s5, lev.s6, lev.s7};
-#if RR_TABLE
-    for (int i = lid; i < HEAD_DIM * 16; i += WG) {
-        const int nib = i & 15;
-        const float a = nib >= 8 ? l[nib - 8] : -l[nib];
-        tq[TQ_IDX(i >> 4, nib)] = a * qr[qr_off + b * qr_sb + h * qr_sh + (i >> 4)];
-    }
-#else
+    const int j0 = (int)get_group_id(0) * WG;
     for (int i = lid; i < HEAD_DIM; i += WG)
         q[i] = qr[qr_off + b * qr_sb + h * qr_sh + i];
-    if (lid < 16)
-        av[lid] = lid >= 8 ? l[lid - 8] : -l[lid];
-#endif
     for (int i = lid; i < KH_BINS; i += WG)
         hist[i] = 0;
+    if (lid < 16) {
+        const float l[8] = {lev.s0, lev.s1, lev.s2, lev.s3, lev.s4, lev.s5, lev.s6, lev.s7};
+        av[lid] = lid >= 8 ? l[lid - 8] : -l[lid];
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
-    const float qnorm = qn[qn_off + b * qn_sb + h * qn_sh];
-#if RR_LANES > 1
-    __local float part[WG];
-    const int ql = lid % RR_LANES;
-    for (int r = 0; r < RR_PER; r++) { /* uniform loop: barriers inside */
-        const int j = j0 + r * CPP + lid / RR_LANES;
-        float ps = 0.0f;
-        if (j < C) {
-            const long p = cand[ca_off + b * ca_sb + h * ca_sh + j];
-            __global const uchar *row = codes + cd_off + b * cd_sb + h * cd_sh + p * cd_sl;
-            const long wrow = w_off + b * w_sb + h * w_sh + p * w_sl;
-            ps = pkr_score(row, wts, wrow, ql * BPL, tq, q, av);
-        }
-        part[lid] = ps;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (ql == 0 && j < C) {
-            float acc = part[lid];
-            for (int u = 1; u < RR_LANES; u++)
-                acc += part[lid + u];
-            const float sv = qnorm * acc;
-            cs[cs_off + b * cs_sb + h * cs_sh + j] = sv;
-            atomic_inc(&hist[pkr_key(sv) >> (32 - KH_BITS)]);
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
+    const int j = j0 + lid;
+    if (j < C) {
+        const long p = cand[ca_off + b * ca_sb + h * ca_sh + j];
+        __global const uchar *row = codes + cd_off + b * cd_sb + h * cd_sh + p * cd_sl;
+        const long wrow = w_off + b * w_sb + h * w_sh + p * w_sl;
+        float acc = 0.0f;
+        for (int blk = 0; blk < NBLK; blk++) {
+            float dot = 0.0f;
+#if CODES_U32 && SUB_M == 8
+            const uint x = ((__global const uint *)row)[blk];
+            for (int jj = 0; jj < 8; jj++) {
+                dot += av[(x >> (4 * jj)) & 0xfu] * q[blk * 8 + jj];
+            }
 #else
-    for (int r = 0; r < RR_PER; r++) {
-        const int j = j0 + r * WG + lid;
-        if (j < C) {
-            const long p = cand[ca_off + b * ca_sb + h * ca_sh + j];
-            __global const uchar *row = codes + cd_off + b * cd_sb + h * cd_sh + p * cd_sl;
-            const long wrow = w_off + b * w_sb + h * w_sh + p * w_sl;
-            const float sv = qnorm * pkr_score(row, wts, wrow, 0, tq, q, av);
-            cs[cs_off + b * cs_sb + h * cs_sh + j] = sv;
-            atomic_inc(&hist[pkr_key(sv) >> (32 - KH_BITS)]);
-        }
-    }
+            for (int jj = 0; jj < SUB_M; jj++) {
+                const int c = blk * SUB_M + jj;
+                dot += av[(row[c >> 1] >> (4 * (c & 1))) & 0xfu] * q[c];
+            }
 #endif
+            acc += CLKV_LOAD(W_DTYPE)(wts, wrow + blk) * dot;
+        }
+        const float sv = qn[qn_off + b * qn_sb + h * qn_sh] * acc;
+        cs[cs_off + b * cs_sb + h * cs_sh + j] = sv;
+        atomic_inc(&hist[pkr_key(sv) >> (32 - KH_BITS)]);
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
     __global uint *kr = kh + kh_off + ((long)b * get_num_groups(1) + h) * KH_WORDS;
     for (int i = lid; i < (j0 < C ? KH_BINS : 0); i += WG) {
@@ -331,7 +222,7 @@ pkv_topk_collect(__global const float *cs, long cs_off, long cs_sb, long cs_sh,
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const int C = clamp(plan[plan_off + 7 * B + b], 0, max_cand);
     const int kk = min(top_k, C);
-    const int j0 = (int)get_group_id(0) * WG * RR_PER;
+    const int j0 = (int)get_group_id(0) * WG;
     const long row = (long)b * get_num_groups(1) + h;
     __global uint *kr = kh + kh_off + row * KH_WORDS;
     /* No early return: every work-item reaches every barrier (uniform flags instead). */
@@ -344,28 +235,18 @@ pkv_topk_collect(__global const float *cs, long cs_off, long cs_sb, long cs_sh,
 #endif
     if (active && j0 == 0 && lid == 0)
         kr[KH_CNT + 1] = cnt;
-    const int use = active && cnt <= KBUF_CAP;
-    uint key[RR_PER];
-    int take[RR_PER];
-    uint ntake = 0;
-    for (int r = 0; r < RR_PER; r++) {
-        const int j = j0 + r * WG + lid;
-        key[r] = use && j < C ? pkr_key(cs[cs_off + b * cs_sb + h * cs_sh + j]) : 0u;
-        take[r] = use && j < C && (int)(key[r] >> (32 - KH_BITS)) >= t;
-        ntake += (uint)take[r];
-    }
+    const int j = active && cnt <= KBUF_CAP ? j0 + lid : C;
+    uint key = 0;
+    if (j < C)
+        key = pkr_key(cs[cs_off + b * cs_sb + h * cs_sh + j]);
+    const int take = j < C && (int)(key >> (32 - KH_BITS)) >= t;
     ulong total;
-    uint slot = (uint)pkr_scan(tmp, (ulong)ntake, &total);
+    const uint slot = (uint)pkr_scan(tmp, (ulong)take, &total); /* in index order */
     if (lid == 0 && total)
         l_base = atomic_add(&kr[KH_CNT], (uint)total);
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int r = 0; r < RR_PER; r++) {
-        const int j = j0 + r * WG + lid;
-        /* sort key: larger score, then lower index first */
-        if (take[r] && l_base + slot < KBUF_CAP)
-            kbuf[kb_off + row * KBUF_CAP + l_base + slot] = ((ulong)(~key[r]) << 32) | (uint)j;
-        slot += (uint)take[r];
-    }
+    if (take && l_base + slot < KBUF_CAP) /* sort key: larger score, then lower index first */
+        kbuf[kb_off + row * KBUF_CAP + l_base + slot] = ((ulong)(~key) << 32) | (uint)j;
 }
 
 /* Ascending bitonic sort of v[0..n) in local memory (n a power of two); all work-items. */

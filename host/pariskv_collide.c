@@ -91,12 +91,8 @@ clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_s
     clkv__defs_int(&defs, "PER_ITEM", p->per_item);
     clkv__defs_int(&defs, "IDS_U32", clkv__rows_aligned(&a->ids, 4) && p->nblk % 4 == 0);
     clkv__defs_int(&defs, "S_WIDE", p->s_wide);
-    clkv__defs_int(&defs, "IDS_V16",
-                   !p->legacy && clkv__rows_aligned(&a->ids, 16) && p->nblk % 16 == 0);
     clkv__defs_int(&defs, "SUFFIX", !p->legacy);
     clkv__defs_int(&defs, "FUSED_THR", p->fused_thr);
-    clkv__defs_int(&defs, "PACK_TAB", !p->legacy);
-    clkv__defs_int(&defs, "RANK_ILP", !p->legacy);
     cl_kernel kr, kc, kt = NULL, kp;
     clkv_status st;
     k->rank = k->collide = k->threshold = k->compact = NULL;

@@ -20,13 +20,9 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
     clkv__defs_int(&defs, "CODES_U32", clkv__rows_aligned(&a->codes, 4));
     clkv__defs_int(&defs, "KH_BITS", PKV_KHIST_BITS);
     clkv__defs_int(&defs, "KBUF_CAP", PKV_KBUF_CAP);
-    clkv__defs_int(&defs, "RR_PER", p->rr_per);
-    clkv__defs_int(&defs, "RR_LANES", p->rr_lanes);
-    clkv__defs_int(&defs, "RR_TABLE", !p->legacy);
-    clkv__defs_int(&defs, "CODES_V16",
-                   !p->legacy && clkv__rows_aligned(&a->codes, 16) && (p->D / 2) % 16 == 0);
-    clkv__defs_int(&defs, "KH_COARSE", !p->legacy && p->wg2 >= 64);
-    clkv__defs_int(&defs, "TK_RANK", p->legacy ? 0 : PKV_TOPK_RANK_MAX);
+    /* CLKV_PARISKV_FAST_TOPK=1 (opt-in, see pkv_search_plan.fast_topk) */
+    clkv__defs_int(&defs, "KH_COARSE", p->fast_topk && p->wg2 >= 64);
+    clkv__defs_int(&defs, "TK_RANK", p->fast_topk ? PKV_TOPK_RANK_MAX : 0);
     cl_kernel kr, kc, kt;
     clkv_status st;
     k->rerank = k->collect = k->topk = NULL;
@@ -96,15 +92,10 @@ clkv_status clkv__pariskv_stage2_enqueue(clkv_context *ctx, const pkv_search_pla
     const size_t wg = (size_t)p->wg2;
     const size_t l_wg[3] = {wg, 1, 1};
     if (p->max_cand > 0) {
-        /* rerank: wg / rr_lanes candidates per pass; collection: one per work-item */
-        const size_t per_rr = wg / (size_t)p->rr_lanes * (size_t)p->rr_per;
-        const size_t per_co = wg * (size_t)p->rr_per;
-        const size_t g_rr[3] = {((size_t)p->max_cand + per_rr - 1) / per_rr * wg, (size_t)p->Hkv,
-                                (size_t)p->B};
-        const size_t g_co[3] = {((size_t)p->max_cand + per_co - 1) / per_co * wg, (size_t)p->Hkv,
+        const size_t g_rr[3] = {((size_t)p->max_cand + wg - 1) / wg * wg, (size_t)p->Hkv,
                                 (size_t)p->B};
         if ((st = clkv__enqueue(ctx, k->rerank, "pkv_rerank", 3, g_rr, l_wg, ev ? &ev[0] : NULL)) ||
-            (st = clkv__enqueue(ctx, k->collect, "pkv_topk_collect", 3, g_co, l_wg,
+            (st = clkv__enqueue(ctx, k->collect, "pkv_topk_collect", 3, g_rr, l_wg,
                                 ev ? &ev[1] : NULL)))
             return st;
     }

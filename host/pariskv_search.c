@@ -9,16 +9,13 @@
 
 #define SEARCH_WG 256
 #define PER_ITEM 8
-/* Stage II (default path): candidates per work-item of the collection and per lane
- * group of the rerank, and lanes per candidate in the rerank. */
-#define RR_PER 2
-#define RR_LANES 4
 /* Compaction work-groups per compute unit up to which the threshold is fused into it. */
 #define FUSED_WAVE_WGS 8
 
-/* CLKV_PARISKV_LEGACY=1: the previous search path (kept to measure against). */
-static int legacy_search(void) {
-    const char *e = getenv("CLKV_PARISKV_LEGACY");
+/* Environment switches read per search: CLKV_PARISKV_LEGACY=1 (the previous Stage I,
+ * kept to measure against) and CLKV_PARISKV_FAST_TOPK=1 (opt-in Stage II selection). */
+static int env_flag(const char *name) {
+    const char *e = getenv(name);
     return e && atoi(e) != 0;
 }
 
@@ -162,21 +159,14 @@ static clkv_status validate_search(clkv_context *ctx, const clkv_pariskv_search_
                           "m: %d needs work-groups of %lld, the device allows %zu", (int)a->m,
                           (long long)nc, (size_t)ctx->info.max_work_group_size);
     p->wg = wg;
-    p->legacy = legacy_search();
-    /* Stage II: the default path runs SEARCH_WG work-items with RR_PER candidates each
-     * (the top-k ranks its small buffer by counting); the legacy path 1024 on GPUs with
-     * one candidate each (4x fewer serial iterations per radix pass than 256). */
-    int wg2 = p->legacy && ctx->info.kind == CLKV_DEVICE_KIND_GPU ? 1024 : SEARCH_WG;
+    p->legacy = env_flag("CLKV_PARISKV_LEGACY");
+    p->fast_topk = env_flag("CLKV_PARISKV_FAST_TOPK");
+    /* Stage II: the top-k runs one work-group per (b, KV head) over C_b candidates; on GPUs
+     * 1024 work-items (4x fewer serial iterations per radix pass than 256). */
+    int wg2 = ctx->info.kind == CLKV_DEVICE_KIND_GPU ? 1024 : SEARCH_WG;
     while ((size_t)wg2 > ctx->info.max_work_group_size && wg2 > 1)
         wg2 /= 2;
     p->wg2 = wg2;
-    p->rr_per = p->legacy ? 1 : RR_PER;
-    /* RR_LANES work-items per candidate when they divide the blocks: the lanes of a
-     * candidate read its code row and weights as one span (the one-lane gather was bound
-     * by uncoalesced loads) */
-    p->rr_lanes = !p->legacy && nblk % RR_LANES == 0 ? RR_LANES : 1;
-    /* 8 tokens per collide work-item: 16 measured slower at 1M on an H100 (fewer
-     * work-groups in flight). */
     p->per_item = PER_ITEM;
     p->chunk = wg * PER_ITEM;
     p->nchunks = (int)((max_zone + p->chunk - 1) / p->chunk);

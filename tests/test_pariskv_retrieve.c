@@ -593,6 +593,29 @@ static void test_search_ties(void **state) {
     run_search_ties(0.6, 0.6);
 }
 
+/* The search's switchable paths, same bit-exact / set checks: CLKV_PARISKV_LEGACY=1 (the
+ * previous Stage I: per-chunk histograms, no fused threshold) and CLKV_PARISKV_FAST_TOPK=1
+ * (coarse threshold bin, counting-rank top-k) on a case with a separate threshold kernel
+ * (3 x 2 rows of 5 chunks), one with the fused one, and the tie cases (counting rank,
+ * bitonic and radix top-k paths). */
+static void test_search_variants(void **state) {
+    (void)state;
+    static const char *const env[2] = {"CLKV_PARISKV_LEGACY", "CLKV_PARISKV_FAST_TOPK"};
+    for (int v = 0; v < 2; v++) {
+        setenv(env[v], "1", 1);
+        printf("  %s=1\n", env[v]);
+        for (size_t i = 0; i < sizeof g_scases / sizeof g_scases[0]; i++)
+            if (strcmp(g_scases[i].name, "search_d128_m8_b3_g4_n10001") == 0 ||
+                strcmp(g_scases[i].name, "search_d128_m8_b1_g4_n6000") == 0) {
+                void *st = (void *)&g_scases[i];
+                run_search_case(&st);
+            }
+        run_search_ties(0.0, 0.0);
+        run_search_ties(0.6, 0.6);
+        unsetenv(env[v]);
+    }
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* Retrieval index: decode steps                                                        */
 /* ------------------------------------------------------------------------------------ */
@@ -1539,6 +1562,8 @@ int main(void) {
     }
     tests[n].name = "search_ties";
     tests[n++].test_func = test_search_ties;
+    tests[n].name = "search_variants";
+    tests[n++].test_func = test_search_variants;
     tests[n].name = "index_steps";
     tests[n++].test_func = test_index_steps;
     tests[n].name = "index_offload";

@@ -112,8 +112,11 @@ clkv_status clkv_pariskv_plan(const int64_t *n, int64_t B, int64_t top_k, double
  * the plan's n_b <= max_zone and C_b <= max_candidates (the host bounds size the launch;
  * larger device values are clamped to them).
  *
- * Work: 6 kernels (rank, collide+histogram, threshold, compaction, rerank, top-k); scratch
- * from the context workspace (clkv_pariskv_search_workspace_size). Nothing blocks.
+ * Work: 7 kernels (centroid rank, collide + histogram, threshold, compaction, rerank,
+ * threshold-bin collection, top-k), 6 when the compaction work-groups fit in about one
+ * wave (at most 8 per compute unit: then each finds the threshold and its output base
+ * itself); scratch from the context workspace (clkv_pariskv_search_workspace_size).
+ * Nothing blocks.
  */
 typedef struct clkv_pariskv_search_args {
     clkv_tensor q_rot;
