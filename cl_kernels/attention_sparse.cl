@@ -14,6 +14,9 @@
  *   HASH_SLOTS          0: duplicate idx entries are found by scanning the earlier
  *                       entries in global memory (O(NI) per entry, for very large NI);
  *                       else a power of two > NI: size of the local-memory hash set
+ *   SEL_ROWS            1: the row of idx entry i is row i of ks / vs ([B, Hkv, NI, D],
+ *                       e.g. gathered from a host-resident store) instead of row idx[i]
+ *                       of k / v; which entries count is still decided by the idx values
  *
  * The attended list of a (sequence b, KV head g) with n = len[b] is virtual:
  *   positions [0, s_end)               tokens 0 .. s_end-1            (sink, s_end = min(sink, n))
@@ -50,6 +53,9 @@
 #define SP_LDS_SUM 1
 #else
 #define SP_LDS_SUM 0
+#endif
+#ifndef SEL_ROWS
+#define SEL_ROWS 0
 #endif
 #if TILE > WG_SIZE
 #error "TILE must not exceed WG_SIZE (one list position per work-item when resolving)"
@@ -152,6 +158,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh,
                          __global const KV_T *k, long k_off, long k_sb, long k_sh, long k_sl,
                          __global const KV_T *v, long v_off, long v_sb, long v_sh, long v_sl,
+                         __global const KV_T *ks, long ks_off, long ks_sb, long ks_sh, long ks_sl,
+                         __global const KV_T *vs, long vs_off, long vs_sb, long vs_sh, long vs_sl,
                          __global const int *lengths, long len_off, int has_lengths, int max_len,
                          __global const int *idx, long idx_off, long idx_sb, long idx_sh, int n_idx,
                          int sink, int local_len, int Hq, int G, int nhg, int chunk, int num_splits,
@@ -169,6 +177,9 @@ attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
     __local int tile_raw[TILE];  /* candidate values of the tile's idx entries (else -1) */
     __local int tile_tok[TILE];  /* token of each tile position, -1: skip */
     __local int tile_first[1];   /* first tile position with a kept token, TILE: none */
+#if SEL_ROWS
+    __local int tile_sel[TILE]; /* row of ks / vs for idx entries, -1: row tile_tok of k / v */
+#endif
     __local float sum_buf[SP_LDS_SUM ? WG_SIZE : 1]; /* portable multi-lane row sums */
 
     int n = max_len;
@@ -223,6 +234,32 @@ attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
     }
     const long kb = k_off + (long)b * k_sb + (long)kvh * k_sh;
     const long vb = v_off + (long)b * v_sb + (long)kvh * v_sh;
+#if SEL_ROWS
+    const long ksb = ks_off + (long)b * ks_sb + (long)kvh * ks_sh;
+    const long vsb = vs_off + (long)b * vs_sb + (long)kvh * vs_sh;
+/* Base pointer and element offset of the K (V) row of tile position tp with token tt. */
+#define SP_SEL(tp) (tile_sel[tp])
+#define SP_KP(si) ((si) >= 0 ? ks : k)
+#define SP_VP(si) ((si) >= 0 ? vs : v)
+#define SP_KROW(tt, si) ((si) >= 0 ? ksb + (long)(si)*ks_sl : kb + (long)(tt)*k_sl)
+#define SP_VROW(tt, si) ((si) >= 0 ? vsb + (long)(si)*vs_sl : vb + (long)(tt)*v_sl)
+#else
+#define SP_SEL(tp) (-1)
+#define SP_KP(si) (k)
+#define SP_VP(si) (v)
+#define SP_KROW(tt, si) (kb + (long)(tt)*k_sl)
+#define SP_VROW(tt, si) (vb + (long)(tt)*v_sl)
+    (void)ks;
+    (void)vs;
+    (void)ks_off;
+    (void)ks_sb;
+    (void)ks_sh;
+    (void)ks_sl;
+    (void)vs_off;
+    (void)vs_sb;
+    (void)vs_sh;
+    (void)vs_sl;
+#endif
 
     for (int tb = p0; tb < p1; tb += TILE) {
         /* 1. candidate value of each idx position of the tile */
@@ -241,6 +278,9 @@ attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
         if (lid < TILE) {
             const int p = tb + lid;
             int tok = -1;
+#if SEL_ROWS
+            int sel = -1;
+#endif
             if (p < p1) {
                 if (p < s_end) {
                     tok = p;
@@ -261,9 +301,15 @@ attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
                                 tok = -1;
 #endif
                     }
+#if SEL_ROWS
+                    sel = p - nd;
+#endif
                 }
             }
             tile_tok[lid] = tok;
+#if SEL_ROWS
+            tile_sel[lid] = sel;
+#endif
             if (tok >= 0)
                 atomic_min(tile_first, lid);
         }
@@ -279,6 +325,7 @@ attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
         const int first = *tile_first;
         if (first < TILE) {
             const int any_tok = tile_tok[first];
+            const int any_sel = SP_SEL(first);
             float s[UNROLL][GROUP];
             int valid[UNROLL];
 #if TPR > 1
@@ -288,10 +335,13 @@ attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
                 const int tok = tile_tok[u * NRG + rg];
                 valid[u] = tok >= 0;
                 const int tt = valid[u] ? tok : any_tok;
+                const int si = valid[u] ? SP_SEL(u * NRG + rg) : any_sel;
+                __global const KV_T *kp = SP_KP(si), *vp = SP_VP(si);
+                const long krow = SP_KROW(tt, si), vrow = SP_VROW(tt, si);
                 UNROLL_LOOP
                 for (int c = 0; c < NCH; c++) {
-                    kr[u][c] = sp_load_chunk(k, kb + (long)tt * k_sl, c, ln);
-                    vr[u][c] = sp_load_chunk(v, vb + (long)tt * v_sl, c, ln);
+                    kr[u][c] = sp_load_chunk(kp, krow, c, ln);
+                    vr[u][c] = sp_load_chunk(vp, vrow, c, ln);
                 }
             }
             UNROLL_LOOP
@@ -314,17 +364,19 @@ attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
                 }
             }
 #else
-            int rows[UNROLL];
+            int rows[UNROLL], sels[UNROLL];
             for (int u = 0; u < UNROLL; u++) {
                 const int tok = tile_tok[u * NRG + rg];
                 valid[u] = tok >= 0;
                 rows[u] = valid[u] ? tok : any_tok;
-                const long krow = kb + (long)rows[u] * k_sl;
+                sels[u] = valid[u] ? SP_SEL(u * NRG + rg) : any_sel;
+                __global const KV_T *kp = SP_KP(sels[u]);
+                const long krow = SP_KROW(rows[u], sels[u]);
                 float d[GROUP];
                 for (int g = 0; g < GROUP; g++)
                     d[g] = 0.0f;
                 for (int e = 0; e < EPL; e++) {
-                    const float kx = CLKV_LOAD(KV_DTYPE)(k, krow + e);
+                    const float kx = CLKV_LOAD(KV_DTYPE)(kp, krow + e);
                     for (int g = 0; g < GROUP; g++)
                         d[g] = fma(qr[g][e], kx, d[g]);
                 }
@@ -368,9 +420,10 @@ attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
                     }
                 }
 #else
-                const long vrow = vb + (long)rows[u] * v_sl;
+                __global const KV_T *vp = SP_VP(sels[u]);
+                const long vrow = SP_VROW(rows[u], sels[u]);
                 for (int e = 0; e < EPL; e++) {
-                    const float vx = CLKV_LOAD(KV_DTYPE)(v, vrow + e);
+                    const float vx = CLKV_LOAD(KV_DTYPE)(vp, vrow + e);
                     for (int g = 0; g < GROUP; g++)
                         acc[g][e] = fma(p[g], vx, acc[g][e]);
                 }

@@ -8,10 +8,25 @@
  *   PER_ITEM  tokens per work-item in a chunk (chunk = WG * PER_ITEM tokens)
  *   IDS_U32   1: id rows are 4-byte aligned (read as uint words)
  *   S_WIDE    1: S is stored as ushort (6 * NBLK > 255), 0: uchar
+ *   SUFFIX    1: pkv_collide stores per-chunk SUFFIX counts (#S >= v) instead of the
+ *             per-chunk histogram, so a chunk's (#S > thr, #S == thr) is two loads
+ *   FUSED_THR 1 (needs SUFFIX): no pkv_threshold kernel: every pkv_compact work-group finds
+ *             the threshold from the row histogram and its output base from the suffix
+ *             counts of the earlier chunks (for launches of about one wave: each
+ *             work-group pays two more scans); 0: pkv_threshold writes the chunk bases
  *
  * Plan (int32 [8, B] row-major): row 0 = n_b, rows 1..6 = T_0..T_5, row 7 = C_b.
  */
 
+#ifndef FUSED_THR
+#define FUSED_THR 0
+#endif
+#ifndef SUFFIX
+#define SUFFIX 0
+#endif
+#if FUSED_THR && !SUFFIX
+#error "FUSED_THR needs SUFFIX"
+#endif
 #define NC (1 << SUB_M)
 #define NBINS (6 * NBLK + 1)
 #define CHUNK (WG * PER_ITEM)
@@ -39,20 +54,68 @@ inline ulong pkc_scan(__local ulong *tmp, ulong v, ulong *total) {
     return tmp[lid] - v;
 }
 
+/* The threshold of a row from its histogram tot[NBINS] (local) and C: the smallest value
+ * thr with #(S > thr) < C <= #(S >= thr), take = C - #(S > thr) ties at thr; C = 0 gives
+ * thr = NBINS, take = 0 (nothing selected). All work-items must call it. */
+inline void pkc_threshold(__local const uint *tot, int C, __local ulong *tmp, __local int *sh,
+                          int *thr, int *take) {
+    const int lid = (int)get_local_id(0);
+#if NBINS <= WG
+    if (lid == 0) {
+        sh[0] = NBINS;
+        sh[1] = 0;
+    }
+    { /* values in descending order, one per work-item */
+        const int v = NBINS - 1 - lid;
+        const uint x = lid < NBINS ? tot[v] : 0u;
+        ulong total;
+        const ulong above = pkc_scan(tmp, x, &total);
+        if (C > 0 && lid < NBINS && above < (ulong)C && above + x >= (ulong)C) {
+            sh[0] = v;
+            sh[1] = C - (int)above;
+        }
+    }
+#else
+    if (lid == 0) {
+        int t = NBINS, tk = 0;
+        uint cum = 0;
+        if (C > 0) {
+            for (int v = NBINS - 1; v >= 0; v--) {
+                if (cum + tot[v] >= (uint)C) {
+                    t = v;
+                    tk = C - (int)cum;
+                    break;
+                }
+                cum += tot[v];
+            }
+        }
+        sh[0] = t;
+        sh[1] = tk;
+    }
+#endif
+    barrier(CLK_LOCAL_MEM_FENCE);
+    *thr = sh[0];
+    *take = sh[1];
+}
+
 /* Bonus table per (b, h, blk): bonus[c] = #{t : before(c) < T_t}; also zeroes the row
- * histograms. Grid (NC, NBLK, B * Hkv), local (NC). */
+ * histograms and the row's Stage II state (k_hist, kh_len words per row).
+ * Grid (NC, NBLK, B * Hkv), local (NC). */
 __kernel __attribute__((reqd_work_group_size(NC, 1, 1))) void
 pkv_rank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global const uint *cnt,
          long c_off, long c_sb, long c_sh, long c_sblk, __global const int *plan, long plan_off,
-         int B, int Hkv, __global uchar *bonus, long bonus_off, __global uint *rowhist,
-         long rh_off) {
+         int B, int Hkv, __global uchar *bonus, long bonus_off, __global uint *rowhist, long rh_off,
+         __global uint *k_hist, long kh_off, int kh_len) {
     __local float sc[NC];
     __local uint ct[NC];
     const int c = (int)get_local_id(0), blk = (int)get_group_id(1), bh = (int)get_group_id(2);
     const int b = bh / Hkv, h = bh % Hkv;
-    if (blk == 0) /* the row histogram pkv_collide accumulates into */
+    if (blk == 0) { /* the row histogram pkv_collide accumulates into, Stage II's state */
         for (int v = c; v < NBINS; v += NC)
             rowhist[rh_off + (long)bh * NBINS + v] = 0;
+        for (int v = c; v < kh_len; v += NC)
+            k_hist[kh_off + (long)bh * kh_len + v] = 0;
+    }
     __global const float *q = qr + qr_off + b * qr_sb + h * qr_sh + blk * SUB_M;
     float s = 0.0f;
     for (int j = 0; j < SUB_M; j++)
@@ -120,6 +183,25 @@ pkv_collide(__global const uchar *ids, long id_off, long id_sb, long id_sh, long
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     __global uint *out = chist + ch_off + (bh * nchunks + chunk) * NBINS;
+#if SUFFIX
+    /* the chunk's histogram into hist[0 .. NBINS) (bin i is only touched by work-item i
+     * mod WG), then suffix counts #(S >= i) */
+    for (int i = lid; i < NBINS; i += WG) {
+        uint x = 0;
+        for (int q = 0; q < CSUB; q++)
+            x += hist[q * NBINS + i];
+        hist[i] = x;
+        if (x)
+            atomic_add(rowhist + rh_off + bh * NBINS + i, x);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = lid; i < NBINS; i += WG) {
+        uint x = 0;
+        for (int v = i; v < NBINS; v++)
+            x += hist[v];
+        out[i] = x;
+    }
+#else
     for (int i = lid; i < NBINS; i += WG) {
         uint x = 0;
         for (int q = 0; q < CSUB; q++)
@@ -128,6 +210,7 @@ pkv_collide(__global const uchar *ids, long id_off, long id_sb, long id_sh, long
         if (x)
             atomic_add(rowhist + rh_off + bh * NBINS + i, x);
     }
+#endif
 }
 
 /* Threshold per (b, h): the smallest value thr such that #(S > thr) < C <= #(S >= thr),
@@ -141,7 +224,7 @@ pkv_threshold(__global const uint *chist, long ch_off, int nchunks, __global con
               __global int *cinfo, long ci_off, __global int *cand, long cd_off, long cd_sb,
               long cd_sh, int fill_cand, __global uint *k_hist, long kh_off, int kh_len) {
     __local uint tot[NBINS];
-    __local int sh_thr, sh_take;
+    __local int sh[2];
     __local ulong tmp[WG];
     const int lid = (int)get_local_id(0), bh = (int)get_group_id(1);
     const int b = bh / Hkv, h = bh % Hkv;
@@ -154,41 +237,8 @@ pkv_threshold(__global const uint *chist, long ch_off, int nchunks, __global con
         tot[v] = rowhist[rh_off + (long)bh * NBINS + v];
     barrier(CLK_LOCAL_MEM_FENCE);
     const int C = clamp(plan[plan_off + 7 * B + b], 0, max_cand);
-#if NBINS <= WG
-    { /* values in descending order, one per work-item */
-        if (lid == 0) {
-            sh_thr = NBINS; /* C = 0: nothing selected */
-            sh_take = 0;
-        }
-        const int v = NBINS - 1 - lid;
-        const uint x = lid < NBINS ? tot[v] : 0u;
-        ulong total;
-        const ulong above = pkc_scan(tmp, x, &total);
-        if (C > 0 && lid < NBINS && above < (ulong)C && above + x >= (ulong)C) {
-            sh_thr = v;
-            sh_take = C - (int)above;
-        }
-    }
-#else
-    if (lid == 0) {
-        int thr = NBINS, take = 0; /* C = 0: nothing selected */
-        uint cum = 0;
-        if (C > 0) {
-            for (int v = NBINS - 1; v >= 0; v--) {
-                if (cum + tot[v] >= (uint)C) {
-                    thr = v;
-                    take = C - (int)cum;
-                    break;
-                }
-                cum += tot[v];
-            }
-        }
-        sh_thr = thr;
-        sh_take = take;
-    }
-#endif
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const int thr = sh_thr, take = sh_take;
+    int thr, take;
+    pkc_threshold(tot, C, tmp, sh, &thr, &take);
     __global int *ci = cinfo + ci_off + (long)bh * nchunks * 4;
     /* Chunks in rounds of WG: (gt, eq) per chunk, scanned in chunk order. */
     ulong carry = 0; /* gt sum in the high 32 bits, eq sum in the low 32 bits */
@@ -196,9 +246,14 @@ pkv_threshold(__global const uint *chist, long ch_off, int nchunks, __global con
         const int c = c0 + lid;
         uint gt = 0, eq = 0;
         if (c < nchunks) {
+#if SUFFIX
+            gt = thr + 1 < NBINS ? hh[(long)c * NBINS + thr + 1] : 0u;
+            eq = thr < NBINS ? hh[(long)c * NBINS + thr] - gt : 0u;
+#else
             for (int v = thr + 1; v < NBINS; v++)
                 gt += hh[(long)c * NBINS + v];
             eq = thr < NBINS ? hh[(long)c * NBINS + thr] : 0;
+#endif
         }
         ulong total;
         const ulong ex = pkc_scan(tmp, ((ulong)gt << 32) | eq, &total) + carry;
@@ -221,19 +276,53 @@ pkv_threshold(__global const uint *chist, long ch_off, int nchunks, __global con
 /* Ordered compaction of one chunk: token i is selected when S_i > thr, or S_i == thr and
  * it is among the chunk's first `ties` tokens at thr. Work-item lid takes the PER_ITEM
  * consecutive tokens chunk*CHUNK + lid*PER_ITEM + r. Writes positions zone_start + i.
- * Grid (nchunks * WG, Hkv, B), local (WG). */
+ * FUSED_THR: thr and the ties to take come from the row histogram, the chunk's output
+ * base and ties from the suffix counts of chunks 0 .. chunk (chist), and chunk 0 fills
+ * candidates [C, fill_cand) with -1; else (thr, base, ties) come from pkv_threshold
+ * (cinfo). Grid (nchunks * WG, Hkv, B), local (WG). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_compact(__global const S_T *sc, long s_off, long s_sb, long s_sh, __global const int *plan,
             long plan_off, int zone_start, int max_zone, __global const int *cinfo, long ci_off,
-            int nchunks, __global int *cand, long cd_off, long cd_sb, long cd_sh) {
+            int nchunks, __global int *cand, long cd_off, long cd_sb, long cd_sh,
+            __global const uint *chist, long ch_off, __global const uint *rowhist, long rh_off,
+            int B, int max_cand, int fill_cand) {
     __local ulong tmp[WG];
     const int lid = (int)get_local_id(0), chunk = (int)get_group_id(0);
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const int Hkv = (int)get_num_groups(1);
     const long bh = (long)b * Hkv + h;
     const int n = clamp(plan[plan_off + b], 0, max_zone);
+#if FUSED_THR
+    __local uint tot[NBINS];
+    __local int sh[2];
+    for (int v = lid; v < NBINS; v += WG)
+        tot[v] = rowhist[rh_off + bh * NBINS + v];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int C = clamp(plan[plan_off + 7 * B + b], 0, max_cand);
+    int thr, take;
+    pkc_threshold(tot, C, tmp, sh, &thr, &take);
+    /* (gt, eq) of the earlier chunks from their suffix counts */
+    __global const uint *suf = chist + ch_off + bh * nchunks * NBINS;
+    uint gt_b = 0, eq_b = 0;
+    for (int c = lid; c < chunk; c += WG) {
+        const uint a = thr + 1 < NBINS ? suf[(long)c * NBINS + thr + 1] : 0u;
+        gt_b += a;
+        eq_b += thr < NBINS ? suf[(long)c * NBINS + thr] - a : 0u;
+    }
+    ulong before;
+    pkc_scan(tmp, ((ulong)gt_b << 32) | eq_b, &before);
+    const int gt_before = (int)(before >> 32), eq_before = (int)(before & 0xffffffffu);
+    const uint own_gt = thr + 1 < NBINS ? suf[(long)chunk * NBINS + thr + 1] : 0u;
+    const int own_eq = thr < NBINS ? (int)(suf[(long)chunk * NBINS + thr] - own_gt) : 0;
+    const int base = gt_before + min(eq_before, take);
+    const int ties = clamp(take - eq_before, 0, own_eq);
+    if (chunk == 0 && fill_cand)
+        for (int j = C + lid; j < fill_cand; j += WG)
+            cand[cd_off + b * cd_sb + h * cd_sh + j] = -1;
+#else
     __global const int *ci = cinfo + ci_off + (bh * nchunks + chunk) * 4;
     const int base = ci[0], ties = ci[1], thr = ci[2];
+#endif
     __global const S_T *s = sc + s_off + b * s_sb + h * s_sh;
     const int i0 = chunk * CHUNK + lid * PER_ITEM;
     int v[PER_ITEM];

@@ -9,6 +9,10 @@
  *   KH_BITS   bits of the score key in the Stage II histogram (KH_BINS = 2^KH_BITS bins)
  *   KBUF_CAP  capacity (a power of two) of a row's buffer of scores at or above the
  *             threshold bin
+ *   KH_COARSE 1: the row state also holds a 64-bin histogram of the top 6 key bits, so
+ *             pkv_topk_collect finds the threshold bin from 64 + 64 bins instead of KH_BINS
+ *   TK_RANK   > 0: pkv_topk selects from a buffer of at most TK_RANK entries by counting
+ *             ranks (no sort); larger buffers use the bitonic sort
  *
  * Final top-k: pkv_rerank scores the candidates and histograms the top KH_BITS bits of
  * each score's order-preserving key per row (global atomics from per-work-group
@@ -25,8 +29,19 @@
 #define W_T CLKV_STORAGE(W_DTYPE)
 #define NSUB (WG >= 32 ? WG / 32 : 1) /* top-k sub-histograms */
 #define KH_BINS (1 << KH_BITS)
-#define KH_WORDS (KH_BINS + 2) /* histogram, then: appended count, count at/above thr bin */
+#define KH_CBINS 64                 /* coarse bins (top 6 key bits), used when KH_COARSE */
+#define KH_CNT (KH_BINS + KH_CBINS) /* then: appended count, count at/above the thr bin */
+#define KH_WORDS (KH_CNT + 2)
 #define KH_PER (KH_BINS > WG ? KH_BINS / WG : 1) /* bins per work-item in the bin scan */
+#ifndef KH_COARSE
+#define KH_COARSE 0
+#endif
+#ifndef TK_RANK
+#define TK_RANK 0
+#endif
+#if KH_COARSE && WG < KH_CBINS
+#error "KH_COARSE needs WG >= 64"
+#endif
 
 /* Exclusive scan of one ulong per work-item over the work-group; *total gets the sum. */
 inline ulong pkr_scan(__local ulong *tmp, ulong v, ulong *total) {
@@ -54,7 +69,7 @@ inline uint pkr_key(float x) {
 
 /* s^ of candidate j: q_norm * sum_blk w_blk * sum_j v_j q~_j (f32, in coordinate order),
  * and the row's histogram of the top KH_BITS bits of the score keys (kh: KH_WORDS words
- * per row, zeroed by pkv_threshold).
+ * per row, zeroed by pkv_rank; with KH_COARSE also the coarse bins).
  * Grid (ceil(max_cand / WG) * WG, Hkv, B), local (WG). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_rerank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global const float *qn,
@@ -109,8 +124,12 @@ pkv_rerank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __glob
     __global uint *kr = kh + kh_off + ((long)b * get_num_groups(1) + h) * KH_WORDS;
     for (int i = lid; i < (j0 < C ? KH_BINS : 0); i += WG) {
         const uint x = hist[i];
-        if (x)
+        if (x) {
             atomic_add(&kr[i], x);
+#if KH_COARSE
+            atomic_add(&kr[KH_BINS + (i >> (KH_BITS - 6))], x);
+#endif
+        }
     }
 }
 
@@ -143,10 +162,54 @@ inline int pkr_thr_bin(__global const uint *kr, __local ulong *tmp, __local int 
     return sh[0];
 }
 
+#if KH_COARSE
+/* As pkr_thr_bin from the coarse histogram (KH_CBINS bins of the top 6 key bits, right
+ * after the fine bins) and then the KH_BINS / KH_CBINS fine bins of the coarse bin found:
+ * 2 * 64 words read instead of KH_BINS. */
+inline int pkr_thr_bin_coarse(__global const uint *kr, __local ulong *tmp, __local int *sh, uint kk,
+                              uint *cnt) {
+    const int lid = (int)get_local_id(0);
+    const int fine = KH_BINS / KH_CBINS;
+    /* Defaults for a row with fewer than kk keys (C = 0: nothing found): bin 0, so the
+     * fine bins read below stay inside the row. Ordered before the scan's writes by its
+     * first barrier. */
+    if (lid == 0) {
+        sh[0] = 0;
+        sh[1] = 0;
+    }
+    /* coarse bins in descending order, one per work-item */
+    uint x = lid < KH_CBINS ? kr[KH_BINS + KH_CBINS - 1 - lid] : 0u;
+    ulong total;
+    ulong cum = pkr_scan(tmp, x, &total);
+    if (lid < KH_CBINS && cum < kk && cum + x >= kk) {
+        sh[0] = KH_CBINS - 1 - lid;
+        sh[1] = (int)cum; /* keys in the coarse bins above */
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int cb = sh[0];
+    const uint above = (uint)sh[1];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0) {
+        sh[0] = cb * fine;
+        sh[1] = (int)above;
+    }
+    /* fine bins of coarse bin cb, descending (fine <= WG: one per work-item) */
+    x = lid < fine ? kr[cb * fine + fine - 1 - lid] : 0u;
+    cum = pkr_scan(tmp, x, &total) + above;
+    if (lid < fine && cum < kk && cum + x >= kk) {
+        sh[0] = cb * fine + fine - 1 - lid;
+        sh[1] = (int)(cum + x);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    *cnt = (uint)sh[1];
+    return sh[0];
+}
+#endif
+
 /* Appends (key, candidate index) of every score whose key is in the threshold bin or
  * above to the row's buffer kbuf (KBUF_CAP ulongs per row, unordered; sorted by
  * pkv_topk); nothing when the count exceeds KBUF_CAP (pkv_topk then selects over the whole
- * row). kh[row][KH_BINS] counts the appended entries, kh[row][KH_BINS + 1] gets the count.
+ * row). kh[row][KH_CNT] counts the appended entries, kh[row][KH_CNT + 1] gets the count.
  * Grid (ceil(max_cand / WG) * WG, Hkv, B), local (WG). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_topk_collect(__global const float *cs, long cs_off, long cs_sb, long cs_sh,
@@ -165,9 +228,13 @@ pkv_topk_collect(__global const float *cs, long cs_off, long cs_sb, long cs_sh,
     /* No early return: every work-item reaches every barrier (uniform flags instead). */
     const int active = j0 < C && kk > 0;
     uint cnt = 0;
+#if KH_COARSE
+    const int t = pkr_thr_bin_coarse(kr, tmp, sh, (uint)max(kk, 1), &cnt);
+#else
     const int t = pkr_thr_bin(kr, tmp, sh, (uint)max(kk, 1), &cnt);
+#endif
     if (active && j0 == 0 && lid == 0)
-        kr[KH_BINS + 1] = cnt;
+        kr[KH_CNT + 1] = cnt;
     const int j = active && cnt <= KBUF_CAP ? j0 + lid : C;
     uint key = 0;
     if (j < C)
@@ -176,7 +243,7 @@ pkv_topk_collect(__global const float *cs, long cs_off, long cs_sb, long cs_sh,
     ulong total;
     const uint slot = (uint)pkr_scan(tmp, (ulong)take, &total); /* in index order */
     if (lid == 0 && total)
-        l_base = atomic_add(&kr[KH_BINS], (uint)total);
+        l_base = atomic_add(&kr[KH_CNT], (uint)total);
     barrier(CLK_LOCAL_MEM_FENCE);
     if (take && l_base + slot < KBUF_CAP) /* sort key: larger score, then lower index first */
         kbuf[kb_off + row * KBUF_CAP + l_base + slot] = ((ulong)(~key) << 32) | (uint)j;
@@ -225,10 +292,46 @@ pkv_topk(__global const float *cs, long cs_off, long cs_sb, long cs_sh, __global
     const long row = (long)b * get_num_groups(1) + h;
     __global const int *cd = cand + ca_off + b * ca_sb + h * ca_sh;
     __global int *out = idx + ix_off + b * ix_sb + h * ix_sh;
-    const uint nbuf = kk > 0 ? kh[kh_off + row * KH_WORDS + KH_BINS + 1] : 0u;
+    const uint nbuf = kk > 0 ? kh[kh_off + row * KH_WORDS + KH_CNT + 1] : 0u;
     /* Fast path (the buffer holds the row's keys at or above the threshold bin) or the
      * exact radix select over the row; the barriers stay in uniform loops either way. */
+#if TK_RANK
+    /* Counting rank over a small buffer: entry e's rank = #entries smaller (all distinct:
+     * the index is in the low bits); the kk best go to sel[rank], and each of them is
+     * written at its rank among the selected candidate indices (= positions ascending). */
+    __local uint sel[TK_RANK];
+    const int rank_path = kk > 0 && nbuf <= TK_RANK;
+    if (rank_path) {
+        __global const ulong *kb0 = kbuf + kb_off + row * KBUF_CAP;
+        for (int i = lid; i < (int)nbuf; i += WG)
+            big[i] = kb0[i];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (rank_path)
+        for (int i = lid; i < (int)nbuf; i += WG) {
+            const ulong e = big[i];
+            int r = 0;
+            for (int l = 0; l < (int)nbuf; l++)
+                r += big[l] < e;
+            if (r < kk)
+                sel[r] = (uint)e;
+        }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (rank_path)
+        for (int i = lid; i < kk; i += WG) {
+            const uint ji = sel[i];
+            int r = 0;
+            for (int l = 0; l < kk; l++)
+                r += sel[l] < ji;
+            out[r] = cd[ji];
+        }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int fast = kk > 0 && nbuf <= KBUF_CAP && !rank_path;
+    const int done_fast = rank_path || fast;
+#else
     const int fast = kk > 0 && nbuf <= KBUF_CAP;
+    const int done_fast = fast;
+#endif
     int n = fast ? 1 : 0;
     while (fast && n < (int)nbuf)
         n <<= 1;
@@ -247,7 +350,7 @@ pkv_topk(__global const float *cs, long cs_off, long cs_sb, long cs_sh, __global
     for (int i = lid; i < (fast ? kk : 0); i += WG)
         out[i] = cd[(int)big[i]];
     barrier(CLK_LOCAL_MEM_FENCE);
-    const int ks = fast ? 0 : kk; /* what the radix select takes */
+    const int ks = done_fast ? 0 : kk; /* what the radix select takes */
     {
         __global const float *s = cs + cs_off + b * cs_sb + h * cs_sh;
         uint prefix = 0, mask = 0, need = (uint)ks;

@@ -20,7 +20,7 @@ typedef struct sparse_plan {
     int max_len, sink, local;
     float scale;
     int group, nhg;
-    int epl, tpr, wg, unroll, vec_aligned;
+    int epl, tpr, wg, unroll, vec_aligned, sel;
     int hash_slots;
     int64_t total; /* upper bound of the attended list length of a (b, kv head) */
     int splits, chunk;
@@ -62,6 +62,24 @@ static clkv_status validate(clkv_context *ctx, const clkv_attention_sparse_args 
         return clkv__fail(ctx, CLKV_ERR_ARG_RANGE,
                           "idx: n_idx = %lld plus max_length = %lld exceeds 2^31-1 list entries",
                           (long long)NI, (long long)ml);
+    if (a->k_sel.buf || a->v_sel.buf) {
+        if (!a->k_sel.buf || !a->v_sel.buf)
+            return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "%s: k_sel and v_sel go together",
+                              a->k_sel.buf ? "v_sel" : "k_sel");
+        if (!a->idx.buf)
+            return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "idx: k_sel / v_sel need idx");
+        const int64_t want[4] = {B, Hkv, NI, D};
+        const char *why[4] = {"batch of q", "KV heads of k", "n_idx of idx", "head dim of q"};
+        for (int t = 0; t < 2; t++) {
+            const clkv_tensor *x = t == 0 ? &a->k_sel : &a->v_sel;
+            const char *name = t == 0 ? "k_sel" : "v_sel";
+            if ((st = clkv__check_tensor(ctx, x, name, 4, CLKV_DTYPE_BIT(a->k.dtype))))
+                return st;
+            for (int i = 0; i < 4; i++)
+                if ((st = clkv__check_dim(ctx, x, name, i, want[i], why[i])))
+                    return st;
+        }
+    }
     if (a->sink < 0)
         return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "sink: %lld is negative", (long long)a->sink);
     if (a->local < 0)
@@ -136,6 +154,10 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_sparse_ar
                           "sparse attention: bad geometry EPL=%d WG=%d UNROLL=%d for D=%lld",
                           p->epl, p->wg, p->unroll, (long long)p->D);
     p->vec_aligned = clkv__rows_aligned(&a->k, vw) && clkv__rows_aligned(&a->v, vw);
+    p->sel = a->k_sel.buf != NULL;
+    if (p->sel)
+        p->vec_aligned = p->vec_aligned && clkv__rows_aligned(&a->k_sel, vw) &&
+                         clkv__rows_aligned(&a->v_sel, vw);
 
     /* Duplicate detection: a local hash set of at least 2 NI slots (load <= 1/2) while
      * it fits the device's local memory next to the tile arrays (it shares its memory
@@ -245,6 +267,7 @@ clkv_status clkv_attention_sparse(clkv_context *ctx, const clkv_attention_sparse
     clkv__defs_int(&defs, "UNROLL", p.unroll);
     clkv__defs_int(&defs, "VEC_ALIGNED", p.vec_aligned);
     clkv__defs_int(&defs, "HASH_SLOTS", p.hash_slots);
+    clkv__defs_int(&defs, "SEL_ROWS", p.sel);
     cl_kernel kp, km;
     if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_sparse_partial", &kp)) ||
         (st = get_merge_kernel(ctx, args, &p, &km)))
@@ -260,6 +283,12 @@ clkv_status clkv_attention_sparse(clkv_context *ctx, const clkv_attention_sparse
                   k_sh = args->k.strides[1], k_sl = args->k.strides[2];
     const cl_long v_off = clkv__elem_offset(&args->v), v_sb = args->v.strides[0],
                   v_sh = args->v.strides[1], v_sl = args->v.strides[2];
+    /* Selected rows (SEL_ROWS); absent: k / v stand in (never read). */
+    const clkv_tensor *KS = p.sel ? &args->k_sel : &args->k, *VS = p.sel ? &args->v_sel : &args->v;
+    const cl_long ks_off = clkv__elem_offset(KS), ks_sb = KS->strides[0], ks_sh = KS->strides[1],
+                  ks_sl = KS->strides[2];
+    const cl_long vs_off = clkv__elem_offset(VS), vs_sb = VS->strides[0], vs_sh = VS->strides[1],
+                  vs_sl = VS->strides[2];
     const cl_mem len_buf = args->lengths.buf;
     const cl_long len_off = len_buf ? clkv__elem_offset(&args->lengths) : 0;
     /* Without idx the kernel still needs a valid buffer argument: it never reads it. */
@@ -271,15 +300,17 @@ clkv_status clkv_attention_sparse(clkv_context *ctx, const clkv_attention_sparse
                  sink = p.sink, local_len = p.local, Hq = (cl_int)p.Hq, G = (cl_int)p.G,
                  nhg = p.nhg, chunk = p.chunk, splits = p.splits;
     const cl_float scale_log2 = p.scale * 1.4426950408889634f;
-    st = clkv__set_args(ctx, kp, "attention_sparse_partial", 33, CLKV_ARG(args->q.buf),
-                        CLKV_ARG(q_off), CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(args->k.buf),
-                        CLKV_ARG(k_off), CLKV_ARG(k_sb), CLKV_ARG(k_sh), CLKV_ARG(k_sl),
-                        CLKV_ARG(args->v.buf), CLKV_ARG(v_off), CLKV_ARG(v_sb), CLKV_ARG(v_sh),
-                        CLKV_ARG(v_sl), CLKV_ARG(len_buf), CLKV_ARG(len_off), CLKV_ARG(has_len),
-                        CLKV_ARG(max_len), CLKV_ARG(idx_buf), CLKV_ARG(idx_off), CLKV_ARG(idx_sb),
-                        CLKV_ARG(idx_sh), CLKV_ARG(n_idx), CLKV_ARG(sink), CLKV_ARG(local_len),
-                        CLKV_ARG(Hq), CLKV_ARG(G), CLKV_ARG(nhg), CLKV_ARG(chunk), CLKV_ARG(splits),
-                        CLKV_ARG(scale_log2), CLKV_ARG(ws), CLKV_ARG(ml_off));
+    st = clkv__set_args(
+        ctx, kp, "attention_sparse_partial", 43, CLKV_ARG(args->q.buf), CLKV_ARG(q_off),
+        CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(args->k.buf), CLKV_ARG(k_off), CLKV_ARG(k_sb),
+        CLKV_ARG(k_sh), CLKV_ARG(k_sl), CLKV_ARG(args->v.buf), CLKV_ARG(v_off), CLKV_ARG(v_sb),
+        CLKV_ARG(v_sh), CLKV_ARG(v_sl), CLKV_ARG(KS->buf), CLKV_ARG(ks_off), CLKV_ARG(ks_sb),
+        CLKV_ARG(ks_sh), CLKV_ARG(ks_sl), CLKV_ARG(VS->buf), CLKV_ARG(vs_off), CLKV_ARG(vs_sb),
+        CLKV_ARG(vs_sh), CLKV_ARG(vs_sl), CLKV_ARG(len_buf), CLKV_ARG(len_off), CLKV_ARG(has_len),
+        CLKV_ARG(max_len), CLKV_ARG(idx_buf), CLKV_ARG(idx_off), CLKV_ARG(idx_sb), CLKV_ARG(idx_sh),
+        CLKV_ARG(n_idx), CLKV_ARG(sink), CLKV_ARG(local_len), CLKV_ARG(Hq), CLKV_ARG(G),
+        CLKV_ARG(nhg), CLKV_ARG(chunk), CLKV_ARG(splits), CLKV_ARG(scale_log2), CLKV_ARG(ws),
+        CLKV_ARG(ml_off));
     const cl_mem o_buf = args->o.buf, lse_buf = args->lse.buf;
     const cl_long o_off = clkv__elem_offset(&args->o), o_sb = args->o.strides[0],
                   o_sh = args->o.strides[1];
@@ -300,11 +331,11 @@ clkv_status clkv_attention_sparse(clkv_context *ctx, const clkv_attention_sparse
         const size_t lp[3] = {(size_t)p.wg, 1, 1};
         clkv__log(ctx,
                   "attention_sparse: B=%lld Hq=%lld Hkv=%lld D=%lld NI=%lld max_len=%d sink=%d "
-                  "local=%d group=%d epl=%d wg=%d unroll=%d aligned=%d hash=%d splits=%d "
-                  "chunk=%d",
+                  "local=%d group=%d epl=%d wg=%d unroll=%d aligned=%d hash=%d sel=%d "
+                  "splits=%d chunk=%d",
                   (long long)p.B, (long long)p.Hq, (long long)p.Hkv, (long long)p.D,
                   (long long)p.NI, p.max_len, p.sink, p.local, p.group, p.epl, p.wg, p.unroll,
-                  p.vec_aligned, p.hash_slots, p.splits, p.chunk);
+                  p.vec_aligned, p.hash_slots, p.sel, p.splits, p.chunk);
         st = clkv__enqueue(ctx, kp, "attention_sparse_partial", 3, gp, lp, NULL);
     }
     if (st == CLKV_OK) {

@@ -42,4 +42,14 @@ clkv_status clkv__offload_rows(clkv_context *ctx, offload_xfer op, const clkv_te
                                unsigned char *other_host, size_t other_off, size_t other_slice,
                                size_t row_bytes, cl_event *ev);
 
+/* Enqueue the copy of rows [src_t0, src_t0 + T) of sequences [b0, b1) of the device
+ * tensors k, v ([B, Hkv, *, D], the store's B, Hkv, D and dtype, any strides with rows
+ * not overlapping when T > 1) into store rows [dst_start, dst_start + T) of the same
+ * sequences (clkv_offload_write without the validation, which the caller has done: also
+ * src_t0 + T <= k/v dims[2] and dst_start + T <= capacity). Non-blocking; `done`
+ * (optional) completes with the last copy. */
+clkv_status clkv__offload_write_rows(clkv_context *ctx, clkv_offload_store *s, const clkv_tensor *k,
+                                     const clkv_tensor *v, int64_t b0, int64_t b1, int64_t src_t0,
+                                     int64_t T, int64_t dst_start, cl_event *done);
+
 #endif /* CLKV_HOST_OFFLOAD_INTERNAL_H */

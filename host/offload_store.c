@@ -298,6 +298,38 @@ static clkv_status validate_write(clkv_context *ctx, const clkv_offload_store *s
     return CLKV_OK;
 }
 
+clkv_status clkv__offload_write_rows(clkv_context *ctx, clkv_offload_store *s, const clkv_tensor *k,
+                                     const clkv_tensor *v, int64_t b0, int64_t b1, int64_t src_t0,
+                                     int64_t T, int64_t dst_start, cl_event *done) {
+    if (T == 0 || b1 <= b0)
+        return clkv__marker(ctx, done);
+    const offload_xfer op =
+        s->mode == CLKV_OFFLOAD_STAGING ? XFER_READ_TO_HOST : XFER_COPY_TO_STORE;
+    const size_t row_off = (size_t)dst_start * (size_t)s->row_bytes;
+    for (int t = 0; t < 2; t++) {
+        const clkv_tensor *src = t == 0 ? k : v;
+        for (int64_t b = b0; b < b1; b++) {
+            /* the heads of sequence b, in runs that share a buffer */
+            for (int64_t h0 = 0; h0 < s->Hkv;) {
+                const int64_t slice = b * s->Hkv + h0, bi = slice / s->spb,
+                              in_buf = slice - bi * s->spb;
+                int64_t nh = s->spb - in_buf;
+                if (nh > s->Hkv - h0)
+                    nh = s->Hkv - h0;
+                const int last = t == 1 && b == b1 - 1 && h0 + nh == s->Hkv;
+                clkv_status st = clkv__offload_rows(
+                    ctx, op, src, b, h0, nh, src_t0, T, s->buf[t][bi], s->map[t][bi],
+                    (size_t)in_buf * s->slice_bytes + row_off, (size_t)s->slice_bytes,
+                    (size_t)s->row_bytes, last ? done : NULL);
+                if (st != CLKV_OK)
+                    return st;
+                h0 += nh;
+            }
+        }
+    }
+    return CLKV_OK;
+}
+
 clkv_status clkv_offload_write(clkv_context *ctx, clkv_offload_store *s,
                                const clkv_offload_write_args *args, cl_event *done) {
     if (!ctx)
@@ -311,32 +343,6 @@ clkv_status clkv_offload_write(clkv_context *ctx, clkv_offload_store *s,
     clkv_status st = validate_write(ctx, s, args);
     if (st != CLKV_OK)
         return st;
-    const int64_t T = args->k.dims[2];
-    if (T == 0)
-        return clkv__marker(ctx, done);
-    const offload_xfer op =
-        s->mode == CLKV_OFFLOAD_STAGING ? XFER_READ_TO_HOST : XFER_COPY_TO_STORE;
-    const size_t row_off = (size_t)args->dst_start * (size_t)s->row_bytes;
-    for (int t = 0; t < 2; t++) {
-        const clkv_tensor *src = t == 0 ? &args->k : &args->v;
-        for (int64_t b = 0; b < s->B; b++) {
-            /* the heads of sequence b, in runs that share a buffer */
-            for (int64_t h0 = 0; h0 < s->Hkv;) {
-                const int64_t slice = b * s->Hkv + h0, bi = slice / s->spb,
-                              in_buf = slice - bi * s->spb;
-                int64_t nh = s->spb - in_buf;
-                if (nh > s->Hkv - h0)
-                    nh = s->Hkv - h0;
-                const int last = t == 1 && b == s->B - 1 && h0 + nh == s->Hkv;
-                st = clkv__offload_rows(ctx, op, src, b, h0, nh, 0, T, s->buf[t][bi], s->map[t][bi],
-                                        (size_t)in_buf * s->slice_bytes + row_off,
-                                        (size_t)s->slice_bytes, (size_t)s->row_bytes,
-                                        last ? done : NULL);
-                if (st != CLKV_OK)
-                    return st;
-                h0 += nh;
-            }
-        }
-    }
-    return CLKV_OK;
+    return clkv__offload_write_rows(ctx, s, &args->k, &args->v, 0, s->B, 0, args->k.dims[2],
+                                    args->dst_start, done);
 }

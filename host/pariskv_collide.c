@@ -91,12 +91,14 @@ clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_s
     clkv__defs_int(&defs, "PER_ITEM", p->per_item);
     clkv__defs_int(&defs, "IDS_U32", clkv__rows_aligned(&a->ids, 4) && p->nblk % 4 == 0);
     clkv__defs_int(&defs, "S_WIDE", p->s_wide);
-    cl_kernel kr, kc, kt, kp;
+    clkv__defs_int(&defs, "SUFFIX", !p->legacy);
+    clkv__defs_int(&defs, "FUSED_THR", p->fused_thr);
+    cl_kernel kr, kc, kt = NULL, kp;
     clkv_status st;
     k->rank = k->collide = k->threshold = k->compact = NULL;
     if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_rank", &kr)) ||
         (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_collide", &kc)) ||
-        (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_threshold", &kt)) ||
+        (!p->fused_thr && (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_threshold", &kt))) ||
         (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_compact", &kp)))
         return st;
 
@@ -133,11 +135,12 @@ clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_s
     const cl_long kh_off = (cl_long)(p->off_khist / 4);
     const cl_int kh_len = PKV_KHIST_WORDS;
 
-    if ((st = clkv__set_args(ctx, kr, "pkv_rank", 17, CLKV_ARG(QR->buf), CLKV_ARG(qr_off),
+    if ((st = clkv__set_args(ctx, kr, "pkv_rank", 20, CLKV_ARG(QR->buf), CLKV_ARG(qr_off),
                              CLKV_ARG(qr_sb), CLKV_ARG(qr_sh), CLKV_ARG(CN->buf), CLKV_ARG(c_off),
                              CLKV_ARG(c_sb), CLKV_ARG(c_sh), CLKV_ARG(c_sblk), CLKV_ARG(PL->buf),
                              CLKV_ARG(plan_off), CLKV_ARG(B), CLKV_ARG(Hkv), CLKV_ARG(ws),
-                             CLKV_ARG(bonus_off), CLKV_ARG(ws), CLKV_ARG(rh_off))) ||
+                             CLKV_ARG(bonus_off), CLKV_ARG(ws), CLKV_ARG(rh_off), CLKV_ARG(ws),
+                             CLKV_ARG(kh_off), CLKV_ARG(kh_len))) ||
         (st = clkv__set_args(
              ctx, kc, "pkv_collide", 26, CLKV_ARG(ID->buf), CLKV_ARG(id_off), CLKV_ARG(id_sb),
              CLKV_ARG(id_sh), CLKV_ARG(id_sl), CLKV_ARG(PL->buf), CLKV_ARG(plan_off), CLKV_ARG(B),
@@ -145,21 +148,22 @@ clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_s
              CLKV_ARG(ws), CLKV_ARG(s_off), CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(dbg),
              CLKV_ARG(dbg_off), CLKV_ARG(dbg_sb), CLKV_ARG(dbg_sh), CLKV_ARG(has_dbg), CLKV_ARG(ws),
              CLKV_ARG(ch_off), CLKV_ARG(nchunks), CLKV_ARG(ws), CLKV_ARG(rh_off))) ||
-        (st = clkv__set_args(ctx, kt, "pkv_threshold", 20, CLKV_ARG(ws), CLKV_ARG(ch_off),
-                             CLKV_ARG(nchunks), CLKV_ARG(ws), CLKV_ARG(rh_off), CLKV_ARG(PL->buf),
-                             CLKV_ARG(plan_off), CLKV_ARG(B), CLKV_ARG(Hkv), CLKV_ARG(max_cand),
-                             CLKV_ARG(ws), CLKV_ARG(ci_off), CLKV_ARG(cand), CLKV_ARG(cd_off),
-                             CLKV_ARG(cd_sb), CLKV_ARG(cd_sh), CLKV_ARG(fill_cand), CLKV_ARG(ws),
-                             CLKV_ARG(kh_off), CLKV_ARG(kh_len))) ||
-        (st = clkv__set_args(ctx, kp, "pkv_compact", 15, CLKV_ARG(ws), CLKV_ARG(s_off),
-                             CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(PL->buf), CLKV_ARG(plan_off),
-                             CLKV_ARG(zone_start), CLKV_ARG(max_zone), CLKV_ARG(ws),
-                             CLKV_ARG(ci_off), CLKV_ARG(nchunks), CLKV_ARG(cand), CLKV_ARG(cd_off),
-                             CLKV_ARG(cd_sb), CLKV_ARG(cd_sh))))
+        (kt && (st = clkv__set_args(
+                    ctx, kt, "pkv_threshold", 20, CLKV_ARG(ws), CLKV_ARG(ch_off), CLKV_ARG(nchunks),
+                    CLKV_ARG(ws), CLKV_ARG(rh_off), CLKV_ARG(PL->buf), CLKV_ARG(plan_off),
+                    CLKV_ARG(B), CLKV_ARG(Hkv), CLKV_ARG(max_cand), CLKV_ARG(ws), CLKV_ARG(ci_off),
+                    CLKV_ARG(cand), CLKV_ARG(cd_off), CLKV_ARG(cd_sb), CLKV_ARG(cd_sh),
+                    CLKV_ARG(fill_cand), CLKV_ARG(ws), CLKV_ARG(kh_off), CLKV_ARG(kh_len)))) ||
+        (st = clkv__set_args(
+             ctx, kp, "pkv_compact", 22, CLKV_ARG(ws), CLKV_ARG(s_off), CLKV_ARG(s_sb),
+             CLKV_ARG(s_sh), CLKV_ARG(PL->buf), CLKV_ARG(plan_off), CLKV_ARG(zone_start),
+             CLKV_ARG(max_zone), CLKV_ARG(ws), CLKV_ARG(ci_off), CLKV_ARG(nchunks), CLKV_ARG(cand),
+             CLKV_ARG(cd_off), CLKV_ARG(cd_sb), CLKV_ARG(cd_sh), CLKV_ARG(ws), CLKV_ARG(ch_off),
+             CLKV_ARG(ws), CLKV_ARG(rh_off), CLKV_ARG(B), CLKV_ARG(max_cand), CLKV_ARG(fill_cand))))
         return st;
     if ((st = clkv__check_local_mem(ctx, kr, "pkv_rank", 0)) ||
         (st = clkv__check_local_mem(ctx, kc, "pkv_collide", 0)) ||
-        (st = clkv__check_local_mem(ctx, kt, "pkv_threshold", 0)) ||
+        (kt && (st = clkv__check_local_mem(ctx, kt, "pkv_threshold", 0))) ||
         (st = clkv__check_local_mem(ctx, kp, "pkv_compact", 0)))
         return st;
     k->rank = kr;
@@ -179,17 +183,20 @@ clkv_status clkv__pariskv_stage1_enqueue(clkv_context *ctx, const pkv_search_pla
     const size_t g_thr[2] = {(size_t)p->wg, (size_t)(p->B * p->Hkv)};
     clkv__log(ctx,
               "pariskv stage1: B=%lld Hkv=%lld nblk=%lld m=%d zone=[%lld,+%lld) cand<=%lld "
-              "chunks=%d wg=%d",
+              "chunks=%d wg=%d per_item=%d legacy=%d fused_thr=%d",
               (long long)p->B, (long long)p->Hkv, (long long)p->nblk, p->m,
               (long long)p->zone_start, (long long)p->max_zone, (long long)p->max_cand, p->nchunks,
-              p->wg);
+              p->wg, p->per_item, p->legacy, p->fused_thr);
     if ((st = clkv__enqueue(ctx, k->rank, "pkv_rank", 3, g_rank, l_rank, ev ? &ev[0] : NULL)) ||
-        (st =
-             clkv__enqueue(ctx, k->collide, "pkv_collide", 3, g_chunk, l_wg, ev ? &ev[1] : NULL)) ||
-        (st =
-             clkv__enqueue(ctx, k->threshold, "pkv_threshold", 2, g_thr, l_wg, ev ? &ev[2] : NULL)))
+        (st = clkv__enqueue(ctx, k->collide, "pkv_collide", 3, g_chunk, l_wg, ev ? &ev[1] : NULL)))
         return st;
-    if (p->max_cand > 0)
+    /* The threshold kernel (chunk bases, -1 fill), then the compaction when there are
+     * candidates; fused: the compaction finds its own threshold and base (and fills the
+     * -1 tail), so it always runs. */
+    if (!p->fused_thr && (st = clkv__enqueue(ctx, k->threshold, "pkv_threshold", 2, g_thr, l_wg,
+                                             ev ? &ev[2] : NULL)))
+        return st;
+    if (p->max_cand > 0 || p->fused_thr)
         st = clkv__enqueue(ctx, k->compact, "pkv_compact", 3, g_chunk, l_wg, ev ? &ev[3] : NULL);
     return st;
 }

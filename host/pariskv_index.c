@@ -9,11 +9,18 @@
  *   n_b     = max(0, len_b - sink - tail): the zone of sequence b, [sink, sink + n_b).
  * So at every step the sparse attention's dense ranges are the first `sink` and the
  * last `tail` tokens of every sequence, and a sequence without a zone is covered by them
- * entirely. */
+ * entirely.
+ *
+ * Host-resident zone (cfg->kv_store): zone rows are copied into the store (store row =
+ * token position) as they enter the zone (prefill, flush), in the same launch sequence
+ * as their encoding; a sparse step gathers the rows of the retrieved positions from the
+ * store into k_sel / v_sel [B, Hkv, top_k, D] (index-owned device buffers) and the sparse
+ * attention reads the idx entries from there (clkv_attention_sparse_args.k_sel). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "host/offload_internal.h"
 #include "host/pariskv_retrieve_internal.h"
 
 struct clkv_pariskv_index {
@@ -26,9 +33,11 @@ struct clkv_pariskv_index {
     double beta, rho;
 
     cl_mem ids, codes, weights, counts, plan, q_rot, q_norm, idx, ends;
-    int64_t *len;  /* host lengths */
-    int64_t *zone; /* host zone lengths */
-    int64_t *old;  /* scratch: zone lengths before a flush */
+    clkv_offload_store *store; /* borrowed, or NULL */
+    cl_mem k_sel, v_sel;       /* store: gathered rows [B, Hkv, max(top_k, 1), D] */
+    int64_t *len;              /* host lengths */
+    int64_t *zone;             /* host zone lengths */
+    int64_t *old;              /* scratch: zone lengths before a flush */
     int32_t *plan_host, *ends_host;
     cl_event plan_evt; /* the last non-blocking write from plan_host / ends_host */
     int64_t tail, max_cand;
@@ -51,8 +60,8 @@ void clkv_pariskv_index_destroy(clkv_pariskv_index *x) {
         clWaitForEvents(1, &x->plan_evt);
         clReleaseEvent(x->plan_evt);
     }
-    cl_mem *bufs[] = {&x->ids,   &x->codes,  &x->weights, &x->counts, &x->plan,
-                      &x->q_rot, &x->q_norm, &x->idx,     &x->ends};
+    cl_mem *bufs[] = {&x->ids,    &x->codes, &x->weights, &x->counts, &x->plan, &x->q_rot,
+                      &x->q_norm, &x->idx,   &x->ends,    &x->k_sel,  &x->v_sel};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (*bufs[i])
             clReleaseMemObject(*bufs[i]);
@@ -107,6 +116,21 @@ static clkv_status validate_config(clkv_context *ctx, const clkv_pariskv_index_c
     if (c->levels && c->levels->m != c->m)
         return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "levels: levels->m = %d differs from m = %d",
                           (int)c->levels->m, (int)c->m);
+    const clkv_offload_store *s = c->kv_store;
+    if (s) {
+        if (s->ctx != ctx)
+            return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "kv_store: created on another context");
+        if (s->B != c->batch || s->Hkv != c->kv_heads || s->D != c->head_dim)
+            return clkv__fail(ctx, CLKV_ERR_ARG_SHAPE,
+                              "kv_store: B = %lld, Hkv = %lld, D = %lld differ from the index's "
+                              "%lld, %lld, %lld",
+                              (long long)s->B, (long long)s->Hkv, (long long)s->D,
+                              (long long)c->batch, (long long)c->kv_heads, (long long)c->head_dim);
+        if (s->cap < c->capacity)
+            return clkv__fail(ctx, CLKV_ERR_ARG_RANGE,
+                              "kv_store: capacity %lld is smaller than the index capacity %lld",
+                              (long long)s->cap, (long long)c->capacity);
+    }
     return CLKV_OK;
 }
 
@@ -161,20 +185,28 @@ clkv_status clkv_pariskv_index_create(clkv_context *ctx, const clkv_pariskv_inde
         clkv_pariskv_index_destroy(x);
         return clkv__fail(ctx, CLKV_ERR_OUT_OF_HOST_MEMORY, "index: out of host memory");
     }
+    x->store = cfg->kv_store;
     const size_t rows = (size_t)(x->B * x->Hkv);
-    const size_t sizes[9] = {rows * (size_t)(x->L * x->nblk),
-                             rows * (size_t)(x->L * x->D / 2),
-                             rows * (size_t)(x->L * x->nblk) * clkv_dtype_size(x->wdt),
-                             rows * (size_t)(x->nblk << x->m) * 4,
-                             (size_t)(8 * x->B) * 4,
-                             rows * (size_t)x->D * 4,
-                             rows * 4,
-                             rows * (size_t)(x->top_k > 0 ? x->top_k : 1) * 4,
-                             (size_t)x->B * 4};
-    cl_mem *bufs[9] = {&x->ids,   &x->codes,  &x->weights, &x->counts, &x->plan,
-                       &x->q_rot, &x->q_norm, &x->idx,     &x->ends};
-    for (int i = 0; i < 9; i++) {
+    const size_t kk = (size_t)(x->top_k > 0 ? x->top_k : 1);
+    const size_t sel_bytes =
+        x->store ? rows * kk * (size_t)x->D * clkv_dtype_size(x->store->dtype) : 0;
+    const size_t sizes[11] = {rows * (size_t)(x->L * x->nblk),
+                              rows * (size_t)(x->L * x->D / 2),
+                              rows * (size_t)(x->L * x->nblk) * clkv_dtype_size(x->wdt),
+                              rows * (size_t)(x->nblk << x->m) * 4,
+                              (size_t)(8 * x->B) * 4,
+                              rows * (size_t)x->D * 4,
+                              rows * 4,
+                              rows * kk * 4,
+                              (size_t)x->B * 4,
+                              sel_bytes,
+                              sel_bytes};
+    cl_mem *bufs[11] = {&x->ids,    &x->codes, &x->weights, &x->counts, &x->plan, &x->q_rot,
+                        &x->q_norm, &x->idx,   &x->ends,    &x->k_sel,  &x->v_sel};
+    for (int i = 0; i < 11; i++) {
         cl_int err;
+        if (sizes[i] == 0)
+            continue;
         *bufs[i] =
             clCreateBuffer(clkv_context_cl_context(ctx), CL_MEM_READ_WRITE, sizes[i], NULL, &err);
         if (err != CL_SUCCESS) {
@@ -264,17 +296,67 @@ static clkv_status check_k(clkv_context *ctx, const clkv_pariskv_index *x, const
     return CLKV_OK;
 }
 
+/* With a store, k and v must have its dtype. */
+static clkv_status check_store_dtype(clkv_context *ctx, const clkv_pariskv_index *x,
+                                     const clkv_tensor *t, const char *name) {
+    if (x->store && t->dtype != x->store->dtype)
+        return clkv__fail(ctx, CLKV_ERR_ARG_DTYPE, "%s: dtype %s differs from the kv_store's %s",
+                          name, clkv_dtype_name(t->dtype), clkv_dtype_name(x->store->dtype));
+    return CLKV_OK;
+}
+
+/* Copy the zone rows [sink + from[b], sink + x->zone[b]) of every sequence (from NULL:
+ * the whole zone) of the cache k, v into the store: one batch-wide copy when every
+ * sequence has the same range, else one per sequence with a non-empty range. */
+static clkv_status store_zone_rows(clkv_context *ctx, clkv_pariskv_index *x, const clkv_tensor *k,
+                                   const clkv_tensor *v, const int64_t *from) {
+    int same = 1;
+    for (int64_t b = 1; b < x->B; b++)
+        same = same && x->zone[b] == x->zone[0] && (!from || from[b] == from[0]);
+    for (int64_t b = 0; b < x->B; b++) {
+        const int64_t f = from ? from[b] : 0, T = x->zone[b] - f;
+        if (T <= 0) {
+            if (same)
+                break;
+            continue;
+        }
+        const clkv_status st = clkv__offload_write_rows(ctx, x->store, k, v, b, same ? x->B : b + 1,
+                                                        x->sink + f, T, x->sink + f, NULL);
+        if (st != CLKV_OK || same)
+            return st;
+    }
+    return CLKV_OK;
+}
+
 clkv_status clkv_pariskv_index_prefill(clkv_context *ctx, clkv_pariskv_index *x,
                                        const clkv_tensor *k, const int64_t *lengths) {
+    if (!ctx)
+        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
+    return clkv_pariskv_index_prefill_kv(ctx, x, k, NULL, lengths);
+}
+
+clkv_status clkv_pariskv_index_prefill_kv(clkv_context *ctx, clkv_pariskv_index *x,
+                                          const clkv_tensor *k, const clkv_tensor *v,
+                                          const int64_t *lengths) {
     if (!ctx)
         return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
     if (!x)
         return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "index: index is NULL");
     if (!k)
         return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "k: tensor pointer is NULL");
+    if (!v && x->store)
+        return clkv__fail(ctx, CLKV_ERR_ARG_NULL,
+                          "v: the index has a kv_store, so prefill needs v "
+                          "(clkv_pariskv_index_prefill_kv)");
     if (!lengths)
         return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "lengths: host lengths pointer is NULL");
     clkv_status st = check_k(ctx, x, k, "k");
+    if (st == CLKV_OK && v)
+        st = check_k(ctx, x, v, "v");
+    if (st == CLKV_OK)
+        st = check_store_dtype(ctx, x, k, "k");
+    if (st == CLKV_OK && v)
+        st = check_store_dtype(ctx, x, v, "v");
     if (st != CLKV_OK)
         return st;
     for (int64_t b = 0; b < x->B; b++)
@@ -305,7 +387,9 @@ clkv_status clkv_pariskv_index_prefill(clkv_context *ctx, clkv_pariskv_index *x,
     a.lengths = clkv_tensor_1d(x->ends, CLKV_I32, x->B);
     a.start = x->sink;
     a.end = x->sink + nmax;
-    return clkv_pariskv_encode(ctx, &a, NULL);
+    if ((st = clkv_pariskv_encode(ctx, &a, NULL)))
+        return st;
+    return x->store ? store_zone_rows(ctx, x, k, v, NULL) : CLKV_OK;
 }
 
 /* Search args over the index storage (q_rot / q_norm already computed). */
@@ -381,7 +465,7 @@ clkv_status clkv_pariskv_index_search(clkv_context *ctx, clkv_pariskv_index *x,
 
 clkv_status clkv__pariskv_index_search_profiled(clkv_context *ctx, clkv_pariskv_index *x,
                                                 const clkv_tensor *q, const clkv_tensor *idx,
-                                                cl_event ev[6]) {
+                                                cl_event ev[PKV_SEARCH_EVENTS]) {
     clkv_status st = check_q(ctx, x, q);
     if (st != CLKV_OK)
         return st;
@@ -402,7 +486,9 @@ clkv_status clkv_pariskv_index_step(clkv_context *ctx, clkv_pariskv_index *x,
     if ((st = check_q(ctx, x, &a->q)) || (st = check_k(ctx, x, &a->k, "k")) ||
         (st = check_k(ctx, x, &a->v, "v")) ||
         (st = clkv__check_tensor(ctx, &a->lengths, "lengths", 1, CLKV_DTYPE_BIT(CLKV_I32))) ||
-        (st = clkv__check_dim(ctx, &a->lengths, "lengths", 0, x->B, "index batch")))
+        (st = clkv__check_dim(ctx, &a->lengths, "lengths", 0, x->B, "index batch")) ||
+        (st = check_store_dtype(ctx, x, &a->k, "k")) ||
+        (st = check_store_dtype(ctx, x, &a->v, "v")))
         return st;
     const int64_t K = x->top_k;
     if (a->idx_out.buf &&
@@ -444,6 +530,11 @@ clkv_status clkv_pariskv_index_step(clkv_context *ctx, clkv_pariskv_index *x,
         sa.sink = x->sink;
         sa.local = tail;
         sa.scale = a->scale;
+        if (x->store && K > 0) {
+            const clkv_dtype sdt = x->store->dtype;
+            sa.k_sel = t4(x->k_sel, sdt, x->B, x->Hkv, K, x->D);
+            sa.v_sel = t4(x->v_sel, sdt, x->B, x->Hkv, K, x->D);
+        }
         if ((st = clkv_attention_sparse_workspace_size(ctx, &sa, &ws)))
             return st;
     } else {
@@ -493,6 +584,8 @@ clkv_status clkv_pariskv_index_step(clkv_context *ctx, clkv_pariskv_index *x,
                 st = clkv_pariskv_encode(ctx, &ea, NULL);
             }
         }
+        if (st == CLKV_OK && x->store)
+            st = store_zone_rows(ctx, x, &a->k, &a->v, old);
         if (st == CLKV_OK)
             st = upload_plan(ctx, x, 0);
         if (st != CLKV_OK)
@@ -502,5 +595,14 @@ clkv_status clkv_pariskv_index_step(clkv_context *ctx, clkv_pariskv_index *x,
         return clkv_attention_decode(ctx, &da, done);
     if ((st = search(ctx, x, &a->q, &idx, NULL, NULL)))
         return st;
+    if (x->store && K > 0) {
+        /* the retrieved rows from host memory (zero rows for -1 padding, never attended) */
+        clkv_offload_gather_args ga = CLKV_OFFLOAD_GATHER_ARGS_INIT;
+        ga.idx = idx;
+        ga.k_out = sa.k_sel;
+        ga.v_out = sa.v_sel;
+        if ((st = clkv_offload_gather(ctx, x->store, &ga, NULL)))
+            return st;
+    }
     return clkv_attention_sparse(ctx, &sa, done);
 }

@@ -20,6 +20,9 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
     clkv__defs_int(&defs, "CODES_U32", clkv__rows_aligned(&a->codes, 4));
     clkv__defs_int(&defs, "KH_BITS", PKV_KHIST_BITS);
     clkv__defs_int(&defs, "KBUF_CAP", PKV_KBUF_CAP);
+    /* CLKV_PARISKV_FAST_TOPK=1 (opt-in, see pkv_search_plan.fast_topk) */
+    clkv__defs_int(&defs, "KH_COARSE", p->fast_topk && p->wg2 >= 64);
+    clkv__defs_int(&defs, "TK_RANK", p->fast_topk ? PKV_TOPK_RANK_MAX : 0);
     cl_kernel kr, kc, kt;
     clkv_status st;
     k->rerank = k->collect = k->topk = NULL;
@@ -92,12 +95,13 @@ clkv_status clkv__pariskv_stage2_enqueue(clkv_context *ctx, const pkv_search_pla
         const size_t g_rr[3] = {((size_t)p->max_cand + wg - 1) / wg * wg, (size_t)p->Hkv,
                                 (size_t)p->B};
         if ((st = clkv__enqueue(ctx, k->rerank, "pkv_rerank", 3, g_rr, l_wg, ev ? &ev[0] : NULL)) ||
-            (st = clkv__enqueue(ctx, k->collect, "pkv_topk_collect", 3, g_rr, l_wg, NULL)))
+            (st = clkv__enqueue(ctx, k->collect, "pkv_topk_collect", 3, g_rr, l_wg,
+                                ev ? &ev[1] : NULL)))
             return st;
     }
     const size_t g_tk[3] = {wg, (size_t)p->Hkv, (size_t)p->B};
-    /* The top-k kernel is the last one: its event is `done` (or ev[1] when profiling). */
-    if ((st = clkv__enqueue(ctx, k->topk, "pkv_topk", 3, g_tk, l_wg, ev ? &ev[1] : done)))
+    /* The top-k kernel is the last one: its event is `done` (or ev[2] when profiling). */
+    if ((st = clkv__enqueue(ctx, k->topk, "pkv_topk", 3, g_tk, l_wg, ev ? &ev[2] : done)))
         return st;
     return ev && done ? clkv__marker(ctx, done) : CLKV_OK;
 }

@@ -5,8 +5,19 @@
 
 #include "host/pariskv_retrieve_internal.h"
 
+#include <stdlib.h>
+
 #define SEARCH_WG 256
 #define PER_ITEM 8
+/* Compaction work-groups per compute unit up to which the threshold is fused into it. */
+#define FUSED_WAVE_WGS 8
+
+/* Environment switches read per search: CLKV_PARISKV_LEGACY=1 (the previous Stage I,
+ * kept to measure against) and CLKV_PARISKV_FAST_TOPK=1 (opt-in Stage II selection). */
+static int env_flag(const char *name) {
+    const char *e = getenv(name);
+    return e && atoi(e) != 0;
+}
 
 static clkv_status check_dims(clkv_context *ctx, const clkv_tensor *t, const char *name,
                               const int64_t *want, const char *const *why, int n) {
@@ -148,6 +159,8 @@ static clkv_status validate_search(clkv_context *ctx, const clkv_pariskv_search_
                           "m: %d needs work-groups of %lld, the device allows %zu", (int)a->m,
                           (long long)nc, (size_t)ctx->info.max_work_group_size);
     p->wg = wg;
+    p->legacy = env_flag("CLKV_PARISKV_LEGACY");
+    p->fast_topk = env_flag("CLKV_PARISKV_FAST_TOPK");
     /* Stage II: the top-k runs one work-group per (b, KV head) over C_b candidates; on GPUs
      * 1024 work-items (4x fewer serial iterations per radix pass than 256). */
     int wg2 = ctx->info.kind == CLKV_DEVICE_KIND_GPU ? 1024 : SEARCH_WG;
@@ -159,6 +172,8 @@ static clkv_status validate_search(clkv_context *ctx, const clkv_pariskv_search_
     p->nchunks = (int)((max_zone + p->chunk - 1) / p->chunk);
     if (p->nchunks < 1)
         p->nchunks = 1;
+    p->fused_thr = !p->legacy && (uint64_t)(B * Hkv) * (uint64_t)p->nchunks <=
+                                     (uint64_t)FUSED_WAVE_WGS * ctx->info.compute_units;
     const size_t rows = (size_t)(B * Hkv);
     size_t off = 0;
     p->off_bonus = off;
@@ -231,8 +246,8 @@ clkv_status clkv_pariskv_search(clkv_context *ctx, const clkv_pariskv_search_arg
 }
 
 clkv_status clkv__pariskv_search_profiled(clkv_context *ctx, const clkv_pariskv_search_args *args,
-                                          cl_event ev[6]) {
-    for (int i = 0; i < 6; i++)
+                                          cl_event ev[PKV_SEARCH_EVENTS]) {
+    for (int i = 0; i < PKV_SEARCH_EVENTS; i++)
         ev[i] = NULL;
     return search_impl(ctx, args, NULL, ev);
 }

@@ -170,6 +170,78 @@ static void gen_idx(tu_rng *r, idx_mode mode, int64_t n, int64_t L, int64_t sink
     }
 }
 
+/* The same call with the idx entries' rows taken from k_sel / v_sel [B, Hkv, NI, D] (the
+ * case's layout, so NHD cases give strided rows): row i holds K/V of idx[i] when entry i
+ * is counted (first occurrence, in [s_end, l_lo)), else NaN; in the cache copies every
+ * row outside the dense ranges is NaN. So reading a wrong row from either side poisons
+ * the result, and the output must equal `o_ref_bits` (the call without k_sel) bit for
+ * bit: same values, same list order. */
+static void check_selected_rows(const scase *c, const clkv_attention_sparse_args *base,
+                                const float *k, const float *v, const int32_t *idx,
+                                const int32_t *eff, const float *o_ref_bits) {
+    const int64_t B = c->B, Hq = c->Hq, Hkv = c->Hkv, D = c->D, L = c->L, NI = c->NI;
+    const size_t nkv = (size_t)(B * Hkv * L * D), nsel = (size_t)(B * Hkv * NI * D) + 1;
+    const size_t nq = (size_t)(B * Hq * D);
+    float *k2 = (float *)tu_malloc(nkv * sizeof(float));
+    float *v2 = (float *)tu_malloc(nkv * sizeof(float));
+    float *ks = (float *)tu_malloc(nsel * sizeof(float));
+    float *vs = (float *)tu_malloc(nsel * sizeof(float));
+    float *o2 = (float *)tu_malloc(nq * sizeof(float));
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t n = eff[b], s_end = c->sink < n ? c->sink : n;
+        const int64_t l_lo = n - c->local > s_end ? n - c->local : s_end;
+        for (int64_t h = 0; h < Hkv; h++) {
+            const size_t kvrow = (size_t)((b * Hkv + h) * L);
+            for (int64_t j = 0; j < L; j++) {
+                const int dense = j < s_end || (j >= l_lo && j < n);
+                for (int64_t d = 0; d < D; d++) {
+                    const size_t e = (kvrow + (size_t)j) * (size_t)D + (size_t)d;
+                    k2[e] = dense ? k[e] : NAN;
+                    v2[e] = dense ? v[e] : NAN;
+                }
+            }
+            const int32_t *row = idx + (size_t)((b * Hkv + h) * NI);
+            for (int64_t i = 0; i < NI; i++) {
+                const int32_t t = row[i];
+                int counted = t >= s_end && t < l_lo;
+                for (int64_t r = 0; r < i && counted; r++) {
+                    counted = row[r] != t;
+                }
+                for (int64_t d = 0; d < D; d++) {
+                    const size_t e = ((size_t)((b * Hkv + h) * NI + i)) * (size_t)D + (size_t)d;
+                    const size_t src = (kvrow + (size_t)(counted ? t : 0)) * (size_t)D + (size_t)d;
+                    ks[e] = counted ? k[src] : NAN;
+                    vs[e] = counted ? v[src] : NAN;
+                }
+            }
+        }
+    }
+    clkv_attention_sparse_args a = *base;
+    const size_t kes = tu_dtype_size(c->kvdt);
+    a.k = tu_kv_tensor_offset(g_ctx, k2, c->kvdt, B, Hkv, L, D, c->layout, base->k.offset);
+    a.v = tu_kv_tensor_offset(g_ctx, v2, c->kvdt, B, Hkv, L, D, c->layout, base->v.offset);
+    a.k_sel = tu_kv_tensor_offset(g_ctx, ks, c->kvdt, B, Hkv, NI, D, c->layout, 2 * kes);
+    a.v_sel = tu_kv_tensor_offset(g_ctx, vs, c->kvdt, B, Hkv, NI, D, c->layout, 0);
+    tu_buffer_poison(g_ctx, a.o.buf, 0, tu_buffer_size(a.o.buf));
+    TU_CHECK_OK(g_ctx, clkv_attention_sparse(g_ctx, &a, NULL));
+    tu_tensor_read(g_ctx, &a.o, o2);
+    for (size_t i = 0; i < nq; i++) {
+        if (tu_f32_bits(o2[i]) != tu_f32_bits(o_ref_bits[i])) {
+            TU_FAIL("k_sel/v_sel: o flat %zu = %.9g, without k_sel %.9g (must be bit-equal)", i,
+                    (double)o2[i], (double)o_ref_bits[i]);
+        }
+    }
+    tu_release(a.k.buf);
+    tu_release(a.v.buf);
+    tu_release(a.k_sel.buf);
+    tu_release(a.v_sel.buf);
+    free(k2);
+    free(v2);
+    free(ks);
+    free(vs);
+    free(o2);
+}
+
 static void run_case(void **state) {
     const scase *c = (const scase *)*state;
     const size_t ci = (size_t)(c - g_cases);
@@ -314,6 +386,10 @@ static void run_case(void **state) {
         if (isinf(lse_ref[i / (size_t)D]) && o_got[i] != 0.0f) {
             TU_FAIL("o flat %zu = %g for an empty set, expected 0", i, (double)o_got[i]);
         }
+    }
+    /* k_sel / v_sel on every second case (each check builds another kernel variant) */
+    if (has_idx && ci % 2 == 0) {
+        check_selected_rows(c, &args, k, v, idx, eff, o_got);
     }
     const double dt = tu_now() - t0;
     printf("[ case     ] %-52s %6.2f s\n", c->name, dt);
@@ -637,6 +713,35 @@ static void test_bad_inputs(void **state) {
     a.v.strides[2] = 0;
     a.lengths = clkv_tensor_none();
     EXPECT_BAD(g_ctx, &a, CLKV_ERR_ARG_RANGE, "idx", "n_idx + max_length > 2^31-1");
+    /* k_sel / v_sel: [2, 2, 5, 64] f32 views of the k buffer */
+    a = bad_base(&f);
+    a.k_sel = clkv_tensor_4d(f.k, CLKV_F32, 2, 2, 5, 64);
+    EXPECT_BAD(g_ctx, &a, CLKV_ERR_ARG_NULL, "v_sel", "k_sel without v_sel");
+    a = bad_base(&f);
+    a.v_sel = clkv_tensor_4d(f.v, CLKV_F32, 2, 2, 5, 64);
+    EXPECT_BAD(g_ctx, &a, CLKV_ERR_ARG_NULL, "k_sel", "v_sel without k_sel");
+    a = bad_base(&f);
+    a.k_sel = clkv_tensor_4d(f.k, CLKV_F32, 2, 2, 5, 64);
+    a.v_sel = clkv_tensor_4d(f.v, CLKV_F32, 2, 2, 5, 64);
+    a.idx = clkv_tensor_none();
+    EXPECT_BAD(g_ctx, &a, CLKV_ERR_ARG_NULL, "idx", "k_sel without idx");
+    a = bad_base(&f);
+    a.k_sel = clkv_tensor_4d(f.k, CLKV_F32, 2, 2, 4, 64);
+    a.v_sel = clkv_tensor_4d(f.v, CLKV_F32, 2, 2, 5, 64);
+    EXPECT_BAD(g_ctx, &a, CLKV_ERR_ARG_SHAPE, "k_sel", "k_sel rows != n_idx");
+    a = bad_base(&f);
+    a.k_sel = clkv_tensor_4d(f.k, CLKV_F32, 2, 2, 5, 64);
+    a.v_sel = clkv_tensor_4d(f.v, CLKV_F32, 2, 1, 5, 64);
+    EXPECT_BAD(g_ctx, &a, CLKV_ERR_ARG_SHAPE, "v_sel", "v_sel kv heads");
+    a = bad_base(&f);
+    a.k_sel = clkv_tensor_4d(f.k, CLKV_F16, 2, 2, 5, 64);
+    a.v_sel = clkv_tensor_4d(f.v, CLKV_F32, 2, 2, 5, 64);
+    EXPECT_BAD(g_ctx, &a, CLKV_ERR_ARG_DTYPE, "k_sel", "k_sel dtype differs from k");
+    a = bad_base(&f);
+    a.k_sel = clkv_tensor_4d(f.k, CLKV_F32, 2, 2, 5, 64);
+    a.v_sel = clkv_tensor_4d(f.v, CLKV_F32, 2, 2, 5, 64);
+    a.v_sel.offset = 2;
+    EXPECT_BAD(g_ctx, &a, CLKV_ERR_ARG_ALIGNMENT, "v_sel", "v_sel offset not a multiple of 4");
     a = bad_base(&f);
     {
         tu_set_case("bad input: bytes NULL");

@@ -593,6 +593,29 @@ static void test_search_ties(void **state) {
     run_search_ties(0.6, 0.6);
 }
 
+/* The search's switchable paths, same bit-exact / set checks: CLKV_PARISKV_LEGACY=1 (the
+ * previous Stage I: per-chunk histograms, no fused threshold) and CLKV_PARISKV_FAST_TOPK=1
+ * (coarse threshold bin, counting-rank top-k) on a case with a separate threshold kernel
+ * (3 x 2 rows of 5 chunks), one with the fused one, and the tie cases (counting rank,
+ * bitonic and radix top-k paths). */
+static void test_search_variants(void **state) {
+    (void)state;
+    static const char *const env[2] = {"CLKV_PARISKV_LEGACY", "CLKV_PARISKV_FAST_TOPK"};
+    for (int v = 0; v < 2; v++) {
+        setenv(env[v], "1", 1);
+        printf("  %s=1\n", env[v]);
+        for (size_t i = 0; i < sizeof g_scases / sizeof g_scases[0]; i++)
+            if (strcmp(g_scases[i].name, "search_d128_m8_b3_g4_n10001") == 0 ||
+                strcmp(g_scases[i].name, "search_d128_m8_b1_g4_n6000") == 0) {
+                void *st = (void *)&g_scases[i];
+                run_search_case(&st);
+            }
+        run_search_ties(0.0, 0.0);
+        run_search_ties(0.6, 0.6);
+        unsetenv(env[v]);
+    }
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* Retrieval index: decode steps                                                        */
 /* ------------------------------------------------------------------------------------ */
@@ -877,6 +900,190 @@ static void test_index_steps(void **state) {
     free(gl);
     free(gi);
     free(gi2);
+    kv_destroy(&c);
+    tu_set_case("%s", "");
+}
+
+/* Rows [t0, t1) of (b, h) of a bf16 HND cache [B, Hkv, L, D] set to NaN. */
+static void poison_rows(const kvcache *c, cl_mem buf, int64_t b, int64_t h, int64_t t0,
+                        int64_t t1) {
+    if (t1 <= t0)
+        return;
+    const size_t n = (size_t)((t1 - t0) * c->D);
+    float *nan_rows = (float *)tu_malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        nan_rows[i] = NAN;
+    void *p = tu_pack(BF16, nan_rows, n);
+    tu_buffer_write(g_ctx, buf, (size_t)(((b * c->Hkv + h) * c->L + t0) * c->D) * 2, p, n * 2);
+    free(p);
+    free(nan_rows);
+}
+
+/* Host-resident zone (cfg.kv_store): three indexes over the same data and queries: the
+ * device-resident one, one with a kernel-read store (AUTO: zero-copy on NVIDIA and PoCL)
+ * split over 3 buffers, one with a forced staging store. Ragged batch, every step sparse,
+ * several flushes. The store-backed indexes get their own copies of the K/V cache in
+ * which every row that has entered the zone is overwritten with NaN (after prefill and
+ * after every step), so a zone row read from the cache instead of the store poisons the
+ * output. Every step's o, lse and retrieved positions must be bit-identical across the
+ * three placements (same values, same order); the device-resident index's outputs are
+ * checked against the references by index_steps. */
+static void test_index_offload(void **state) {
+    (void)state;
+    const int64_t B = 3, Hq = 8, Hkv = 2, D = 128, L = 300, K = 16;
+    const int64_t sink = 4, local = 32, update = 24;
+    tu_set_case("index offload");
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_seed(DEFAULT_SEED), 733);
+    kvcache c;
+    kv_create(&c, B, Hq, Hkv, L, D, K, BF16);
+    const size_t nkv = (size_t)(B * Hkv * L * D);
+    tu_fill_normal(&rng, c.hk, nkv, 0.0, 1.0);
+    tu_fill_normal(&rng, c.hv, nkv, 0.0, 1.0);
+    tu_round_array(BF16, c.hk, nkv);
+    tu_round_array(BF16, c.hv, nkv);
+    tu_release(c.k.buf);
+    tu_release(c.v.buf);
+    c.k = tu_kv_tensor(g_ctx, c.hk, BF16, B, Hkv, L, D, TU_HND);
+    c.v = tu_kv_tensor(g_ctx, c.hv, BF16, B, Hkv, L, D, TU_HND);
+    clkv_tensor kx[3], vx[3], ox[3], lx[3], ix[3];
+    const int64_t qd[3] = {B, Hq, D}, ld[2] = {B, Hq}, xd[3] = {B, Hkv, K};
+    for (int i = 0; i < 3; i++) {
+        kx[i] = i == 0 ? c.k : tu_kv_tensor(g_ctx, c.hk, BF16, B, Hkv, L, D, TU_HND);
+        vx[i] = i == 0 ? c.v : tu_kv_tensor(g_ctx, c.hv, BF16, B, Hkv, L, D, TU_HND);
+        ox[i] = tu_tensor_alloc(g_ctx, F32, 3, qd, 0, 0);
+        lx[i] = tu_tensor_alloc(g_ctx, F32, 2, ld, 0, 0);
+        ix[i] = tu_tensor_alloc(g_ctx, CLKV_I32, 3, xd, 0, 0);
+    }
+    clkv_offload_store *store[3] = {NULL, NULL, NULL};
+    for (int i = 1; i < 3; i++) {
+        clkv_offload_store_desc sd = CLKV_OFFLOAD_STORE_DESC_INIT;
+        sd.batch = B;
+        sd.kv_heads = Hkv;
+        sd.capacity = L + 5;
+        sd.head_dim = D;
+        sd.dtype = BF16;
+        sd.mode = i == 1 ? CLKV_OFFLOAD_AUTO : CLKV_OFFLOAD_STAGING;
+        sd.max_buffer_bytes = i == 1 ? (uint64_t)(2 * (L + 5) * D * 2) : 0;
+        TU_CHECK_OK(g_ctx, clkv_offload_store_create(g_ctx, &sd, &store[i]));
+    }
+    clkv_offload_store_info info;
+    TU_CHECK_OK(g_ctx, clkv_offload_store_get_info(store[1], &info));
+    assert_int_equal(info.num_buffers, 3);
+    assert_int_equal(info.mode, CLKV_OFFLOAD_KERNEL_READ);
+    TU_CHECK_OK(g_ctx, clkv_offload_store_get_info(store[2], &info));
+    assert_int_equal(info.mode, CLKV_OFFLOAD_STAGING);
+    clkv_pariskv_index *idx[3] = {NULL, NULL, NULL};
+    const int64_t pre[3] = {150, 60, 101};
+    int64_t poisoned[3];
+    for (int i = 0; i < 3; i++) {
+        clkv_pariskv_index_config cfg;
+        index_config(&cfg, &c, sink, local, update, K);
+        cfg.kv_store = store[i];
+        TU_CHECK_OK(g_ctx, clkv_pariskv_index_create(g_ctx, &cfg, &idx[i]));
+        if (i == 0)
+            TU_CHECK_OK(g_ctx, clkv_pariskv_index_prefill(g_ctx, idx[i], &kx[i], pre));
+        else
+            TU_CHECK_OK(g_ctx, clkv_pariskv_index_prefill_kv(g_ctx, idx[i], &kx[i], &vx[i], pre));
+    }
+    for (int64_t b = 0; b < B; b++) {
+        c.len[b] = (int32_t)pre[b];
+        poisoned[b] = sink;
+    }
+    const size_t no = (size_t)(B * Hq * D), nl = (size_t)(B * Hq), ni = (size_t)(B * Hkv * K);
+    float *go[3], *gl[3];
+    int32_t *gi[3];
+    for (int i = 0; i < 3; i++) {
+        go[i] = (float *)tu_malloc(no * sizeof(float));
+        gl[i] = (float *)tu_malloc(nl * sizeof(float));
+        gi[i] = (int32_t *)tu_malloc(ni * 4);
+    }
+    const int steps = 60;
+    int n_flush = 0;
+    for (int s = 0; s <= steps; s++) {
+        tu_set_case("index offload: step %d", s);
+        /* zone rows of the store-backed caches -> NaN (the store has them now) */
+        for (int64_t b = 0; b < B; b++) {
+            const int64_t zend = sink + clkv_pariskv_index_zone_length(idx[0], b);
+            for (int i = 1; i < 3; i++)
+                for (int64_t h = 0; h < Hkv; h++) {
+                    poison_rows(&c, kx[i].buf, b, h, poisoned[b], zend);
+                    poison_rows(&c, vx[i].buf, b, h, poisoned[b], zend);
+                }
+            if (zend > poisoned[b])
+                n_flush += b == 0 && s > 0;
+            poisoned[b] = zend > poisoned[b] ? zend : poisoned[b];
+        }
+        if (s == steps)
+            break;
+        for (int64_t b = 0; b < B; b++) {
+            const size_t row = (size_t)(((b * Hkv) * L + c.len[b]) * D);
+            for (int64_t h = 0; h < Hkv; h++) {
+                const size_t r = row + (size_t)(h * L * D);
+                void *pk = tu_pack(BF16, c.hk + r, (size_t)D);
+                void *pv = tu_pack(BF16, c.hv + r, (size_t)D);
+                for (int i = 0; i < 3; i++) {
+                    tu_buffer_write(g_ctx, kx[i].buf, r * 2, pk, (size_t)D * 2);
+                    tu_buffer_write(g_ctx, vx[i].buf, r * 2, pv, (size_t)D * 2);
+                }
+                free(pk);
+                free(pv);
+            }
+            c.len[b]++;
+        }
+        tu_fill_normal(&rng, c.hq, (size_t)(B * Hq * D), 0.0, 1.0);
+        kv_write_q_len(&c);
+        for (int i = 0; i < 3; i++) {
+            assert_int_equal(clkv_pariskv_index_next_is_sparse(idx[i]), 1);
+            clkv_pariskv_step_args a = CLKV_PARISKV_STEP_ARGS_INIT;
+            a.q = c.q;
+            a.k = kx[i];
+            a.v = vx[i];
+            a.lengths = c.lengths;
+            a.o = ox[i];
+            a.lse = lx[i];
+            a.idx_out = ix[i];
+            TU_CHECK_OK(g_ctx, clkv_pariskv_index_step(g_ctx, idx[i], &a, NULL));
+            tu_tensor_read(g_ctx, &ox[i], go[i]);
+            tu_tensor_read(g_ctx, &lx[i], gl[i]);
+            tu_buffer_read(g_ctx, ix[i].buf, 0, gi[i], ni * 4);
+        }
+        for (int i = 1; i < 3; i++) {
+            const char *what = i == 1 ? "kernel-read store" : "staging store";
+            if (memcmp(gi[i], gi[0], ni * 4) != 0)
+                TU_FAIL("%s: retrieved positions differ from the device-resident index", what);
+            for (size_t e = 0; e < no; e++)
+                if (tu_f32_bits(go[i][e]) != tu_f32_bits(go[0][e]))
+                    TU_FAIL("%s: o flat %zu = %.9g, device-resident %.9g (must be bit-equal)", what,
+                            e, (double)go[i][e], (double)go[0][e]);
+            for (size_t e = 0; e < nl; e++)
+                if (tu_f32_bits(gl[i][e]) != tu_f32_bits(gl[0][e]))
+                    TU_FAIL("%s: lse flat %zu = %.9g, device-resident %.9g", what, e,
+                            (double)gl[i][e], (double)gl[0][e]);
+        }
+        for (size_t e = 0; e < no; e++)
+            if (!isfinite(go[0][e]))
+                TU_FAIL("o flat %zu = %g is not finite", e, (double)go[0][e]);
+    }
+    printf("  index offload: %d sparse steps, %d flushes, kernel-read (3 buffers) and staging "
+           "stores bit-equal to the device-resident index\n",
+           steps, n_flush);
+    if (n_flush < 2)
+        TU_FAIL("only %d flushes: the schedule did not exercise the spill", n_flush);
+    for (int i = 0; i < 3; i++) {
+        clkv_pariskv_index_destroy(idx[i]);
+        clkv_offload_store_destroy(store[i]);
+        if (i > 0) {
+            tu_release(kx[i].buf);
+            tu_release(vx[i].buf);
+        }
+        tu_release(ox[i].buf);
+        tu_release(lx[i].buf);
+        tu_release(ix[i].buf);
+        free(go[i]);
+        free(gl[i]);
+        free(gi[i]);
+    }
     kv_destroy(&c);
     tu_set_case("%s", "");
 }
@@ -1278,6 +1485,62 @@ static void test_index_bad_inputs(void **state) {
     assert_int_equal(clkv_pariskv_index_length(ix, 2), -1);
     assert_int_equal(clkv_pariskv_index_next_is_sparse(NULL), -1);
     clkv_pariskv_index_destroy(ix);
+
+    /* kv_store: a store that does not match the index, prefill without v, dtypes */
+    clkv_offload_store_desc sd = CLKV_OFFLOAD_STORE_DESC_INIT;
+    sd.batch = 2;
+    sd.kv_heads = 2;
+    sd.capacity = 40;
+    sd.head_dim = 128;
+    sd.dtype = BF16;
+    clkv_offload_store *sgood = NULL, *sbad = NULL;
+    TU_CHECK_OK(g_ctx, clkv_offload_store_create(g_ctx, &sd, &sgood));
+#define STORE_BAD(mut, want, label)                                                                \
+    do {                                                                                           \
+        clkv_offload_store_desc d2 = sd;                                                           \
+        mut;                                                                                       \
+        TU_CHECK_OK(g_ctx, clkv_offload_store_create(g_ctx, &d2, &sbad));                          \
+        cfg = base;                                                                                \
+        cfg.kv_store = sbad;                                                                       \
+        ix = (clkv_pariskv_index *)(uintptr_t)1;                                                   \
+        expect_reject(clkv_pariskv_index_create(g_ctx, &cfg, &ix), want, "kv_store", NULL, NULL,   \
+                      label);                                                                      \
+        assert_null(ix);                                                                           \
+        clkv_offload_store_destroy(sbad);                                                          \
+    } while (0)
+    STORE_BAD(d2.batch = 1, CLKV_ERR_ARG_SHAPE, "kv_store batch");
+    STORE_BAD(d2.kv_heads = 1, CLKV_ERR_ARG_SHAPE, "kv_store kv heads");
+    STORE_BAD(d2.head_dim = 64, CLKV_ERR_ARG_SHAPE, "kv_store head dim");
+    STORE_BAD(d2.capacity = 39, CLKV_ERR_ARG_RANGE, "kv_store capacity < index capacity");
+#undef STORE_BAD
+    cfg = base;
+    cfg.kv_store = sgood;
+    TU_CHECK_OK(g_ctx, clkv_pariskv_index_create(g_ctx, &cfg, &ix));
+    expect_reject(clkv_pariskv_index_prefill(g_ctx, ix, &c.k, lens), CLKV_ERR_ARG_NULL, "v", NULL,
+                  NULL, "prefill of a store-backed index without v");
+    clkv_tensor vb2 = c.v;
+    vb2.dims[1] = 1;
+    expect_reject(clkv_pariskv_index_prefill_kv(g_ctx, ix, &c.k, &vb2, lens), CLKV_ERR_ARG_SHAPE,
+                  "v", NULL, NULL, "prefill_kv v dims");
+    clkv_tensor kf16 = c.k;
+    kf16.dtype = F16;
+    expect_reject(clkv_pariskv_index_prefill_kv(g_ctx, ix, &kf16, &c.v, lens), CLKV_ERR_ARG_DTYPE,
+                  "k", NULL, NULL, "prefill_kv k not the store's dtype");
+    expect_reject(clkv_pariskv_index_prefill_kv(NULL, ix, &c.k, &c.v, lens), CLKV_ERR_ARG_NULL,
+                  "ctx", NULL, NULL, "prefill_kv ctx NULL");
+    expect_reject(clkv_pariskv_index_prefill_kv(g_ctx, NULL, &c.k, &c.v, lens), CLKV_ERR_ARG_NULL,
+                  "index", NULL, NULL, "prefill_kv index NULL");
+    TU_CHECK_OK(g_ctx, clkv_pariskv_index_prefill_kv(g_ctx, ix, &c.k, &c.v, lens));
+    {
+        clkv_pariskv_step_args s2 = sb;
+        s2.v.dtype = F16;
+        cl_event ev_ = NULL;
+        expect_reject(clkv_pariskv_index_step(g_ctx, ix, &s2, &ev_), CLKV_ERR_ARG_DTYPE, "v",
+                      c.o.buf, ev_, "step v not the store's dtype");
+        assert_int_equal(clkv_pariskv_index_length(ix, 0), 30);
+    }
+    clkv_pariskv_index_destroy(ix);
+    clkv_offload_store_destroy(sgood);
     kv_destroy(&c);
     tu_set_case("%s", "");
 }
@@ -1299,8 +1562,12 @@ int main(void) {
     }
     tests[n].name = "search_ties";
     tests[n++].test_func = test_search_ties;
+    tests[n].name = "search_variants";
+    tests[n++].test_func = test_search_variants;
     tests[n].name = "index_steps";
     tests[n++].test_func = test_index_steps;
+    tests[n].name = "index_offload";
+    tests[n++].test_func = test_index_offload;
     tests[n].name = "plan_bad_inputs";
     tests[n++].test_func = test_plan_bad_inputs;
     tests[n].name = "search_bad_inputs";

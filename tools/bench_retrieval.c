@@ -22,10 +22,12 @@ void usage_bench_retrieval(FILE *f) {
             "  select     candidate threshold + ordered compaction\n"
             "  rerank     Stage II RSQ-IP scores + final top-k\n"
             "            (these three: kernel time from OpenCL profiling events)\n"
-            "  search     clkv_pariskv_index_search: query transform + the six kernels\n"
+            "  search     clkv_pariskv_index_search: query transform + the search kernels\n"
             "  sparse     clkv_attention_sparse over sink + top-k + local\n"
-            "  step       clkv_pariskv_index_step: append, search, sparse attention\n"
-            "            (these three: host clock around --iters back-to-back calls)\n"
+            "  gather     --offload only: clkv_offload_gather of the top-k rows (K and V) from\n"
+            "             the host-resident store\n"
+            "  step       clkv_pariskv_index_step: append, search, (gather,) sparse attention\n"
+            "            (these four: host clock around --iters back-to-back calls)\n"
             "\n"
             "options (lists are comma-separated):\n"
             "  --batch N           sequences B                      (default 1)\n"
@@ -38,6 +40,10 @@ void usage_bench_retrieval(FILE *f) {
             "  --iters N           calls per timed batch            (default 20)\n"
             "  --repeats N         timed batches / profiled runs    (default 11)\n"
             "  --device SEL        device selector (default: $CLKV_DEVICE, first GPU, first CPU)\n"
+            "  --offload           retrieval zone K/V in a host-resident store (cfg.kv_store,\n"
+            "                      clkv_offload_store_create AUTO: zero-copy on NVIDIA)\n"
+            "  --per-kernel        also print each search kernel's median time (profiling\n"
+            "                      events; 0 = not enqueued on this path)\n"
             "\n"
             "The zone is len - 4 - 512 tokens (sink 4, local 512); (beta, rho) follow the length\n"
             "schedule, so C = 0.1 * zone candidates beyond 30K tokens.\n");
@@ -49,6 +55,7 @@ typedef struct retr_opts {
     int64_t batch, hq, hkv, dim, top_k, iters, repeats;
     clkv_dtype dtype;
     const char *device;
+    int offload, per_kernel;
 } retr_opts;
 
 static int parse_opts(int argc, char **argv, retr_opts *o) {
@@ -64,6 +71,8 @@ static int parse_opts(int argc, char **argv, retr_opts *o) {
     o->repeats = 11;
     o->dtype = CLKV_BF16;
     o->device = NULL;
+    o->offload = 0;
+    o->per_kernel = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int m, bad = 0;
@@ -89,6 +98,10 @@ static int parse_opts(int argc, char **argv, retr_opts *o) {
             bad = m < 0 || parse_int("--repeats", v, 1, 1000, &o->repeats) != 0;
         } else if ((m = opt_value(argc, argv, &i, "--dtype", &v)) != 0) {
             bad = m < 0 || parse_float_dtype("--dtype", v, &o->dtype) != 0;
+        } else if (strcmp(argv[i], "--offload") == 0) {
+            o->offload = 1;
+        } else if (strcmp(argv[i], "--per-kernel") == 0) {
+            o->per_kernel = 1;
         } else if ((m = opt_value(argc, argv, &i, "--device", &v)) != 0) {
             bad = m < 0;
             o->device = v;
@@ -118,28 +131,36 @@ static double span(cl_event a, cl_event b) {
 }
 
 typedef struct retr_result {
-    double collide, select, rerank, search, sparse, step; /* seconds, medians */
+    double collide, select, rerank, search, sparse, gather, step; /* seconds, medians */
+    double kernel[PKV_SEARCH_EVENTS]; /* each search kernel alone (0: not enqueued) */
     int64_t zone, cand;
 } retr_result;
 
-/* Each stage's median over `repeats` profiled searches. */
+static const char *const KERNEL_NAMES[PKV_SEARCH_EVENTS] = {
+    "rank", "collide", "threshold", "compact", "rerank", "collect", "topk"};
+
+/* Each stage's (and kernel's) median over `repeats` profiled searches. */
 static clkv_status profile_stages(clkv_context *ctx, clkv_pariskv_index *ix, const clkv_tensor *q,
                                   const clkv_tensor *idx, int repeats, retr_result *r) {
-    double *t = (double *)calloc((size_t)repeats * 3, sizeof(double));
+    enum { NT = 3 + PKV_SEARCH_EVENTS };
+    double *t = (double *)calloc((size_t)repeats * NT, sizeof(double));
     if (!t)
         return CLKV_ERR_OUT_OF_HOST_MEMORY;
     clkv_status st = CLKV_OK;
     for (int i = 0; i < repeats && st == CLKV_OK; i++) {
-        cl_event ev[6];
+        cl_event ev[PKV_SEARCH_EVENTS];
         st = clkv__pariskv_index_search_profiled(ctx, ix, q, idx, ev);
         if (st == CLKV_OK)
             st = clkv_context_finish(ctx);
         if (st == CLKV_OK) {
+            /* stages: rank..collide, threshold..compact, rerank..top-k */
             t[i] = span(ev[0], ev[1]);
-            t[repeats + i] = span(ev[2], ev[3] ? ev[3] : ev[2]);
-            t[2 * repeats + i] = span(ev[4] ? ev[4] : ev[5], ev[5]);
+            t[repeats + i] = span(ev[2] ? ev[2] : ev[3], ev[3] ? ev[3] : ev[2]);
+            t[2 * repeats + i] = span(ev[4] ? ev[4] : ev[6], ev[6]);
+            for (int e = 0; e < PKV_SEARCH_EVENTS; e++)
+                t[(3 + e) * repeats + i] = span(ev[e], ev[e]);
         }
-        for (int e = 0; e < 6; e++)
+        for (int e = 0; e < PKV_SEARCH_EVENTS; e++)
             if (ev[e])
                 clReleaseEvent(ev[e]);
     }
@@ -147,6 +168,8 @@ static clkv_status profile_stages(clkv_context *ctx, clkv_pariskv_index *ix, con
         r->collide = tool_median(t, repeats);
         r->select = tool_median(t + repeats, repeats);
         r->rerank = tool_median(t + 2 * repeats, repeats);
+        for (int e = 0; e < PKV_SEARCH_EVENTS; e++)
+            r->kernel[e] = tool_median(t + (3 + e) * repeats, repeats);
     }
     free(t);
     return st;
@@ -183,6 +206,8 @@ typedef struct retr_state {
     clkv_pariskv_index *ix;
     clkv_tensor q, idx;
     clkv_attention_sparse_args sparse;
+    clkv_offload_store *store;
+    clkv_offload_gather_args gather;
     clkv_pariskv_step_args step;
     cl_mem lengths;
     int32_t *step_lens; /* [steps][B]: the device lengths of each step */
@@ -198,6 +223,12 @@ static clkv_status call_search(clkv_context *ctx, void *u, int i) {
 static clkv_status call_sparse(clkv_context *ctx, void *u, int i) {
     (void)i;
     return clkv_attention_sparse(ctx, &((retr_state *)u)->sparse, NULL);
+}
+
+static clkv_status call_gather(clkv_context *ctx, void *u, int i) {
+    (void)i;
+    retr_state *s = (retr_state *)u;
+    return clkv_offload_gather(ctx, s->store, &s->gather, NULL);
 }
 
 static clkv_status call_step(clkv_context *ctx, void *u, int i) {
@@ -223,7 +254,7 @@ static clkv_status run_len(clkv_context *ctx, const retr_opts *o, int64_t len, r
     int32_t *lens = (int32_t *)calloc((size_t)o->batch, sizeof(int32_t));
     int64_t *hl = (int64_t *)calloc((size_t)o->batch, sizeof(int64_t));
     s.step_lens = (int32_t *)calloc((size_t)(steps * o->batch), sizeof(int32_t));
-    cl_mem idx_buf = NULL;
+    cl_mem idx_buf = NULL, sel_buf[2] = {NULL, NULL};
     clkv_status st = (lens && hl && s.step_lens) ? CLKV_OK : CLKV_ERR_OUT_OF_HOST_MEMORY;
     for (int64_t b = 0; st == CLKV_OK && b < o->batch; b++) {
         lens[b] = (int32_t)len;
@@ -242,12 +273,28 @@ static clkv_status run_len(clkv_context *ctx, const retr_opts *o, int64_t len, r
     cfg.head_dim = o->dim;
     cfg.capacity = sh.L;
     cfg.top_k = o->top_k;
+    if (st == CLKV_OK && o->offload) {
+        clkv_offload_store_desc sd = CLKV_OFFLOAD_STORE_DESC_INIT;
+        sd.batch = o->batch;
+        sd.kv_heads = o->hkv;
+        sd.capacity = sh.L;
+        sd.head_dim = o->dim;
+        sd.dtype = o->dtype;
+        st = clkv_offload_store_create(ctx, &sd, &s.store);
+        cfg.kv_store = s.store;
+        clkv_offload_store_info info;
+        if (st == CLKV_OK && clkv_offload_store_get_info(s.store, &info) == CLKV_OK)
+            fprintf(stderr,
+                    "[bench] offload store: %s, host_nv=%d, %d buffer(s) per tensor, %.2f GiB\n",
+                    info.mode == CLKV_OFFLOAD_STAGING ? "staging" : "kernel-read", info.host_nv,
+                    info.num_buffers, (double)info.bytes / (1024.0 * 1024.0 * 1024.0));
+    }
     if (st == CLKV_OK)
         st = clkv_pariskv_index_create(ctx, &cfg, &s.ix);
     clkv_attention_decode_args da;
     tool_decode_args(&sh, &bufs, sh.L, 0, &da);
     if (st == CLKV_OK)
-        st = clkv_pariskv_index_prefill(ctx, s.ix, &da.k, hl);
+        st = clkv_pariskv_index_prefill_kv(ctx, s.ix, &da.k, &da.v, hl);
     if (st == CLKV_OK) {
         cl_int err;
         idx_buf = clCreateBuffer(clkv_context_cl_context(ctx), CL_MEM_READ_WRITE,
@@ -284,6 +331,21 @@ static clkv_status run_len(clkv_context *ctx, const retr_opts *o, int64_t len, r
         s.sparse = sa;
         st = time_calls(ctx, call_sparse, &s, (int)o->iters, (int)o->repeats, &r->sparse);
     }
+    if (st == CLKV_OK && o->offload) {
+        const size_t bytes =
+            (size_t)(o->batch * o->hkv * o->top_k * o->dim) * clkv_dtype_size(o->dtype);
+        for (int t = 0; t < 2 && st == CLKV_OK; t++) {
+            cl_int err;
+            sel_buf[t] =
+                clCreateBuffer(clkv_context_cl_context(ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+            st = err;
+        }
+        s.gather.idx = s.idx;
+        s.gather.k_out = clkv_tensor_4d(sel_buf[0], o->dtype, o->batch, o->hkv, o->top_k, o->dim);
+        s.gather.v_out = clkv_tensor_4d(sel_buf[1], o->dtype, o->batch, o->hkv, o->top_k, o->dim);
+        if (st == CLKV_OK)
+            st = time_calls(ctx, call_gather, &s, (int)o->iters, (int)o->repeats, &r->gather);
+    }
     if (st == CLKV_OK) {
         clkv_pariskv_step_args sa = CLKV_PARISKV_STEP_ARGS_INIT;
         sa.q = da.q;
@@ -296,8 +358,12 @@ static clkv_status run_len(clkv_context *ctx, const retr_opts *o, int64_t len, r
     }
     clkv_context_finish(ctx);
     clkv_pariskv_index_destroy(s.ix);
+    clkv_offload_store_destroy(s.store);
     if (idx_buf)
         clReleaseMemObject(idx_buf);
+    for (int t = 0; t < 2; t++)
+        if (sel_buf[t])
+            clReleaseMemObject(sel_buf[t]);
     tool_decode_free(&bufs);
     free(lens);
     free(hl);
@@ -320,12 +386,13 @@ int bench_retrieval(int argc, char **argv) {
     const clkv_device_info *info = clkv_context_device_info(ctx);
     printf("device: %s | %s | driver %s | %u CUs\n", info->device_name, info->platform_name,
            info->driver_version, info->compute_units);
-    printf("retrieval: B=%lld Hq=%lld Hkv=%lld D=%lld %s, top_k=%lld, sink 4, local 512; "
-           "medians in us\n",
+    printf("retrieval: B=%lld Hq=%lld Hkv=%lld D=%lld %s, top_k=%lld, sink 4, local 512, zone "
+           "K/V in %s; medians in us\n",
            (long long)o.batch, (long long)o.hq, (long long)o.hkv, (long long)o.dim,
-           clkv_dtype_name(o.dtype), (long long)o.top_k);
-    printf("%9s %9s %8s %9s %9s %9s %9s %9s %9s\n", "len", "zone", "cand", "collide", "select",
-           "rerank", "search", "sparse", "step");
+           clkv_dtype_name(o.dtype), (long long)o.top_k,
+           o.offload ? "host memory (--offload)" : "device memory");
+    printf("%9s %9s %8s %9s %9s %9s %9s %9s %9s %9s\n", "len", "zone", "cand", "collide", "select",
+           "rerank", "search", "sparse", "gather", "step");
     fflush(stdout);
     int failed = 0;
     for (int i = 0; i < o.nlen; i++) {
@@ -337,9 +404,20 @@ int bench_retrieval(int argc, char **argv) {
             failed = 1;
             continue;
         }
-        printf("%9lld %9lld %8lld %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f\n", (long long)o.len[i],
+        char gather[32];
+        if (o.offload)
+            snprintf(gather, sizeof gather, "%.1f", r.gather * 1e6);
+        else
+            snprintf(gather, sizeof gather, "-");
+        printf("%9lld %9lld %8lld %9.1f %9.1f %9.1f %9.1f %9.1f %9s %9.1f\n", (long long)o.len[i],
                (long long)r.zone, (long long)r.cand, r.collide * 1e6, r.select * 1e6,
-               r.rerank * 1e6, r.search * 1e6, r.sparse * 1e6, r.step * 1e6);
+               r.rerank * 1e6, r.search * 1e6, r.sparse * 1e6, gather, r.step * 1e6);
+        if (o.per_kernel) {
+            printf("%9s kernels:", "");
+            for (int e = 0; e < PKV_SEARCH_EVENTS; e++)
+                printf(" %s %.1f", KERNEL_NAMES[e], r.kernel[e] * 1e6);
+            printf("\n");
+        }
         fflush(stdout);
     }
     clkv_context_destroy(ctx);

@@ -217,6 +217,18 @@ clkv_status clkv_attention_window_workspace_size(clkv_context *ctx,
  * The summation order depends on list positions, so the same set given in another order
  * agrees within f32 rounding, and the same call repeated is bit-identical.
  * Scratch memory comes from the context's workspace (clkv_attention_sparse_workspace_size).
+ *
+ * Selected rows from elsewhere (optional, k_sel / v_sel): when k_sel.buf is set, the K/V
+ * row of idx entry i is read from k_sel[b, g, i] / v_sel[b, g, i] instead of
+ * k[b, g, idx[b, g, i]] / v[b, g, idx[b, g, i]] (e.g. rows gathered from a host-resident
+ * store by clkv_offload_gather with the same idx); the dense ranges still come from k / v.
+ * Which entries count (range, dense-range overlap, duplicates) is still decided by the idx
+ * VALUES exactly as above, and a duplicate entry's row is never read, so only the rows of
+ * counted entries need to be valid. The list order and arithmetic are unchanged: with
+ * k_sel[b, g, i] == k[b, g, idx[b, g, i]] (same for v) the result is bit-identical to the
+ * call without k_sel. Shapes: k_sel, v_sel [B, Hkv, NI, D], the dtype of k, any strides;
+ * both or neither; they need idx. Zero-initialised fields (the INIT macro, or code written
+ * before these fields existed that zero-initialises the struct) mean "absent".
  */
 typedef struct clkv_attention_sparse_args {
     clkv_tensor q;
@@ -233,18 +245,25 @@ typedef struct clkv_attention_sparse_args {
     int64_t local;
     /* Softmax scale; 0 means 1/sqrt(D). Must be finite. */
     float scale;
+    /* Optional rows of the idx entries [B, Hkv, NI, D] (see above); buf NULL: absent. */
+    clkv_tensor k_sel;
+    clkv_tensor v_sel;
 } clkv_attention_sparse_args;
 
 #define CLKV_ATTENTION_SPARSE_ARGS_INIT                                                            \
     {                                                                                              \
         .q = {0}, .k = {0}, .v = {0}, .lengths = {0}, .idx = {0}, .o = {0}, .lse = {0},            \
-        .max_length = -1, .sink = 0, .local = 0, .scale = 0.0f                                     \
+        .max_length = -1, .sink = 0, .local = 0, .scale = 0.0f, .k_sel = {0}, .v_sel = {           \
+            0                                                                                      \
+        }                                                                                          \
     }
 
 /* Validate `args` and enqueue sparse decode attention; `done` (optional) receives the
  * completion event. Errors (nothing enqueued, nothing written) as clkv_attention_decode,
- * plus: CLKV_ERR_ARG_DTYPE (idx not i32), CLKV_ERR_ARG_SHAPE (idx not [B, Hkv, NI]),
- * CLKV_ERR_ARG_RANGE (negative sink or local; max_length + n_idx > 2^31-1). */
+ * plus: CLKV_ERR_ARG_DTYPE (idx not i32; k_sel / v_sel not the dtype of k),
+ * CLKV_ERR_ARG_SHAPE (idx not [B, Hkv, NI]; k_sel / v_sel not [B, Hkv, NI, D]),
+ * CLKV_ERR_ARG_NULL (only one of k_sel / v_sel; k_sel without idx), CLKV_ERR_ARG_RANGE
+ * (negative sink or local; max_length + n_idx > 2^31-1). */
 clkv_status clkv_attention_sparse(clkv_context *ctx, const clkv_attention_sparse_args *args,
                                   cl_event *done);
 

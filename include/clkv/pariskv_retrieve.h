@@ -46,6 +46,7 @@
 
 #include "clkv/attention.h"
 #include "clkv/context.h"
+#include "clkv/offload.h"
 #include "clkv/pariskv.h"
 #include "clkv/status.h"
 #include "clkv/tensor.h"
@@ -111,8 +112,11 @@ clkv_status clkv_pariskv_plan(const int64_t *n, int64_t B, int64_t top_k, double
  * the plan's n_b <= max_zone and C_b <= max_candidates (the host bounds size the launch;
  * larger device values are clamped to them).
  *
- * Work: 6 kernels (rank, collide+histogram, threshold, compaction, rerank, top-k); scratch
- * from the context workspace (clkv_pariskv_search_workspace_size). Nothing blocks.
+ * Work: 7 kernels (centroid rank, collide + histogram, threshold, compaction, rerank,
+ * threshold-bin collection, top-k), 6 when the compaction work-groups fit in about one
+ * wave (at most 8 per compute unit: then each finds the threshold and its output base
+ * itself); scratch from the context workspace (clkv_pariskv_search_workspace_size).
+ * Nothing blocks.
  */
 typedef struct clkv_pariskv_search_args {
     clkv_tensor q_rot;
@@ -192,6 +196,33 @@ clkv_status clkv_pariskv_search_workspace_size(clkv_context *ctx,
  * KV head). The caller writes the new
  * token's K/V at position len_b (the length before the step) and keeps a device lengths
  * buffer [B] that equals the index's lengths (clkv_pariskv_index_length) at every call.
+ *
+ * Host-resident retrieval zone (cfg.kv_store, SPEC §4 Offload). NULL (default): every row
+ * is read from the caller's device cache, as above. Non-NULL: a store made by
+ * clkv_offload_store_create on the same context with the index's B, Hkv, D, a capacity
+ * >= the index capacity, and the dtype of the K/V cache (checked at prefill and each
+ * step). The caller owns the store (create it before the index, destroy it after); the
+ * index writes it and reads it, nothing else should write it while the index is used.
+ *   Layout: store row t of (b, h) = token position t of sequence b, KV head h; only
+ *   the zone positions [s_b, s_b + n_b) are written (and read).
+ *   Writes: the zone rows of the cache are copied into the store when they enter the
+ *   zone: at prefill (clkv_pariskv_index_prefill_kv, which therefore needs v) and when
+ *   a step flushes the update buffer (the spilled rows), enqueued right after their
+ *   encoding (device-to-host copies; no blocking).
+ *   Reads: a sparse step gathers the rows of the retrieved positions idx from the store
+ *   (clkv_offload_gather: on NVIDIA a kernel reading the host-located buffers directly,
+ *   zero-copy; on devices without kernel-readable host memory a CPU copy of the
+ *   selected rows into a pinned staging area plus one write per sequence, which reads
+ *   idx back and so waits for the search) into index-owned device buffers
+ *   [B, Hkv, top_k, D] (extra device memory: 2 * B * Hkv * top_k * D * element size), and
+ *   the sparse attention reads those rows for the idx entries
+ *   (clkv_attention_sparse_args.k_sel / v_sel) and the sink and dense tail (local window +
+ *   update buffer) from the device cache.
+ *   So after a token has entered the zone (the step or prefill that moved it has been
+ *   enqueued), sparse steps never read its cache row again; dense steps (below the
+ *   dense threshold) still attend the whole cache, and the cache must hold a token until
+ *   it has entered the zone. Results are bit-identical to the same index without a
+ *   store (the attention sees the same values in the same order).
  */
 typedef struct clkv_pariskv_index clkv_pariskv_index;
 
@@ -215,6 +246,8 @@ typedef struct clkv_pariskv_index_config {
      * path whose zone is empty attends its dense ranges only, which is its whole
      * prefix). */
     int64_t dense_min;
+    /* Host-resident store of the zone's K/V (see above), borrowed; NULL: device cache. */
+    clkv_offload_store *kv_store;
 } clkv_pariskv_index_config;
 
 #define CLKV_PARISKV_INDEX_CONFIG_INIT                                                             \
@@ -224,14 +257,15 @@ typedef struct clkv_pariskv_index_config {
         .weight_dtype = CLKV_F16, .sink = CLKV_PARISKV_DEFAULT_SINK,                               \
         .local = CLKV_PARISKV_DEFAULT_LOCAL, .update = CLKV_PARISKV_DEFAULT_UPDATE,                \
         .top_k = CLKV_PARISKV_DEFAULT_TOP_K, .beta = 0.0, .rho = 0.0,                              \
-        .dense_min = CLKV_PARISKV_DENSE_MIN                                                        \
+        .dense_min = CLKV_PARISKV_DENSE_MIN, .kv_store = NULL                                      \
     }
 
 /* Create an index (allocates its device buffers; counts zeroed). *out = NULL on error.
  * Errors: CLKV_ERR_ARG_NULL, CLKV_ERR_ARG_RANGE (a config field out of range: batch,
- * heads, capacity, sink/local/update/top_k < 0, update < 1, beta/rho),
- * CLKV_ERR_ARG_SHAPE (Hq % Hkv), CLKV_ERR_ARG_UNSUPPORTED (D), CLKV_ERR_ARG_DTYPE
- * (weight_dtype), OpenCL allocation errors. */
+ * heads, capacity, sink/local/update/top_k < 0, update < 1, beta/rho; kv_store of another
+ * context or with a capacity below the index's), CLKV_ERR_ARG_SHAPE (Hq % Hkv; kv_store
+ * B, Hkv or D differ), CLKV_ERR_ARG_UNSUPPORTED (D), CLKV_ERR_ARG_DTYPE (weight_dtype),
+ * OpenCL allocation errors. */
 clkv_status clkv_pariskv_index_create(clkv_context *ctx, const clkv_pariskv_index_config *cfg,
                                       clkv_pariskv_index **out);
 
@@ -242,9 +276,19 @@ void clkv_pariskv_index_destroy(clkv_pariskv_index *index);
 /* Prefill: lengths[b] (host, 0 <= lengths[b] <= capacity) tokens of k [B, Hkv, L, D]
  * (f32 | f16 | bf16, L == capacity, any strides) are in the cache. Resets the index and
  * encodes every zone in bulk. Errors as clkv_pariskv_encode plus CLKV_ERR_ARG_RANGE
- * (a length). */
+ * (a length), and CLKV_ERR_ARG_NULL ("v") for an index with a kv_store (it needs the
+ * values: use clkv_pariskv_index_prefill_kv). */
 clkv_status clkv_pariskv_index_prefill(clkv_context *ctx, clkv_pariskv_index *index,
                                        const clkv_tensor *k, const int64_t *lengths);
+
+/* Prefill with the values too: as clkv_pariskv_index_prefill, and with a kv_store the
+ * zone rows of k and v ([B, Hkv, L, D], the same shape rules; both the store's dtype) are
+ * copied into the store. v may be NULL without a store (then it is not read; when given it
+ * is validated). Errors: as clkv_pariskv_index_prefill, plus CLKV_ERR_ARG_SHAPE /
+ * CLKV_ERR_ARG_STRIDE / ... for v, CLKV_ERR_ARG_DTYPE (k or v not the store's dtype). */
+clkv_status clkv_pariskv_index_prefill_kv(clkv_context *ctx, clkv_pariskv_index *index,
+                                          const clkv_tensor *k, const clkv_tensor *v,
+                                          const int64_t *lengths);
 
 /* Current host-side length of sequence b (-1 when b is out of range or index is NULL). */
 int64_t clkv_pariskv_index_length(const clkv_pariskv_index *index, int64_t b);
@@ -266,8 +310,11 @@ clkv_status clkv_pariskv_index_search(clkv_context *ctx, clkv_pariskv_index *ind
  *      sink + retrieved top_k + the dense tail (local + update buffer),
  * writing o [B, Hq, D] and the optional lse [B, Hq]. `idx_out` (optional, [B, Hkv,
  * top_k] i32) receives the retrieved positions of the sparse path (untouched on the dense
- * path). Errors: argument errors of the operators used, and CLKV_ERR_ARG_RANGE when a
- * sequence would exceed the capacity (nothing appended then). */
+ * path). With a kv_store the sparse path gathers the retrieved rows from the store first
+ * (and a flush copies the spilled rows into it), see the index description.
+ * Errors: argument errors of the operators used, CLKV_ERR_ARG_DTYPE (k or v not the
+ * kv_store's dtype), and CLKV_ERR_ARG_RANGE when a sequence would exceed the capacity
+ * (nothing appended then). */
 typedef struct clkv_pariskv_step_args {
     clkv_tensor q;
     clkv_tensor k;
