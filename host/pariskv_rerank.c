@@ -20,7 +20,7 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
     clkv__defs_int(&defs, "CODES_U32", clkv__rows_aligned(&a->codes, 4));
     clkv__defs_int(&defs, "KH_BITS", PKV_KHIST_BITS);
     clkv__defs_int(&defs, "KBUF_CAP", PKV_KBUF_CAP);
-    /* CLKV_PARISKV_FAST_TOPK=1 (opt-in, see pkv_search_plan.fast_topk) */
+    /* CLKV_PARISKV_FAST_TOPK=0 turns this off (see pkv_search_plan.fast_topk) */
     clkv__defs_int(&defs, "KH_COARSE", p->fast_topk && p->wg2 >= 64);
     clkv__defs_int(&defs, "TK_RANK", p->fast_topk ? PKV_TOPK_RANK_MAX : 0);
     cl_kernel kr, kc, kt;

@@ -593,17 +593,19 @@ static void test_search_ties(void **state) {
     run_search_ties(0.6, 0.6);
 }
 
-/* The search's switchable paths, same bit-exact / set checks: CLKV_PARISKV_LEGACY=1 (the
- * previous Stage I: per-chunk histograms, no fused threshold) and CLKV_PARISKV_FAST_TOPK=1
- * (coarse threshold bin, counting-rank top-k) on a case with a separate threshold kernel
+/* The search's non-default paths, same bit-exact / set checks: CLKV_PARISKV_LEGACY=1 (the
+ * previous Stage I: per-chunk histograms, no fused threshold) and CLKV_PARISKV_FAST_TOPK=0
+ * (per-row 4096-bin threshold, bitonic / radix top-k instead of the coarse bin and the
+ * counting rank the other tests run) on a case with a separate threshold kernel
  * (3 x 2 rows of 5 chunks), one with the fused one, and the tie cases (counting rank,
  * bitonic and radix top-k paths). */
 static void test_search_variants(void **state) {
     (void)state;
     static const char *const env[2] = {"CLKV_PARISKV_LEGACY", "CLKV_PARISKV_FAST_TOPK"};
+    static const char *const val[2] = {"1", "0"};
     for (int v = 0; v < 2; v++) {
-        setenv(env[v], "1", 1);
-        printf("  %s=1\n", env[v]);
+        setenv(env[v], val[v], 1);
+        printf("  %s=%s\n", env[v], val[v]);
         for (size_t i = 0; i < sizeof g_scases / sizeof g_scases[0]; i++)
             if (strcmp(g_scases[i].name, "search_d128_m8_b3_g4_n10001") == 0 ||
                 strcmp(g_scases[i].name, "search_d128_m8_b1_g4_n6000") == 0) {
