@@ -598,12 +598,14 @@ static void test_search_ties(void **state) {
  * (per-row 4096-bin threshold, bitonic / radix top-k instead of the coarse bin and the
  * counting rank the other tests run) on a case with a separate threshold kernel
  * (3 x 2 rows of 5 chunks), one with the fused one, and the tie cases (counting rank,
- * bitonic and radix top-k paths). */
+ * bitonic and radix top-k paths), and CLKV_PARISKV_RERANK_V=0 (the previous rerank kernel:
+ * scalar code / weight loads, one local atomic per score). */
 static void test_search_variants(void **state) {
     (void)state;
-    static const char *const env[2] = {"CLKV_PARISKV_LEGACY", "CLKV_PARISKV_FAST_TOPK"};
-    static const char *const val[2] = {"1", "0"};
-    for (int v = 0; v < 2; v++) {
+    static const char *const env[3] = {"CLKV_PARISKV_LEGACY", "CLKV_PARISKV_FAST_TOPK",
+                                       "CLKV_PARISKV_RERANK_V"};
+    static const char *const val[3] = {"1", "0", "0"};
+    for (int v = 0; v < 3; v++) {
         setenv(env[v], val[v], 1);
         printf("  %s=%s\n", env[v], val[v]);
         for (size_t i = 0; i < sizeof g_scases / sizeof g_scases[0]; i++)
