@@ -2,11 +2,27 @@
  * collection and final top-k launches
  * (cl_kernels/pariskv_rerank.cl). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "host/pariskv_retrieve_internal.h"
 
 #define KERNEL_FILE "pariskv_rerank.cl"
+
+/* Environment switches of pkv_rerank, read per search (name unset or empty -> default):
+ *   CLKV_PARISKV_RERANK_V       1 (default): 16-byte vector loads of a candidate's codes and
+ *                               weights issued before the math (RR_VEC, where m = 8 and the
+ *                               rows are 16-byte aligned); 0: the previous scalar kernel
+ *   CLKV_PARISKV_RERANK_ITEMS   candidates per work-item with vector loads: 1 or 2; unset:
+ *                               2 where the rerank grid would still fill two waves of
+ *                               compute units with 2, else 1 (H100, pkv_rerank, same run:
+ *                               1M tokens 79.2 -> 71.6 us with 2, 128K 14.3 -> 20.4 us)
+ *   CLKV_PARISKV_RERANK_NOHIST  1: no score histogram (measuring only: the histogram's cost;
+ *                               same top-k through the slower selection path) */
+static int env_int(const char *name, int dflt) {
+    const char *e = getenv(name);
+    return e && *e ? atoi(e) : dflt;
+}
 
 clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_search_args *a,
                                          const pkv_search_plan *p, cl_mem ws,
@@ -23,6 +39,21 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
     /* CLKV_PARISKV_FAST_TOPK=0 turns this off (see pkv_search_plan.fast_topk) */
     clkv__defs_int(&defs, "KH_COARSE", p->fast_topk && p->wg2 >= 64);
     clkv__defs_int(&defs, "TK_RANK", p->fast_topk ? PKV_TOPK_RANK_MAX : 0);
+    const int w_vec = a->weights.dtype == CLKV_F32 ? 4 : 8; /* weights per 16 bytes */
+    const int vec = env_int("CLKV_PARISKV_RERANK_V", 1) != 0 && p->m == 8 &&
+                    clkv__rows_aligned(&a->codes, 16) && clkv__rows_aligned(&a->weights, w_vec) &&
+                    (p->nblk < 16 ? p->nblk : 16) % w_vec == 0;
+    /* 2 candidates per work-item halve the work-groups (fewer histogram zeroing / flushes)
+     * but leave compute units idle on small grids */
+    const int64_t groups2 = (p->max_cand + 2 * (int64_t)p->wg2 - 1) / (2 * p->wg2) * p->Hkv * p->B;
+    const int items_env = env_int("CLKV_PARISKV_RERANK_ITEMS", 0);
+    const int items = vec && (items_env == 2 ||
+                              (items_env != 1 && groups2 >= 2 * (int64_t)ctx->info.compute_units))
+                          ? 2
+                          : 1;
+    clkv__defs_int(&defs, "RR_VEC", vec);
+    clkv__defs_int(&defs, "RR_ITEMS", items);
+    clkv__defs_int(&defs, "RR_NOHIST", env_int("CLKV_PARISKV_RERANK_NOHIST", 0) != 0);
     cl_kernel kr, kc, kt;
     clkv_status st;
     k->rerank = k->collect = k->topk = NULL;
@@ -80,6 +111,7 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
         (st = clkv__check_local_mem(ctx, kt, "pkv_topk", 0)))
         return st;
     k->rerank = kr;
+    k->rerank_items = items;
     k->collect = kc;
     k->topk = kt;
     return CLKV_OK;
@@ -94,7 +126,10 @@ clkv_status clkv__pariskv_stage2_enqueue(clkv_context *ctx, const pkv_search_pla
     if (p->max_cand > 0) {
         const size_t g_rr[3] = {((size_t)p->max_cand + wg - 1) / wg * wg, (size_t)p->Hkv,
                                 (size_t)p->B};
-        if ((st = clkv__enqueue(ctx, k->rerank, "pkv_rerank", 3, g_rr, l_wg, ev ? &ev[0] : NULL)) ||
+        const size_t span = wg * (size_t)k->rerank_items; /* candidates per work-group */
+        const size_t g_r[3] = {((size_t)p->max_cand + span - 1) / span * wg, (size_t)p->Hkv,
+                               (size_t)p->B};
+        if ((st = clkv__enqueue(ctx, k->rerank, "pkv_rerank", 3, g_r, l_wg, ev ? &ev[0] : NULL)) ||
             (st = clkv__enqueue(ctx, k->collect, "pkv_topk_collect", 3, g_rr, l_wg,
                                 ev ? &ev[1] : NULL)))
             return st;

@@ -45,9 +45,11 @@ typedef struct pkv_search_plan {
 /* pkv_topk ranks buffers of at most this many entries by counting (no sort). */
 #define PKV_TOPK_RANK_MAX 1024
 
-/* The kernels of one search (owned by the program cache). */
+/* The kernels of one search (owned by the program cache); rerank_items: candidates per
+ * work-item of pkv_rerank (set by clkv__pariskv_stage2_prepare). */
 typedef struct pkv_search_kernels {
     cl_kernel rank, collide, threshold, compact, rerank, collect, topk;
+    int rerank_items;
 } pkv_search_kernels;
 
 /* `ev` (optional): events of the stage's kernels (stage 1: 4 = rank, collide, threshold,

@@ -444,6 +444,42 @@ static void run_search_case(void **state) {
     if (memcmp(gI, gI2, rows * (size_t)c->top_k * 4) != 0)
         TU_FAIL("idx differs between the runs with and without optional outputs");
 
+    /* The rerank variants do the same f32 operations in the same order: the scalar kernel
+     * (CLKV_PARISKV_RERANK_V=0) and the vector one with 1 and 2 candidates per work-item
+     * (CLKV_PARISKV_RERANK_ITEMS, one of them the default here) give bit-equal scores and
+     * the same idx as the default. One case: each variant costs a program build per case
+     * on PoCL (the V=0 one is reused by test_search_variants). */
+    if (strcmp(c->name, "search_d128_m8_b3_g4_n10001") == 0) {
+        static const char *const sw[3] = {"CLKV_PARISKV_RERANK_V", "CLKV_PARISKV_RERANK_ITEMS",
+                                          "CLKV_PARISKV_RERANK_ITEMS"};
+        static const char *const sv[3] = {"0", "1", "2"};
+        float *gCs3 = (float *)tu_malloc(rows * (size_t)Cm * 4);
+        int32_t *gI3 = (int32_t *)tu_malloc(rows * (size_t)c->top_k * 4);
+        for (int v = 0; v < 3; v++) {
+            clkv_pariskv_search_args a3 = a;
+            a3.candidate_scores = tu_tensor_alloc(g_ctx, F32, 3, cmd, 0, 0);
+            a3.idx = tu_tensor_alloc(g_ctx, CLKV_I32, 3, xd, 0, 0);
+            setenv(sw[v], sv[v], 1);
+            const clkv_status st3 = clkv_pariskv_search(g_ctx, &a3, NULL);
+            unsetenv(sw[v]);
+            TU_CHECK_OK(g_ctx, st3);
+            tu_buffer_read(g_ctx, a3.candidate_scores.buf, 0, gCs3, rows * (size_t)Cm * 4);
+            tu_buffer_read(g_ctx, a3.idx.buf, 0, gI3, rows * (size_t)c->top_k * 4);
+            for (size_t r = 0; r < rows; r++) {
+                const int64_t C = plan[7 * c->B + (int64_t)r / c->Hkv];
+                if (memcmp(gCs + r * (size_t)Cm, gCs3 + r * (size_t)Cm, (size_t)C * 4) != 0)
+                    TU_FAIL("%s=%s: row %zu: candidate scores differ from the default rerank",
+                            sw[v], sv[v], r);
+            }
+            if (memcmp(gI, gI3, rows * (size_t)c->top_k * 4) != 0)
+                TU_FAIL("%s=%s: idx differs from the default rerank", sw[v], sv[v]);
+            tu_release(a3.candidate_scores.buf);
+            tu_release(a3.idx.buf);
+        }
+        free(gCs3);
+        free(gI3);
+    }
+
     const int64_t nc = (int64_t)1 << c->m, nblk = e.nblk;
     uint32_t *rc = (uint32_t *)tu_malloc((size_t)(nblk * nc) * 4);
     int32_t *rS = (int32_t *)tu_malloc((size_t)(nmax + 1) * 4);
@@ -598,12 +634,14 @@ static void test_search_ties(void **state) {
  * (per-row 4096-bin threshold, bitonic / radix top-k instead of the coarse bin and the
  * counting rank the other tests run) on a case with a separate threshold kernel
  * (3 x 2 rows of 5 chunks), one with the fused one, and the tie cases (counting rank,
- * bitonic and radix top-k paths). */
+ * bitonic and radix top-k paths), and CLKV_PARISKV_RERANK_V=0 (the previous rerank kernel:
+ * scalar code / weight loads; run_search_case also compares its scores bitwise). */
 static void test_search_variants(void **state) {
     (void)state;
-    static const char *const env[2] = {"CLKV_PARISKV_LEGACY", "CLKV_PARISKV_FAST_TOPK"};
-    static const char *const val[2] = {"1", "0"};
-    for (int v = 0; v < 2; v++) {
+    static const char *const env[3] = {"CLKV_PARISKV_LEGACY", "CLKV_PARISKV_FAST_TOPK",
+                                       "CLKV_PARISKV_RERANK_V"};
+    static const char *const val[3] = {"1", "0", "0"};
+    for (int v = 0; v < 3; v++) {
         setenv(env[v], val[v], 1);
         printf("  %s=%s\n", env[v], val[v]);
         for (size_t i = 0; i < sizeof g_scases / sizeof g_scases[0]; i++)
