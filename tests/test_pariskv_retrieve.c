@@ -14,7 +14,7 @@
  * attention outputs against the double references of decode / sparse attention with the
  * step's own selection, that selection against the reference pipeline run on the same
  * data, the incrementally encoded index against a bulk prefill at the same lengths, and
- * recall@100 over 1000 streaming steps. Bad-input tests cover every public function.
+ * recall@100 over 10,000 streaming steps. Bad-input tests cover every public function.
  */
 #include "util/test_util.h"
 #include "ref/ref_attention.h"
@@ -1132,17 +1132,18 @@ static void test_index_offload(void **state) {
  * top_k 100, schedule ratios): keys are N(0, 1) noise plus, for 3 % of tokens, a planted
  * component c * u(tau) along the query direction of a random time tau (c in [2, 6]); the
  * query direction u(t) of each KV head drifts slowly (0.5 rad over the run) and every
- * query head adds noise. Prefill 3000 tokens, then STEPS decode steps (new tokens
- * planted the same way, one flush of the update buffer). Every 10 steps, recall@100 of
- * the retrieved set against the exact top-100 zone tokens by the true group-mean logit
- * <q_mean, k>.
- * Measured on PoCL (bf16 K/V) with seeds 0x9A41C0111DE, 1, 2, 3, 4: mean 0.961 .. 0.968,
- * worst check 0.91 .. 0.94. Floors: mean 0.90, every check 0.80 (seed variation stays well
- * inside; a broken Stage I that picked candidates at random would give ~0.5 with
- * beta = 0.5, a broken rerank far less). */
-#define RECALL_STEPS 1000
-#define RECALL_FLOOR 0.90
-#define RECALL_FLOOR_MIN 0.80
+ * query head adds noise. Prefill 3000 tokens, then 10,000 decode steps (new tokens
+ * planted the same way; the update buffer spills into the zone 19 times, zone 2484 ->
+ * 12212 tokens). Every 50 steps, recall@100 of the retrieved set against the exact
+ * top-100 zone tokens by the true group-mean logit <q_mean, k> (400 checks).
+ * Measured on PoCL (bf16 K/V) with seeds 0x9A41C0111DE, 1, 2, 3, 4: mean 0.978 .. 0.980,
+ * worst check 0.93 .. 0.94 (about 25 s per run). Floors: mean 0.93, every check 0.85:
+ * below the seed spread by a margin for device rounding, far above what a broken
+ * pipeline gives (a Stage I that picked candidates at random: ~0.5 with beta = 0.5; a
+ * broken rerank or stale incremental encoding: far less). */
+#define RECALL_STEPS 10000
+#define RECALL_FLOOR 0.93
+#define RECALL_FLOOR_MIN 0.85
 
 static void gen_recall_key(tu_rng *r, const double *ua, const double *ub, int64_t D, float *k) {
     tu_fill_normal(r, k, (size_t)D, 0.0, 1.0);
@@ -1233,7 +1234,7 @@ static void test_index_recall(void **state) {
         a.o = c.o;
         a.idx_out = c.idx;
         TU_CHECK_OK(g_ctx, clkv_pariskv_index_step(g_ctx, ix, &a, NULL));
-        if (s % 10 != 9)
+        if (s % 50 != 49)
             continue;
         tu_buffer_read(g_ctx, c.idx.buf, 0, gi, sizeof gi);
         const int64_t n = clkv_pariskv_index_zone_length(ix, 0);
