@@ -241,15 +241,9 @@ static clkv_status gather_staging(clkv_context *ctx, clkv_offload_store *s,
 
 clkv_status clkv_offload_gather(clkv_context *ctx, clkv_offload_store *s,
                                 const clkv_offload_gather_args *args, cl_event *done) {
-    if (!ctx)
-        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
-    if (!s)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "store: store is NULL");
-    if (!args)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
-    if (s->ctx != ctx)
-        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "store: created on another context");
-    clkv_status st = validate(ctx, s, args);
+    clkv_status st = clkv__offload_check_call(ctx, s, args);
+    if (st == CLKV_OK)
+        st = validate(ctx, s, args);
     if (st != CLKV_OK)
         return st;
     if (args->idx.dims[2] == 0)

@@ -42,6 +42,11 @@ clkv_status clkv__offload_rows(clkv_context *ctx, offload_xfer op, const clkv_te
                                unsigned char *other_host, size_t other_off, size_t other_slice,
                                size_t row_bytes, cl_event *ev);
 
+/* The checks every store call starts with: ctx, store and args non-NULL (args: the call's
+ * argument struct), the store made on ctx. CLKV_OK or the error (message recorded). */
+clkv_status clkv__offload_check_call(clkv_context *ctx, const clkv_offload_store *s,
+                                     const void *args);
+
 /* Enqueue the copy of rows [src_t0, src_t0 + T) of sequences [b0, b1) of the device
  * tensors k, v ([B, Hkv, *, D], the store's B, Hkv, D and dtype, any strides with rows
  * not overlapping when T > 1) into store rows [dst_start, dst_start + T) of the same

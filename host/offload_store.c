@@ -298,6 +298,19 @@ static clkv_status validate_write(clkv_context *ctx, const clkv_offload_store *s
     return CLKV_OK;
 }
 
+clkv_status clkv__offload_check_call(clkv_context *ctx, const clkv_offload_store *s,
+                                     const void *args) {
+    if (!ctx)
+        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
+    if (!s)
+        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "store: store is NULL");
+    if (!args)
+        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    if (s->ctx != ctx)
+        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "store: created on another context");
+    return CLKV_OK;
+}
+
 clkv_status clkv__offload_write_rows(clkv_context *ctx, clkv_offload_store *s, const clkv_tensor *k,
                                      const clkv_tensor *v, int64_t b0, int64_t b1, int64_t src_t0,
                                      int64_t T, int64_t dst_start, cl_event *done) {
@@ -332,15 +345,9 @@ clkv_status clkv__offload_write_rows(clkv_context *ctx, clkv_offload_store *s, c
 
 clkv_status clkv_offload_write(clkv_context *ctx, clkv_offload_store *s,
                                const clkv_offload_write_args *args, cl_event *done) {
-    if (!ctx)
-        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
-    if (!s)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "store: store is NULL");
-    if (!args)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
-    if (s->ctx != ctx)
-        return clkv__fail(ctx, CLKV_ERR_ARG_RANGE, "store: created on another context");
-    clkv_status st = validate_write(ctx, s, args);
+    clkv_status st = clkv__offload_check_call(ctx, s, args);
+    if (st == CLKV_OK)
+        st = validate_write(ctx, s, args);
     if (st != CLKV_OK)
         return st;
     return clkv__offload_write_rows(ctx, s, &args->k, &args->v, 0, s->B, 0, args->k.dims[2],

@@ -2,7 +2,6 @@
  * collection and final top-k launches
  * (cl_kernels/pariskv_rerank.cl). */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "host/pariskv_retrieve_internal.h"
@@ -19,10 +18,6 @@
  *                               1M tokens 79.2 -> 71.6 us with 2, 128K 14.3 -> 20.4 us)
  *   CLKV_PARISKV_RERANK_NOHIST  1: no score histogram (measuring only: the histogram's cost;
  *                               same top-k through the slower selection path) */
-static int env_int(const char *name, int dflt) {
-    const char *e = getenv(name);
-    return e && *e ? atoi(e) : dflt;
-}
 
 clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_search_args *a,
                                          const pkv_search_plan *p, cl_mem ws,
@@ -40,20 +35,20 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
     clkv__defs_int(&defs, "KH_COARSE", p->fast_topk && p->wg2 >= 64);
     clkv__defs_int(&defs, "TK_RANK", p->fast_topk ? PKV_TOPK_RANK_MAX : 0);
     const int w_vec = a->weights.dtype == CLKV_F32 ? 4 : 8; /* weights per 16 bytes */
-    const int vec = env_int("CLKV_PARISKV_RERANK_V", 1) != 0 && p->m == 8 &&
+    const int vec = clkv__env_int("CLKV_PARISKV_RERANK_V", 1) != 0 && p->m == 8 &&
                     clkv__rows_aligned(&a->codes, 16) && clkv__rows_aligned(&a->weights, w_vec) &&
                     (p->nblk < 16 ? p->nblk : 16) % w_vec == 0;
     /* 2 candidates per work-item halve the work-groups (fewer histogram zeroing / flushes)
      * but leave compute units idle on small grids */
     const int64_t groups2 = (p->max_cand + 2 * (int64_t)p->wg2 - 1) / (2 * p->wg2) * p->Hkv * p->B;
-    const int items_env = env_int("CLKV_PARISKV_RERANK_ITEMS", 0);
+    const int items_env = clkv__env_int("CLKV_PARISKV_RERANK_ITEMS", 0);
     const int items = vec && (items_env == 2 ||
                               (items_env != 1 && groups2 >= 2 * (int64_t)ctx->info.compute_units))
                           ? 2
                           : 1;
     clkv__defs_int(&defs, "RR_VEC", vec);
     clkv__defs_int(&defs, "RR_ITEMS", items);
-    clkv__defs_int(&defs, "RR_NOHIST", env_int("CLKV_PARISKV_RERANK_NOHIST", 0) != 0);
+    clkv__defs_int(&defs, "RR_NOHIST", clkv__env_int("CLKV_PARISKV_RERANK_NOHIST", 0) != 0);
     cl_kernel kr, kc, kt;
     clkv_status st;
     k->rerank = k->collect = k->topk = NULL;

@@ -5,8 +5,6 @@
 
 #include "host/pariskv_retrieve_internal.h"
 
-#include <stdlib.h>
-
 #define SEARCH_WG 256
 #define PER_ITEM 8
 /* Compaction work-groups per compute unit up to which the threshold is fused into it. */
@@ -15,11 +13,6 @@
 /* Environment switches read per search: CLKV_PARISKV_LEGACY=1 (the previous Stage I,
  * kept to measure against) and CLKV_PARISKV_FAST_TOPK=0 (the previous Stage II selection:
  * per-row score histogram and radix top-k instead of the coarse bin + counting rank). */
-/* name unset or empty -> dflt, else its integer value != 0. */
-static int env_flag(const char *name, int dflt) {
-    const char *e = getenv(name);
-    return e && *e ? atoi(e) != 0 : dflt;
-}
 
 static clkv_status check_dims(clkv_context *ctx, const clkv_tensor *t, const char *name,
                               const int64_t *want, const char *const *why, int n) {
@@ -161,8 +154,8 @@ static clkv_status validate_search(clkv_context *ctx, const clkv_pariskv_search_
                           "m: %d needs work-groups of %lld, the device allows %zu", (int)a->m,
                           (long long)nc, (size_t)ctx->info.max_work_group_size);
     p->wg = wg;
-    p->legacy = env_flag("CLKV_PARISKV_LEGACY", 0);
-    p->fast_topk = env_flag("CLKV_PARISKV_FAST_TOPK", 1);
+    p->legacy = clkv__env_int("CLKV_PARISKV_LEGACY", 0) != 0;
+    p->fast_topk = clkv__env_int("CLKV_PARISKV_FAST_TOPK", 1) != 0;
     /* Stage II: the top-k runs one work-group per (b, KV head) over C_b candidates; on GPUs
      * 1024 work-items (4x fewer serial iterations per radix pass than 256). */
     int wg2 = ctx->info.kind == CLKV_DEVICE_KIND_GPU ? 1024 : SEARCH_WG;

@@ -24,20 +24,20 @@ static void configure_cache(clkv_context *ctx) {
         ctx->disk_cache_enabled = 0;
 }
 
-static int env_int_or(const char *name, int fallback) {
+int clkv__env_int(const char *name, int fallback) {
     const char *s = getenv(name);
     return (s && *s) ? atoi(s) : fallback;
 }
 
 static void read_decode_tuning(clkv_decode_tuning *t) {
-    t->epl = env_int_or("CLKV_DECODE_EPL", -1);
-    t->wg = env_int_or("CLKV_DECODE_WG", -1);
-    t->unroll = env_int_or("CLKV_DECODE_UNROLL", -1);
-    t->stages = env_int_or("CLKV_DECODE_STAGES", -1);
-    t->cp_async = env_int_or("CLKV_DECODE_CPASYNC", -1);
-    t->waves = env_int_or("CLKV_DECODE_WAVES", -1);
-    t->min_chunk = env_int_or("CLKV_DECODE_MIN_CHUNK", -1);
-    t->tensor_cores = env_int_or("CLKV_DECODE_MMA", -1);
+    t->epl = clkv__env_int("CLKV_DECODE_EPL", -1);
+    t->wg = clkv__env_int("CLKV_DECODE_WG", -1);
+    t->unroll = clkv__env_int("CLKV_DECODE_UNROLL", -1);
+    t->stages = clkv__env_int("CLKV_DECODE_STAGES", -1);
+    t->cp_async = clkv__env_int("CLKV_DECODE_CPASYNC", -1);
+    t->waves = clkv__env_int("CLKV_DECODE_WAVES", -1);
+    t->min_chunk = clkv__env_int("CLKV_DECODE_MIN_CHUNK", -1);
+    t->tensor_cores = clkv__env_int("CLKV_DECODE_MMA", -1);
 }
 
 static clkv_context *context_alloc(void) {

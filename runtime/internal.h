@@ -68,6 +68,10 @@ clkv_status clkv__fail_cl(clkv_context *ctx, cl_int err, const char *what);
 /* Debug log to stderr when CLKV_LOG=1 (ctx may be NULL: then the environment decides). */
 void clkv__log(const clkv_context *ctx, const char *fmt, ...) CLKV_PRINTF(2, 3);
 
+/* Integer value of the environment variable `name` (atoi), or `fallback` when it is unset
+ * or empty. For the tuning / test knobs (CLKV_*), not API. */
+int clkv__env_int(const char *name, int fallback);
+
 /* ---- kernel sources (runtime/kernel_sources.c) ---- */
 
 /* The text of cl_kernels/<file> (embedded, or read from $CLKV_KERNEL_DIR). *text is
