@@ -193,9 +193,19 @@ inline float clkv_exp2_ftz(float x) {
  * A barrier is still needed before other work-items read the data. The portable path copies
  * synchronously, so commit and wait are no-ops there. */
 #ifdef CLKV_NVIDIA_PTX
+/* CLKV_CP_L2 (set by the runtime): the L2 prefetch size the 16-byte copies ask for */
+#if defined(CLKV_CP_L2) && CLKV_CP_L2 == 256
+#define CLKV_CP_ASYNC16_OP "cp.async.cg.shared.global.L2::256B"
+#elif defined(CLKV_CP_L2) && CLKV_CP_L2 == 128
+#define CLKV_CP_ASYNC16_OP "cp.async.cg.shared.global.L2::128B"
+#elif defined(CLKV_CP_L2) && CLKV_CP_L2 == 64
+#define CLKV_CP_ASYNC16_OP "cp.async.cg.shared.global.L2::64B"
+#else
+#define CLKV_CP_ASYNC16_OP "cp.async.cg.shared.global"
+#endif
 inline void clkv_cp_async16(__local uint4 *dst, __global const uchar *src) {
     const uint d = (uint)(size_t)dst;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+    asm volatile(CLKV_CP_ASYNC16_OP " [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
 }
 /* 4-byte copy (sources whose alignment is only 4 bytes; goes through L1). */
 inline void clkv_cp_async4(__local int *dst, __global const int *src) {

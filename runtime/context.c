@@ -48,6 +48,7 @@ static clkv_context *context_alloc(void) {
     ctx->log_enabled = log && *log && strcmp(log, "0") != 0;
     configure_cache(ctx);
     read_decode_tuning(&ctx->decode_tuning);
+    ctx->cp_l2 = clkv__env_int("CLKV_CP_L2", 128);
     return ctx;
 }
 

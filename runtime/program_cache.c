@@ -68,8 +68,13 @@ static void options_string(const clkv_context *ctx, const clkv_defs *defs, char 
     int n = 0;
     for (int i = 0; defs && i < defs->count; i++)
         items[n++] = defs->items[i];
-    if (ctx->info.nvidia_ptx)
+    if (ctx->info.nvidia_ptx) {
         items[n++] = "CLKV_NVIDIA_PTX=1";
+        if (ctx->cp_l2 == 64 || ctx->cp_l2 == 128 || ctx->cp_l2 == 256)
+            items[n++] = ctx->cp_l2 == 64    ? "CLKV_CP_L2=64"
+                         : ctx->cp_l2 == 128 ? "CLKV_CP_L2=128"
+                                             : "CLKV_CP_L2=256";
+    }
     qsort(items, (size_t)n, sizeof items[0], cmp_str);
     size_t len = (size_t)snprintf(out, OPTIONS_MAX, "-cl-std=CL1.2");
     for (int i = 0; i < n; i++)
