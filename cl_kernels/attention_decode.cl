@@ -24,31 +24,15 @@
  * barrier; the row-groups are merged once at the end through local memory. Logits are
  * kept in base 2 (q is pre-scaled by scale * log2 e). */
 
-#define TPR (HEAD_DIM / EPL)
-#define NRG (WG_SIZE / TPR)
 #define KV_T CLKV_STORAGE(KV_DTYPE)
 #define Q_T CLKV_STORAGE(Q_DTYPE)
 #define O_T CLKV_STORAGE(O_DTYPE)
-#define RED_ROWS (NRG > 1 ? NRG / 2 : 1)
+
+/* TPR, NRG, RED_ROWS, VW, NCH, ELEM, UNROLL_LOOP and rows_merge_store */
+#include "decode_rows.cl"
 
 #if TPR > 1 && !defined(CLKV_NVIDIA_PTX)
 #error "TPR > 1 (several lanes per K/V row) needs the NVIDIA warp-shuffle path"
-#endif
-
-#if TPR > 1
-/* Lanes of a row-group own interleaved 16-byte chunks so that each load instruction of
- * a row-group covers a contiguous span of the row: chunk c of lane ln starts at element
- * (c * TPR + ln) * VW. */
-#define VW CLKV_VEC16(KV_DTYPE)
-#define NCH (EPL / VW)
-#define ELEM(c, j, ln) (((c)*TPR + (ln)) * VW + (j))
-#define UNROLL_LOOP _Pragma("unroll")
-#else
-/* One lane holds the whole row: plain element loops the CPU compiler vectorizes. */
-#define VW 1
-#define NCH EPL
-#define ELEM(c, j, ln) (c)
-#define UNROLL_LOOP
 #endif
 
 inline float row_sum(float x) {
@@ -227,41 +211,13 @@ attention_decode_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
                 s[u][g] = valid[u] ? d[g] : -INFINITY;
         }
 #endif
-        /* Rescale only when the running max grows (rare after the first rows). */
-        UNROLL_LOOP
-        for (int g = 0; g < GROUP; g++) {
-            float mb = s[0][g];
-            UNROLL_LOOP
-            for (int u = 1; u < UNROLL; u++)
-                mb = fmax(mb, s[u][g]);
-            if (mb > m[g]) {
-                const float f = m[g] == -INFINITY ? 0.0f : exp2(m[g] - mb);
-                l[g] *= f;
-                UNROLL_LOOP
-                for (int e = 0; e < EPL; e++)
-                    acc[g][e] *= f;
-                m[g] = mb;
-            }
-        }
+        rows_rescale(s, m, l, acc);
         UNROLL_LOOP
         for (int u = 0; u < UNROLL; u++) {
             float p[GROUP];
-            UNROLL_LOOP
-            for (int g = 0; g < GROUP; g++) {
-                p[g] = valid[u] ? exp2(s[u][g] - m[g]) : 0.0f;
-                l[g] += p[g];
-            }
+            rows_probs(s[u], valid[u], m, l, p);
 #if TPR > 1
-            UNROLL_LOOP
-            for (int c = 0; c < NCH; c++) {
-                UNROLL_LOOP
-                for (int j = 0; j < VW; j++) {
-                    const float vx = CLKV_RAW_ELEM(KV_DTYPE)(vr[u][c], j);
-                    UNROLL_LOOP
-                    for (int g = 0; g < GROUP; g++)
-                        acc[g][c * VW + j] = fma(p[g], vx, acc[g][c * VW + j]);
-                }
-            }
+            rows_acc_chunks(acc, p, vr[u]);
 #else
             const long row = vb + (long)(valid[u] ? base + u * NRG + rg : start) * v_sl;
             for (int e = 0; e < EPL; e++) {
@@ -276,73 +232,11 @@ attention_decode_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
 #endif
     }
 
-    /* Merge the NRG row-group states: common max per head, then a tree sum of acc. */
-    __local float red_ml[NRG][GROUP][2];
-    __local float red_acc[RED_ROWS][GROUP][HEAD_DIM];
-    if (ln == 0) {
-        for (int g = 0; g < GROUP; g++) {
-            red_ml[rg][g][0] = m[g];
-            red_ml[rg][g][1] = l[g];
-        }
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float mt[GROUP], lt[GROUP];
-    UNROLL_LOOP
-    for (int g = 0; g < GROUP; g++) {
-        float mx = -INFINITY;
-        for (int r = 0; r < NRG; r++)
-            mx = fmax(mx, red_ml[r][g][0]);
-        float sum = 0.0f;
-        for (int r = 0; r < NRG; r++) {
-            const float mr = red_ml[r][g][0];
-            sum += mr == -INFINITY ? 0.0f : red_ml[r][g][1] * exp2(mr - mx);
-        }
-        mt[g] = mx;
-        lt[g] = sum;
-        const float f = m[g] == -INFINITY ? 0.0f : exp2(m[g] - mx);
-        UNROLL_LOOP
-        for (int e = 0; e < EPL; e++)
-            acc[g][e] *= f;
-    }
-    for (int span = NRG / 2; span > 0; span >>= 1) {
-        if (rg >= span && rg < 2 * span) {
-            for (int g = 0; g < GROUP; g++) {
-                UNROLL_LOOP
-                for (int c = 0; c < NCH; c++) {
-                    UNROLL_LOOP
-                    for (int j = 0; j < VW; j++)
-                        red_acc[rg - span][g][ELEM(c, j, ln)] = acc[g][c * VW + j];
-                }
-            }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (rg < span) {
-            for (int g = 0; g < GROUP; g++) {
-                UNROLL_LOOP
-                for (int c = 0; c < NCH; c++) {
-                    UNROLL_LOOP
-                    for (int j = 0; j < VW; j++)
-                        acc[g][c * VW + j] += red_acc[rg][g][ELEM(c, j, ln)];
-                }
-            }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (rg == 0) {
-        for (int g = 0; g < ng; g++) {
-            const long idx = ((long)b * Hq + h0 + g) * num_splits + split;
-            UNROLL_LOOP
-            for (int c = 0; c < NCH; c++) {
-                UNROLL_LOOP
-                for (int j = 0; j < VW; j++)
-                    part_acc[idx * HEAD_DIM + ELEM(c, j, ln)] = acc[g][c * VW + j];
-            }
-            if (ln == 0) {
-                part_ml[idx * 2] = mt[g];
-                part_ml[idx * 2 + 1] = lt[g];
-            }
-        }
-    }
+    /* Merge the NRG row-group states and store the split's partial. */
+    __local float red_ml[NRG * GROUP * 2];
+    __local float red_acc[RED_ROWS * GROUP * HEAD_DIM];
+    rows_merge_store(acc, m, l, rg, ln, red_ml, red_acc, ng, part_acc, part_ml,
+                     ((long)b * Hq + h0) * num_splits + split, num_splits);
 }
 
 /* One work-group per (query head, sequence) combines the splits' (m, l, acc). The split

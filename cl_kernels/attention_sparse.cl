@@ -37,16 +37,7 @@
  * adds its own after use). An entry is a duplicate when its value is in the set or
  * equals an earlier entry of the same tile (a scan of at most TILE - 1 local values). */
 
-#define TPR (HEAD_DIM / EPL)
-#define NRG (WG_SIZE / TPR)
-#define TILE (NRG * UNROLL)
-#define KV_T CLKV_STORAGE(KV_DTYPE)
-#define Q_T CLKV_STORAGE(Q_DTYPE)
-#define RED_ROWS (NRG > 1 ? NRG / 2 : 1)
-#define RED_WORDS (NRG * GROUP * 2 + RED_ROWS * GROUP * HEAD_DIM)
-#define LDS_WORDS (HASH_SLOTS > RED_WORDS ? HASH_SLOTS : RED_WORDS)
-
-#if TPR > 1 && !defined(CLKV_NVIDIA_PTX)
+#if HEAD_DIM / EPL > 1 && !defined(CLKV_NVIDIA_PTX)
 /* Several lanes per row without warp shuffles: row sums go through local memory with
  * work-group barriers (every lane reaches them: the row loop is uniform). Slow; it runs
  * the multi-lane code path on devices without PTX (tests force it on PoCL). */
@@ -57,26 +48,20 @@
 #ifndef SEL_ROWS
 #define SEL_ROWS 0
 #endif
+
+/* TPR, NRG, RED_ROWS, VW, NCH, ELEM, UNROLL_LOOP and rows_merge_store; UNROLL_LOOP stays
+ * empty with SP_LDS_SUM (barriers inside unrolled loops multiply PoCL's barrier regions) */
+#define ROWS_NO_UNROLL SP_LDS_SUM
+#include "decode_rows.cl"
+
+#define TILE (NRG * UNROLL)
+#define KV_T CLKV_STORAGE(KV_DTYPE)
+#define Q_T CLKV_STORAGE(Q_DTYPE)
+#define RED_WORDS (NRG * GROUP * 2 + RED_ROWS * GROUP * HEAD_DIM)
+#define LDS_WORDS (HASH_SLOTS > RED_WORDS ? HASH_SLOTS : RED_WORDS)
+
 #if TILE > WG_SIZE
 #error "TILE must not exceed WG_SIZE (one list position per work-item when resolving)"
-#endif
-
-#if TPR > 1
-/* Lane ln of a row-group owns the 16-byte chunks c * TPR + ln of a row, so each load
- * instruction of a row-group covers a contiguous span of the row. */
-#define VW CLKV_VEC16(KV_DTYPE)
-#define NCH (EPL / VW)
-#define ELEM(c, j, ln) (((c)*TPR + (ln)) * VW + (j))
-#if SP_LDS_SUM
-#define UNROLL_LOOP /* barriers inside unrolled loops multiply PoCL's barrier regions */
-#else
-#define UNROLL_LOOP _Pragma("unroll")
-#endif
-#else
-#define VW 1
-#define NCH EPL
-#define ELEM(c, j, ln) (c)
-#define UNROLL_LOOP
 #endif
 
 /* Sum of x over the TPR lanes of a row-group (every lane gets it). `buf` (WG_SIZE floats
@@ -384,41 +369,13 @@ attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
                     s[u][g] = valid[u] ? d[g] : -INFINITY;
             }
 #endif
-            /* Rescale only when the running max grows. */
-            UNROLL_LOOP
-            for (int g = 0; g < GROUP; g++) {
-                float mb = s[0][g];
-                UNROLL_LOOP
-                for (int u = 1; u < UNROLL; u++)
-                    mb = fmax(mb, s[u][g]);
-                if (mb > m[g]) {
-                    const float f = m[g] == -INFINITY ? 0.0f : exp2(m[g] - mb);
-                    l[g] *= f;
-                    UNROLL_LOOP
-                    for (int e = 0; e < EPL; e++)
-                        acc[g][e] *= f;
-                    m[g] = mb;
-                }
-            }
+            rows_rescale(s, m, l, acc);
             UNROLL_LOOP
             for (int u = 0; u < UNROLL; u++) {
                 float p[GROUP];
-                UNROLL_LOOP
-                for (int g = 0; g < GROUP; g++) {
-                    p[g] = valid[u] ? exp2(s[u][g] - m[g]) : 0.0f;
-                    l[g] += p[g];
-                }
+                rows_probs(s[u], valid[u], m, l, p);
 #if TPR > 1
-                UNROLL_LOOP
-                for (int c = 0; c < NCH; c++) {
-                    UNROLL_LOOP
-                    for (int j = 0; j < VW; j++) {
-                        const float vx = CLKV_RAW_ELEM(KV_DTYPE)(vr[u][c], j);
-                        UNROLL_LOOP
-                        for (int g = 0; g < GROUP; g++)
-                            acc[g][c * VW + j] = fma(p[g], vx, acc[g][c * VW + j]);
-                    }
-                }
+                rows_acc_chunks(acc, p, vr[u]);
 #else
                 __global const KV_T *vp = SP_VP(sels[u]);
                 const long vrow = SP_VROW(rows[u], sels[u]);
@@ -433,72 +390,9 @@ attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
         barrier(CLK_LOCAL_MEM_FENCE); /* tile arrays and hash inserts done before reuse */
     }
 
-    /* Merge the NRG row-group states (the hash set is dead: its memory is reused). */
-    __local float *red_ml = (__local float *)lds;      /* [NRG][GROUP][2] */
-    __local float *red_acc = red_ml + NRG * GROUP * 2; /* [RED_ROWS][GROUP][D] */
-    if (ln == 0) {
-        for (int g = 0; g < GROUP; g++) {
-            red_ml[(rg * GROUP + g) * 2] = m[g];
-            red_ml[(rg * GROUP + g) * 2 + 1] = l[g];
-        }
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float mt[GROUP], lt[GROUP];
-    UNROLL_LOOP
-    for (int g = 0; g < GROUP; g++) {
-        float mx = -INFINITY;
-        for (int r = 0; r < NRG; r++)
-            mx = fmax(mx, red_ml[(r * GROUP + g) * 2]);
-        float sum = 0.0f;
-        for (int r = 0; r < NRG; r++) {
-            const float mr = red_ml[(r * GROUP + g) * 2];
-            sum += mr == -INFINITY ? 0.0f : red_ml[(r * GROUP + g) * 2 + 1] * exp2(mr - mx);
-        }
-        mt[g] = mx;
-        lt[g] = sum;
-        const float f = m[g] == -INFINITY ? 0.0f : exp2(m[g] - mx);
-        UNROLL_LOOP
-        for (int e = 0; e < EPL; e++)
-            acc[g][e] *= f;
-    }
-    for (int span = NRG / 2; span > 0; span >>= 1) {
-        if (rg >= span && rg < 2 * span) {
-            for (int g = 0; g < GROUP; g++) {
-                UNROLL_LOOP
-                for (int c = 0; c < NCH; c++) {
-                    UNROLL_LOOP
-                    for (int j = 0; j < VW; j++)
-                        red_acc[((rg - span) * GROUP + g) * HEAD_DIM + ELEM(c, j, ln)] =
-                            acc[g][c * VW + j];
-                }
-            }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (rg < span) {
-            for (int g = 0; g < GROUP; g++) {
-                UNROLL_LOOP
-                for (int c = 0; c < NCH; c++) {
-                    UNROLL_LOOP
-                    for (int j = 0; j < VW; j++)
-                        acc[g][c * VW + j] += red_acc[(rg * GROUP + g) * HEAD_DIM + ELEM(c, j, ln)];
-                }
-            }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (rg == 0) {
-        for (int g = 0; g < ng; g++) {
-            const long pi = ((long)b * Hq + h0 + g) * num_splits + split;
-            UNROLL_LOOP
-            for (int c = 0; c < NCH; c++) {
-                UNROLL_LOOP
-                for (int j = 0; j < VW; j++)
-                    part_acc[pi * HEAD_DIM + ELEM(c, j, ln)] = acc[g][c * VW + j];
-            }
-            if (ln == 0) {
-                part_ml[pi * 2] = mt[g];
-                part_ml[pi * 2 + 1] = lt[g];
-            }
-        }
-    }
+    /* Merge the NRG row-group states (the hash set is dead: its memory is reused: red_ml
+     * [NRG][GROUP][2], then red_acc [RED_ROWS][GROUP][D]) and store the split's partial. */
+    rows_merge_store(acc, m, l, rg, ln, (__local float *)lds,
+                     (__local float *)lds + NRG * GROUP * 2, ng, part_acc, part_ml,
+                     ((long)b * Hq + h0) * num_splits + split, num_splits);
 }

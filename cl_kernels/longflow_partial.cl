@@ -21,22 +21,10 @@
  * The cache itself is contiguous [B, Hkv, S, D], so rows are always 16-byte aligned.
  * Logits are base 2 (q is pre-scaled by scale * log2 e). */
 
-#define TPR (HEAD_DIM / EPL)
-#define NRG (WG_SIZE / TPR)
 #define KV_T CLKV_STORAGE(KV_DTYPE)
-#define RED_ROWS (NRG > 1 ? NRG / 2 : 1)
 
-#if TPR > 1
-#define VW CLKV_VEC16(KV_DTYPE)
-#define NCH (EPL / VW)
-#define ELEM(c, j, ln) (((c)*TPR + (ln)) * VW + (j))
-#define UNROLL_LOOP _Pragma("unroll")
-#else
-#define VW 1
-#define NCH EPL
-#define ELEM(c, j, ln) (c)
-#define UNROLL_LOOP
-#endif
+/* TPR, NRG, RED_ROWS, VW, NCH, ELEM, UNROLL_LOOP and rows_merge_store */
+#include "decode_rows.cl"
 
 /* Sum over the TPR lanes of a row-group; every lane of the work-group must call it. On
  * NVIDIA a warp butterfly; elsewhere (tests of the multi-lane layout on CPUs) through
@@ -341,30 +329,11 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
                 s[uu][g] = valid[uu] ? d : -INFINITY;
             }
         }
-        /* Rescale only when the running max grows. */
-        UNROLL_LOOP
-        for (int g = 0; g < GROUP; g++) {
-            float mb = s[0][g];
-            UNROLL_LOOP
-            for (int uu = 1; uu < UNROLL; uu++)
-                mb = fmax(mb, s[uu][g]);
-            if (mb > m[g]) {
-                const float f = m[g] == -INFINITY ? 0.0f : exp2(m[g] - mb);
-                l[g] *= f;
-                UNROLL_LOOP
-                for (int e = 0; e < EPL; e++)
-                    acc[g][e] *= f;
-                m[g] = mb;
-            }
-        }
+        rows_rescale(s, m, l, acc);
         UNROLL_LOOP
         for (int uu = 0; uu < UNROLL; uu++) {
             float p[GROUP];
-            UNROLL_LOOP
-            for (int g = 0; g < GROUP; g++) {
-                p[g] = valid[uu] ? exp2(s[uu][g] - m[g]) : 0.0f;
-                l[g] += p[g];
-            }
+            rows_probs(s[uu], valid[uu], m, l, p);
             /* ||v||_1 from the V elements widened for the accumulation anyway */
             float nv = 0.0f;
             UNROLL_LOOP
@@ -397,78 +366,16 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
 #endif
     }
 
-    /* Merge the NRG row-group states: common max per head, then a tree sum of acc. */
-    __local float red_ml[NRG][GROUP][2];
+    /* Merge the NRG row-group states and store the split's partial. */
+    __local float red_ml[NRG * GROUP * 2];
 #if CP_ASYNC && RED_ROWS * GROUP * HEAD_DIM * 4 <= STAGES * TILE * ROW_U4 * 16
     /* The K tiles are done with (every copy issued has landed, the last iteration ended
      * with a barrier): their memory holds the reduction, so a work-group needs less local
      * memory and more of them fit on a multiprocessor. */
-    __local float(*red_acc)[GROUP][HEAD_DIM] = (__local float(*)[GROUP][HEAD_DIM])stage_k;
+    __local float *red_acc = (__local float *)stage_k;
 #else
-    __local float red_acc[RED_ROWS][GROUP][HEAD_DIM];
+    __local float red_acc[RED_ROWS * GROUP * HEAD_DIM];
 #endif
-    if (ln == 0) {
-        for (int g = 0; g < GROUP; g++) {
-            red_ml[rg][g][0] = m[g];
-            red_ml[rg][g][1] = l[g];
-        }
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float mt[GROUP], lt[GROUP];
-    UNROLL_LOOP
-    for (int g = 0; g < GROUP; g++) {
-        float mx = -INFINITY;
-        for (int r = 0; r < NRG; r++)
-            mx = fmax(mx, red_ml[r][g][0]);
-        float sum = 0.0f;
-        for (int r = 0; r < NRG; r++) {
-            const float mr = red_ml[r][g][0];
-            sum += mr == -INFINITY ? 0.0f : red_ml[r][g][1] * exp2(mr - mx);
-        }
-        mt[g] = mx;
-        lt[g] = sum;
-        const float f = m[g] == -INFINITY ? 0.0f : exp2(m[g] - mx);
-        UNROLL_LOOP
-        for (int e = 0; e < EPL; e++)
-            acc[g][e] *= f;
-    }
-    for (int span = NRG / 2; span > 0; span >>= 1) {
-        if (rg >= span && rg < 2 * span) {
-            for (int g = 0; g < GROUP; g++) {
-                UNROLL_LOOP
-                for (int c = 0; c < NCH; c++) {
-                    UNROLL_LOOP
-                    for (int j = 0; j < VW; j++)
-                        red_acc[rg - span][g][ELEM(c, j, ln)] = acc[g][c * VW + j];
-                }
-            }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (rg < span) {
-            for (int g = 0; g < GROUP; g++) {
-                UNROLL_LOOP
-                for (int c = 0; c < NCH; c++) {
-                    UNROLL_LOOP
-                    for (int j = 0; j < VW; j++)
-                        acc[g][c * VW + j] += red_acc[rg][g][ELEM(c, j, ln)];
-                }
-            }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (rg == 0) {
-        for (int g = 0; g < ng; g++) {
-            const long idx = ((long)b * Hq + h0 + g) * num_splits + split;
-            UNROLL_LOOP
-            for (int c = 0; c < NCH; c++) {
-                UNROLL_LOOP
-                for (int j = 0; j < VW; j++)
-                    part_acc[idx * HEAD_DIM + ELEM(c, j, ln)] = acc[g][c * VW + j];
-            }
-            if (ln == 0) {
-                part_ml[idx * 2] = mt[g];
-                part_ml[idx * 2 + 1] = lt[g];
-            }
-        }
-    }
+    rows_merge_store(acc, m, l, rg, ln, red_ml, red_acc, ng, part_acc, part_ml,
+                     ((long)b * Hq + h0) * num_splits + split, num_splits);
 }

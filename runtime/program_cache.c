@@ -1,11 +1,13 @@
 /* Program cache: builds kernels from the embedded sources with -D specializations.
+ * A program's source is common.cl (the prelude) + the kernel file, whose
+ * `#include "fragment.cl"` lines are replaced by those files (see expand_includes).
  *
  * In memory (per context) a program is keyed by kernel file + sorted options. On disk a
- * program binary is keyed by SHA-256 of (prelude + source, options, device name, driver
- * version, platform version) and stored with a header holding that key, the binary's
- * size and the binary's own SHA-256; a file that is short, long, corrupt or made for
- * another key is rejected and rebuilt, never trusted. Writes go to a temporary file that
- * is renamed into place, so concurrent contexts never see a partial entry. */
+ * program binary is keyed by SHA-256 of (prelude + expanded source, options, device
+ * name, driver version, platform version) and stored with a header holding that key, the
+ * binary's size and the binary's own SHA-256; a file that is short, long, corrupt or made
+ * for another key is rejected and rebuilt, never trusted. Writes go to a temporary file
+ * that is renamed into place, so concurrent contexts never see a partial entry. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,11 +97,70 @@ static void source_free(program_source *s) {
     free(s->body);
 }
 
+#define INCLUDE_PREFIX "#include \""
+
+/* Kernel files share code that depends on their own macros through fragments: a line
+ * `#include "fragment.cl"` is replaced here by that file (one level: a fragment includes
+ * nothing), so the compiler gets one self-contained source and the disk-cache key
+ * covers the fragments. */
+static clkv_status expand_includes(clkv_context *ctx, const char *file, char **text, size_t *len) {
+    const size_t plen = strlen(INCLUDE_PREFIX);
+    for (size_t at = 0; at < *len;) {
+        char *line = *text + at;
+        char *eol = memchr(line, '\n', *len - at);
+        const size_t line_len = eol ? (size_t)(eol - line) : *len - at;
+        if (line_len <= plen || strncmp(line, INCLUDE_PREFIX, plen) != 0) {
+            at += line_len + 1;
+            continue;
+        }
+        char name[256];
+        const char *q = memchr(line + plen, '"', line_len - plen);
+        const size_t nlen = q ? (size_t)(q - line - plen) : 0;
+        if (!q || nlen == 0 || nlen >= sizeof name)
+            return clkv__fail(ctx, CLKV_ERR_KERNEL_SOURCE, "kernel source %s: malformed #include",
+                              file);
+        memcpy(name, line + plen, nlen);
+        name[nlen] = '\0';
+        char *frag = NULL;
+        size_t flen = 0;
+        clkv_status st = clkv__kernel_source(ctx, name, &frag, &flen);
+        if (st != CLKV_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", clkv_last_error(ctx));
+            return clkv__fail(ctx, st, "kernel source %s: #include: %s", file, why);
+        }
+        if (strstr(frag, "\n" INCLUDE_PREFIX) || strncmp(frag, INCLUDE_PREFIX, plen) == 0) {
+            free(frag);
+            return clkv__fail(ctx, CLKV_ERR_KERNEL_SOURCE,
+                              "kernel source %s: fragment %s includes another file", file, name);
+        }
+        const size_t n = *len - line_len + flen;
+        char *out = malloc(n + 1);
+        if (!out) {
+            free(frag);
+            return clkv__fail(ctx, CLKV_ERR_OUT_OF_HOST_MEMORY, "kernel source %s: %zu bytes", file,
+                              n);
+        }
+        memcpy(out, *text, at);
+        memcpy(out + at, frag, flen);
+        memcpy(out + at + flen, line + line_len, *len - at - line_len);
+        out[n] = '\0';
+        free(frag);
+        free(*text);
+        *text = out;
+        *len = n;
+        at += flen;
+    }
+    return CLKV_OK;
+}
+
 static clkv_status source_load(clkv_context *ctx, const char *file, program_source *s) {
     memset(s, 0, sizeof *s);
     clkv_status st = clkv__kernel_source(ctx, PRELUDE_FILE, &s->prelude, &s->prelude_len);
     if (st == CLKV_OK)
         st = clkv__kernel_source(ctx, file, &s->body, &s->body_len);
+    if (st == CLKV_OK)
+        st = expand_includes(ctx, file, &s->body, &s->body_len);
     if (st != CLKV_OK)
         source_free(s);
     return st;

@@ -221,6 +221,50 @@ static void test_build_failure_keeps_log(void **state) {
     clkv_context_destroy(ctx);
 }
 
+/* `#include "fragment.cl"` lines of a kernel file are replaced by the fragment before the
+ * build (one level); a missing fragment or a nested include is a source error naming the
+ * files. */
+static void test_include_fragments(void **state) {
+    (void)state;
+    kernel_dir_with("uses_frag.cl", "#include \"frag.cl\"\n"
+                                    "__kernel void k(__global float *x) { x[0] = twice(x[0]); }\n");
+    char path[700];
+    snprintf(path, sizeof path, "%s/kernels/frag.cl", tmp_root);
+    write_text(path, "inline float twice(float x) { return 2.0f * x; }\n");
+    snprintf(path, sizeof path, "%s/kernels/nested.cl", tmp_root);
+    write_text(path, "#include \"frag.cl\"\n");
+    snprintf(path, sizeof path, "%s/kernels/uses_nested.cl", tmp_root);
+    write_text(path,
+               "#include \"nested.cl\"\n__kernel void k(__global float *x) { x[0] = 1.0f; }\n");
+    snprintf(path, sizeof path, "%s/kernels/uses_missing.cl", tmp_root);
+    write_text(path, "#include \"missing_frag.cl\"\n__kernel void k(__global float *x) {}\n");
+    setenv("CLKV_CACHE", "0", 1);
+    clkv_context *ctx = tu_context_create();
+    cl_kernel k = NULL;
+    clkv_status st = clkv__get_kernel(ctx, "uses_frag.cl", NULL, "k", &k);
+    TU_CHECK_OK(ctx, st);
+    const float three = 3.0f;
+    cl_mem buf = tu_buffer_from_host(ctx, &three, sizeof three);
+    TU_CHECK_CL(clSetKernelArg(k, 0, sizeof buf, &buf));
+    size_t g = 1;
+    TU_CHECK_OK(ctx, clkv__launch(ctx, k, "uses_frag", 1, &g, &g, 0, NULL));
+    float got = 0.0f;
+    tu_buffer_read(ctx, buf, 0, &got, sizeof got);
+    assert_true(got == 6.0f);
+    tu_release(buf);
+
+    st = clkv__get_kernel(ctx, "uses_missing.cl", NULL, "k", &k);
+    assert_int_equal(st, CLKV_ERR_KERNEL_SOURCE);
+    assert_non_null(strstr(clkv_last_error(ctx), "uses_missing.cl"));
+    assert_non_null(strstr(clkv_last_error(ctx), "missing_frag.cl"));
+    st = clkv__get_kernel(ctx, "uses_nested.cl", NULL, "k", &k);
+    assert_int_equal(st, CLKV_ERR_KERNEL_SOURCE);
+    assert_non_null(strstr(clkv_last_error(ctx), "nested.cl includes another file"));
+    unsetenv("CLKV_KERNEL_DIR");
+    unsetenv("CLKV_CACHE");
+    clkv_context_destroy(ctx);
+}
+
 static void test_local_memory_budget(void **state) {
     (void)state;
     clkv_context *ctx0 = tu_context_create();
@@ -277,6 +321,7 @@ int main(void) {
         cmocka_unit_test(test_disk_hit_and_rebuilds),
         cmocka_unit_test(test_disk_cache_off),
         cmocka_unit_test(test_build_failure_keeps_log),
+        cmocka_unit_test(test_include_fragments),
         cmocka_unit_test(test_local_memory_budget),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,157 @@
+/* Row-group layout and end-of-split merge shared by the split-K decode partial kernels
+ * that read K/V rows on the CUDA cores: attention_decode.cl, attention_sparse.cl and
+ * longflow_partial.cl include it (`#include "decode_rows.cl"`, expanded by
+ * runtime/program_cache.c before the build).
+ *
+ * Needs HEAD_DIM, EPL, WG_SIZE, GROUP, UNROLL, KV_DTYPE; ROWS_NO_UNROLL 1 (optional) keeps
+ * UNROLL_LOOP empty (loops with barriers inside, on PoCL).
+ *
+ * A row-group of TPR = HEAD_DIM / EPL lanes reads one K/V row; NRG = WG_SIZE / TPR rows
+ * are in flight per work-group. With TPR > 1, lane ln of a row-group owns the 16-byte
+ * chunks c * TPR + ln of a row (so each load instruction of a row-group covers a
+ * contiguous span of the row): element ELEM(c, j, ln) is entry c * VW + j of the lane's
+ * EPL values. With TPR == 1 one lane holds the whole row (plain element loops the CPU
+ * compiler vectorizes). */
+
+#define TPR (HEAD_DIM / EPL)
+#define NRG (WG_SIZE / TPR)
+#define RED_ROWS (NRG > 1 ? NRG / 2 : 1)
+#if TPR > 1
+#define VW CLKV_VEC16(KV_DTYPE)
+#define NCH (EPL / VW)
+#define ELEM(c, j, ln) (((c)*TPR + (ln)) * VW + (j))
+#if defined(ROWS_NO_UNROLL) && ROWS_NO_UNROLL
+#define UNROLL_LOOP
+#else
+#define UNROLL_LOOP _Pragma("unroll")
+#endif
+#else
+#define VW 1
+#define NCH EPL
+#define ELEM(c, j, ln) (c)
+#define UNROLL_LOOP
+#endif
+
+/* Online softmax over a batch of UNROLL rows (base-2 logits s[u][g], -inf for a row
+ * that does not count): raise each head's running maximum m to the batch's, rescaling l
+ * and acc only when it grows (rare after the first rows). Needs UNROLL. */
+inline void rows_rescale(float s[UNROLL][GROUP], float *m, float *l, float acc[GROUP][EPL]) {
+    UNROLL_LOOP
+    for (int g = 0; g < GROUP; g++) {
+        float mb = s[0][g];
+        UNROLL_LOOP
+        for (int u = 1; u < UNROLL; u++)
+            mb = fmax(mb, s[u][g]);
+        if (mb > m[g]) {
+            const float f = m[g] == -INFINITY ? 0.0f : exp2(m[g] - mb);
+            l[g] *= f;
+            UNROLL_LOOP
+            for (int e = 0; e < EPL; e++)
+                acc[g][e] *= f;
+            m[g] = mb;
+        }
+    }
+}
+
+/* A row's probabilities p[g] = exp2(s[g] - m[g]) (0 when the row is not valid), added
+ * into l (after rows_rescale). */
+inline void rows_probs(const float *s, int valid, const float *m, float *l, float *p) {
+    UNROLL_LOOP
+    for (int g = 0; g < GROUP; g++) {
+        p[g] = valid ? exp2(s[g] - m[g]) : 0.0f;
+        l[g] += p[g];
+    }
+}
+
+#if TPR > 1
+/* acc[g] += p[g] * V row, the row held as the lane's NCH 16-byte chunks (raw KV_DTYPE) */
+inline void rows_acc_chunks(float acc[GROUP][EPL], const float *p, const uint4 *vr) {
+    UNROLL_LOOP
+    for (int c = 0; c < NCH; c++) {
+        UNROLL_LOOP
+        for (int j = 0; j < VW; j++) {
+            const float vx = CLKV_RAW_ELEM(KV_DTYPE)(vr[c], j);
+            UNROLL_LOOP
+            for (int g = 0; g < GROUP; g++)
+                acc[g][c * VW + j] = fma(p[g], vx, acc[g][c * VW + j]);
+        }
+    }
+}
+#endif
+
+/* Merge the NRG row-group online-softmax states (m, l, acc; base-2 logits) of a
+ * work-group: a common maximum per head, then a tree sum of acc through local memory
+ * (red_ml: NRG * GROUP * 2 floats, red_acc: RED_ROWS * GROUP * HEAD_DIM floats). Row-group
+ * 0 then stores the split's partial of heads g < ng in the layout attention_decode_merge
+ * reads: acc at part_acc[(pi0 + g * num_splits) * HEAD_DIM + e], (m, l) at
+ * part_ml[(pi0 + g * num_splits) * 2 + {0, 1}]. Every work-item must call it. */
+inline void rows_merge_store(float acc[GROUP][EPL], const float *m, const float *l, int rg, int ln,
+                             __local float *red_ml, __local float *red_acc, int ng,
+                             __global float *part_acc, __global float *part_ml, long pi0,
+                             int num_splits) {
+    if (ln == 0) {
+        for (int g = 0; g < GROUP; g++) {
+            red_ml[(rg * GROUP + g) * 2] = m[g];
+            red_ml[(rg * GROUP + g) * 2 + 1] = l[g];
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float mt[GROUP], lt[GROUP];
+    UNROLL_LOOP
+    for (int g = 0; g < GROUP; g++) {
+        float mx = -INFINITY;
+        for (int r = 0; r < NRG; r++)
+            mx = fmax(mx, red_ml[(r * GROUP + g) * 2]);
+        float sum = 0.0f;
+        for (int r = 0; r < NRG; r++) {
+            const float mr = red_ml[(r * GROUP + g) * 2];
+            sum += mr == -INFINITY ? 0.0f : red_ml[(r * GROUP + g) * 2 + 1] * exp2(mr - mx);
+        }
+        mt[g] = mx;
+        lt[g] = sum;
+        const float f = m[g] == -INFINITY ? 0.0f : exp2(m[g] - mx);
+        UNROLL_LOOP
+        for (int e = 0; e < EPL; e++)
+            acc[g][e] *= f;
+    }
+    for (int span = NRG / 2; span > 0; span >>= 1) {
+        if (rg >= span && rg < 2 * span) {
+            for (int g = 0; g < GROUP; g++) {
+                UNROLL_LOOP
+                for (int c = 0; c < NCH; c++) {
+                    UNROLL_LOOP
+                    for (int j = 0; j < VW; j++)
+                        red_acc[((rg - span) * GROUP + g) * HEAD_DIM + ELEM(c, j, ln)] =
+                            acc[g][c * VW + j];
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (rg < span) {
+            for (int g = 0; g < GROUP; g++) {
+                UNROLL_LOOP
+                for (int c = 0; c < NCH; c++) {
+                    UNROLL_LOOP
+                    for (int j = 0; j < VW; j++)
+                        acc[g][c * VW + j] += red_acc[(rg * GROUP + g) * HEAD_DIM + ELEM(c, j, ln)];
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (rg == 0) {
+        for (int g = 0; g < ng; g++) {
+            const long pi = pi0 + (long)g * num_splits;
+            UNROLL_LOOP
+            for (int c = 0; c < NCH; c++) {
+                UNROLL_LOOP
+                for (int j = 0; j < VW; j++)
+                    part_acc[pi * HEAD_DIM + ELEM(c, j, ln)] = acc[g][c * VW + j];
+            }
+            if (ln == 0) {
+                part_ml[pi * 2] = mt[g];
+                part_ml[pi * 2 + 1] = lt[g];
+            }
+        }
+    }
+}
