@@ -1,7 +1,8 @@
 /* Argument checks shared by the dense attention operators (decode, window, sparse): the
  * parts of their validation that are identical, with one set of status codes and
- * messages. Each operator keeps its own checks (tensor ranks, o / lse shapes, extra
- * arguments) around these. Not public API. */
+ * messages; and the split-merge launch arguments they (and the quantized decode) share. Each
+ * operator keeps its own checks (tensor ranks, o / lse shapes, extra arguments) around these. Not
+ * public API. */
 #ifndef CLKV_HOST_ATTENTION_COMMON_H
 #define CLKV_HOST_ATTENTION_COMMON_H
 
@@ -24,5 +25,13 @@ clkv_status clkv__attn_check_sizes(clkv_context *ctx, int64_t B, int64_t Hq, int
 
 /* The softmax scale is finite (CLKV_ERR_ARG_RANGE, names scale). */
 clkv_status clkv__attn_check_scale(clkv_context *ctx, float scale);
+
+/* Arguments of attention_decode_merge (cl_kernels/attention_decode.cl), the split merge
+ * of every split-K partial kernel: the partials at ws (acc first, (m, l) pairs at ml_off
+ * floats), `splits` per (sequence, query head), Hq heads, written to o [B, Hq, D] and,
+ * when lse->buf is set, lse [B, Hq]. */
+clkv_status clkv__attn_set_merge_args(clkv_context *ctx, cl_kernel km, cl_mem ws, cl_long ml_off,
+                                      cl_int splits, cl_int Hq, const clkv_tensor *o,
+                                      const clkv_tensor *lse);
 
 #endif /* CLKV_HOST_ATTENTION_COMMON_H */

@@ -325,18 +325,8 @@ clkv_status clkv_attention_decode(clkv_context *ctx, const clkv_attention_decode
                         CLKV_ARG(len_sh), CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(Hq),
                         CLKV_ARG(G), CLKV_ARG(nhg), CLKV_ARG(chunk), CLKV_ARG(splits),
                         CLKV_ARG(scale_log2), CLKV_ARG(ws), CLKV_ARG(ml_off));
-    const cl_mem o_buf = args->o.buf, lse_buf = args->lse.buf;
-    const cl_long o_off = clkv__elem_offset(&args->o), o_sb = args->o.strides[0],
-                  o_sh = args->o.strides[1];
-    const cl_long lse_off = lse_buf ? clkv__elem_offset(&args->lse) : 0,
-                  lse_sb = lse_buf ? args->lse.strides[0] : 0,
-                  lse_sh = lse_buf ? args->lse.strides[1] : 0;
-    const cl_int has_lse = lse_buf != NULL;
     if (st == CLKV_OK)
-        st = clkv__set_args(ctx, km, "attention_decode_merge", 13, CLKV_ARG(ws), CLKV_ARG(ml_off),
-                            CLKV_ARG(splits), CLKV_ARG(Hq), CLKV_ARG(o_buf), CLKV_ARG(o_off),
-                            CLKV_ARG(o_sb), CLKV_ARG(o_sh), CLKV_ARG(lse_buf), CLKV_ARG(lse_off),
-                            CLKV_ARG(lse_sb), CLKV_ARG(lse_sh), CLKV_ARG(has_lse));
+        st = clkv__attn_set_merge_args(ctx, km, ws, ml_off, splits, Hq, &args->o, &args->lse);
     /* Both kernels pass the local-memory check before either is enqueued. */
     if (st == CLKV_OK &&
         (st = clkv__check_local_mem(ctx, kp, "attention_decode_partial", 0)) == CLKV_OK)

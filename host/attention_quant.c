@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "host/attention_common.h"
 #include "host/quant_cache_internal.h"
 
 #define KERNEL_FILE "attention_quant.cl"
@@ -325,18 +326,8 @@ clkv_status clkv_attention_quant_decode(clkv_quant_cache *cache,
                         CLKV_ARG(cache->counts), CLKV_ARG(B), CLKV_ARG(Hkv), CLKV_ARG(CQ),
                         CLKV_ARG(NR), CLKV_ARG(Hq), CLKV_ARG(G), CLKV_ARG(nhg), CLKV_ARG(chunk),
                         CLKV_ARG(splits), CLKV_ARG(scale_log2), CLKV_ARG(ws), CLKV_ARG(ml_off));
-    const cl_mem o_buf = args->o.buf, lse_buf = args->lse.buf;
-    const cl_long o_off = clkv__elem_offset(&args->o), o_sb = args->o.strides[0],
-                  o_sh = args->o.strides[1];
-    const cl_long lse_off = lse_buf ? clkv__elem_offset(&args->lse) : 0,
-                  lse_sb = lse_buf ? args->lse.strides[0] : 0,
-                  lse_sh = lse_buf ? args->lse.strides[1] : 0;
-    const cl_int has_lse = lse_buf != NULL;
     if (st == CLKV_OK)
-        st = clkv__set_args(ctx, km, "attention_decode_merge", 13, CLKV_ARG(ws), CLKV_ARG(ml_off),
-                            CLKV_ARG(msplits), CLKV_ARG(Hq), CLKV_ARG(o_buf), CLKV_ARG(o_off),
-                            CLKV_ARG(o_sb), CLKV_ARG(o_sh), CLKV_ARG(lse_buf), CLKV_ARG(lse_off),
-                            CLKV_ARG(lse_sb), CLKV_ARG(lse_sh), CLKV_ARG(has_lse));
+        st = clkv__attn_set_merge_args(ctx, km, ws, ml_off, msplits, Hq, &args->o, &args->lse);
     if (st)
         return st;
     clkv__log(ctx,
