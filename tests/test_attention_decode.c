@@ -345,7 +345,6 @@ static void run_case(void **state) {
     clkv_attention_decode_args args = CLKV_ATTENTION_DECODE_ARGS_INIT;
     size_t ws_bytes = 0;
     cl_event ev = NULL;
-    cl_int ev_status = 0;
     tu_tol tol;
     char what[256];
 
@@ -413,23 +412,8 @@ static void run_case(void **state) {
 
     t0 = tu_now();
     TU_CHECK_OK(g_ctx, clkv_attention_decode(g_ctx, &args, &ev));
-    if (ev == NULL) {
-        TU_FAIL("clkv_attention_decode returned CLKV_OK but no event");
-    }
-    TU_CHECK_CL(clWaitForEvents(1, &ev));
-    TU_CHECK_CL(
-        clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof ev_status, &ev_status, NULL));
-    clReleaseEvent(ev);
-    if (ev_status != CL_COMPLETE) {
-        TU_FAIL("event status after wait is %d, expected CL_COMPLETE", (int)ev_status);
-    }
-    TU_CHECK_OK(g_ctx, clkv_context_finish(g_ctx));
+    tu_expect_completed(g_ctx, ev, ws_bytes, "clkv_attention_decode");
     t_run = tu_now() - t0;
-
-    if (clkv_context_workspace_bytes(g_ctx) < ws_bytes) {
-        TU_FAIL("workspace holds %zu bytes after the call, but workspace_size reported %zu",
-                clkv_context_workspace_bytes(g_ctx), ws_bytes);
-    }
 
     /* Outputs written exactly: all elements, nothing around them. */
     tu_assert_written_exactly(g_ctx, &to, "o");

@@ -344,16 +344,7 @@ static void run_case(void **state) {
 
     TU_CHECK_OK(g_ctx, clkv_attention_sparse_workspace_size(g_ctx, &args, &ws_bytes));
     TU_CHECK_OK(g_ctx, clkv_attention_sparse(g_ctx, &args, &ev));
-    if (ev == NULL) {
-        TU_FAIL("clkv_attention_sparse returned CLKV_OK but no event");
-    }
-    TU_CHECK_CL(clWaitForEvents(1, &ev));
-    clReleaseEvent(ev);
-    TU_CHECK_OK(g_ctx, clkv_context_finish(g_ctx));
-    if (clkv_context_workspace_bytes(g_ctx) < ws_bytes) {
-        TU_FAIL("workspace holds %zu bytes, workspace_size reported %zu",
-                clkv_context_workspace_bytes(g_ctx), ws_bytes);
-    }
+    tu_expect_completed(g_ctx, ev, ws_bytes, "clkv_attention_sparse");
     tu_assert_written_exactly(g_ctx, &to, "o");
     if (c->want_lse) {
         tu_assert_written_exactly(g_ctx, &tlse, "lse");

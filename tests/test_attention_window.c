@@ -244,7 +244,6 @@ static void run_case(void **state) {
     clkv_attention_window_args args = CLKV_ATTENTION_WINDOW_ARGS_INIT;
     size_t ws_bytes = 0;
     cl_event ev = NULL;
-    cl_int ev_status = 0;
     tu_tol tol;
     char what[256];
 
@@ -309,23 +308,8 @@ static void run_case(void **state) {
 
     t0 = tu_now();
     TU_CHECK_OK(g_ctx, clkv_attention_window(g_ctx, &args, &ev));
-    if (ev == NULL) {
-        TU_FAIL("clkv_attention_window returned CLKV_OK but no event");
-    }
-    TU_CHECK_CL(clWaitForEvents(1, &ev));
-    TU_CHECK_CL(
-        clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof ev_status, &ev_status, NULL));
-    clReleaseEvent(ev);
-    if (ev_status != CL_COMPLETE) {
-        TU_FAIL("event status after wait is %d, expected CL_COMPLETE", (int)ev_status);
-    }
-    TU_CHECK_OK(g_ctx, clkv_context_finish(g_ctx));
+    tu_expect_completed(g_ctx, ev, ws_bytes, "clkv_attention_window");
     t_run = tu_now() - t0;
-
-    if (clkv_context_workspace_bytes(g_ctx) < ws_bytes) {
-        TU_FAIL("workspace holds %zu bytes after the call, but workspace_size reported %zu",
-                clkv_context_workspace_bytes(g_ctx), ws_bytes);
-    }
     tu_assert_written_exactly(g_ctx, &to, "o");
     if (c->want_lse) {
         tu_assert_written_exactly(g_ctx, &tlse, "lse");

@@ -762,6 +762,30 @@ void tu_tensor_read(clkv_context *ctx, const clkv_tensor *t, float *out) {
     free(img);
 }
 
+void tu_expect_completed_at(const char *file, int line, clkv_context *ctx, cl_event ev,
+                            size_t ws_bytes, const char *what) {
+    if (ev == NULL)
+        tu_fail_at(file, line, "%s returned CLKV_OK but no event", what);
+    cl_int status = CL_QUEUED;
+    cl_int err = clWaitForEvents(1, &ev);
+    if (err == CL_SUCCESS)
+        err = clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL);
+    clReleaseEvent(ev);
+    if (err != CL_SUCCESS)
+        tu_fail_at(file, line, "%s: waiting for its event failed with %d", what, (int)err);
+    if (status != CL_COMPLETE)
+        tu_fail_at(file, line, "%s: event status after wait is %d, expected CL_COMPLETE", what,
+                   (int)status);
+    const clkv_status st = clkv_context_finish(ctx);
+    if (st != CLKV_OK)
+        tu_fail_at(file, line, "%s: clkv_context_finish: %s", what, clkv_last_error(ctx));
+    if (clkv_context_workspace_bytes(ctx) < ws_bytes)
+        tu_fail_at(file, line,
+                   "%s: workspace holds %zu bytes after the call, workspace_size "
+                   "reported %zu",
+                   what, clkv_context_workspace_bytes(ctx), ws_bytes);
+}
+
 void tu_assert_written_exactly_at(const char *file, int line, clkv_context *ctx,
                                   const clkv_tensor *t, const char *what) {
     size_t bytes = 0;

@@ -261,6 +261,15 @@ void tu_assert_written_exactly_at(const char *file, int line, clkv_context *ctx,
 #define tu_assert_written_exactly(ctx, t, what)                                                    \
     tu_assert_written_exactly_at(__FILE__, __LINE__, (ctx), (t), (what))
 
+/* After an operator call that returned CLKV_OK and the event `ev`: ev is not NULL and
+ * reaches CL_COMPLETE (it is released), the queue is finished, and the context's
+ * workspace holds at least ws_bytes (what the operator's *_workspace_size reported).
+ * `what` names the operator in failure messages. */
+void tu_expect_completed_at(const char *file, int line, clkv_context *ctx, cl_event ev,
+                            size_t ws_bytes, const char *what);
+#define tu_expect_completed(ctx, ev, ws_bytes, what)                                               \
+    tu_expect_completed_at(__FILE__, __LINE__, (ctx), (ev), (ws_bytes), (what))
+
 /* Fail unless the whole buffer is still poison (an output a failed call must not touch). */
 void tu_assert_buffer_poison_at(const char *file, int line, clkv_context *ctx, cl_mem buf,
                                 const char *what);
