@@ -196,27 +196,8 @@ attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
 
     const int h0 = kvh * G + hg * GROUP;
     const int ng = min(GROUP, G - hg * GROUP);
-    float qr[GROUP][EPL];
-    UNROLL_LOOP
-    for (int g = 0; g < GROUP; g++) {
-        const long qrow = q_off + (long)b * q_sb + (long)min(h0 + g, h0 + ng - 1) * q_sh;
-        UNROLL_LOOP
-        for (int c = 0; c < NCH; c++) {
-            UNROLL_LOOP
-            for (int j = 0; j < VW; j++)
-                qr[g][c * VW + j] =
-                    g < ng ? CLKV_LOAD(Q_DTYPE)(q, qrow + ELEM(c, j, ln)) * scale_log2 : 0.0f;
-        }
-    }
-    float m[GROUP], l[GROUP], acc[GROUP][EPL];
-    UNROLL_LOOP
-    for (int g = 0; g < GROUP; g++) {
-        m[g] = -INFINITY;
-        l[g] = 0.0f;
-        UNROLL_LOOP
-        for (int e = 0; e < EPL; e++)
-            acc[g][e] = 0.0f;
-    }
+    float qr[GROUP][EPL], m[GROUP], l[GROUP], acc[GROUP][EPL];
+    rows_start(qr, m, l, acc, q, Q_DTYPE, q_off + (long)b * q_sb, q_sh, h0, ng, ln, scale_log2);
     const long kb = k_off + (long)b * k_sb + (long)kvh * k_sh;
     const long vb = v_off + (long)b * v_sb + (long)kvh * v_sh;
 #if SEL_ROWS

@@ -410,15 +410,6 @@ inline uint kv_bits16(float x) {
 #endif
 }
 
-/* Element i of a buffer whose dtype code `dt` is a run-time value (f32, f16, bf16). */
-inline float lf_load_any(__global const void *p, int dt, long i) {
-    if (dt == CLKV_DT_F16)
-        return vload_half((size_t)i, (__global const half *)p);
-    if (dt == CLKV_DT_BF16)
-        return clkv_bf16_to_f32(((__global const ushort *)p)[i]);
-    return ((__global const float *)p)[i];
-}
-
 /* The arguments of the attention part (both kernels below start with them). */
 #define LF_ATT_PARAMS                                                                              \
     __global const Q_T *q, long q_off, long q_sb, long q_sh, __global const void *kn, int n_dt,    \
@@ -491,10 +482,10 @@ inline void lf_attend(LF_ATT_PARAMS, int qtile, int split, int bh, __local uint4
             UNROLL
             for (int i = 0; i < 4; i++) {
                 const long e = c * 8 + 2 * i;
-                wk4[i] = kv_bits16(lf_load_any(kn, n_dt, knrow + e)) |
-                         kv_bits16(lf_load_any(kn, n_dt, knrow + e + 1)) << 16;
-                wv4[i] = kv_bits16(lf_load_any(vn, n_dt, vnrow + e)) |
-                         kv_bits16(lf_load_any(vn, n_dt, vnrow + e + 1)) << 16;
+                wk4[i] = kv_bits16(clkv_load_dt(kn, n_dt, knrow + e)) |
+                         kv_bits16(clkv_load_dt(kn, n_dt, knrow + e + 1)) << 16;
+                wv4[i] = kv_bits16(clkv_load_dt(vn, n_dt, vnrow + e)) |
+                         kv_bits16(clkv_load_dt(vn, n_dt, vnrow + e + 1)) << 16;
             }
             const uint4 rk = (uint4)(wk4[0], wk4[1], wk4[2], wk4[3]);
             const uint4 rv = (uint4)(wv4[0], wv4[1], wv4[2], wv4[3]);
@@ -791,16 +782,6 @@ inline void lf_fence(void) {
     asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
 
-/* Element i of a buffer whose dtype code `dt` is a run-time value := x (RNE). */
-inline void lf_store_any(__global void *p, int dt, long i, float x) {
-    if (dt == CLKV_DT_F16)
-        vstore_half_rte(x, (size_t)i, (__global half *)p);
-    else if (dt == CLKV_DT_BF16)
-        ((__global ushort *)p)[i] = clkv_f32_to_bf16(x);
-    else
-        ((__global float *)p)[i] = x;
-}
-
 /* Victim candidates (as longflow_finish.cl): idx -1 is none; else the smaller key wins
  * (empty slots have key -1, below every score), ties to the lower slot. */
 inline int lf_cand_better(float ka, int ia, float kb, int ib) {
@@ -873,10 +854,10 @@ inline void lf_merge(__global const float *ws, long ml_off, int b, int kvh, int 
         }
         x *= sum > 0.0f ? 1.0f / sum : 0.0f;
         const long orow = o_off + (long)b * o_sb + (long)h * o_sh + c4 * 4;
-        lf_store_any(o, o_dt, orow, x.x);
-        lf_store_any(o, o_dt, orow + 1, x.y);
-        lf_store_any(o, o_dt, orow + 2, x.z);
-        lf_store_any(o, o_dt, orow + 3, x.w);
+        clkv_store_dt(o, o_dt, orow, x.x);
+        clkv_store_dt(o, o_dt, orow + 1, x.y);
+        clkv_store_dt(o, o_dt, orow + 2, x.z);
+        clkv_store_dt(o, o_dt, orow + 3, x.w);
         if (has_lse && c4 == 0)
             lse[lse_off + (long)b * lse_sb + (long)h * lse_sh] =
                 sum > 0.0f ? (mx + log2(sum)) * CLKV_LN2 : -INFINITY;

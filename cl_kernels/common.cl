@@ -76,6 +76,24 @@ inline void clkv_store_2(__global ushort *p, long i, float x) {
 }
 #define CLKV_STORE(dt) CLKV_CAT(clkv_store_, dt)
 
+/* The same with the dtype code a run-time value (buffers whose dtype is a kernel
+ * argument; with a constant code the compiler keeps one path). */
+inline float clkv_load_dt(__global const void *p, int dt, long i) {
+    if (dt == CLKV_DT_F16)
+        return vload_half((size_t)i, (__global const half *)p);
+    if (dt == CLKV_DT_BF16)
+        return clkv_bf16_to_f32(((__global const ushort *)p)[i]);
+    return ((__global const float *)p)[i];
+}
+inline void clkv_store_dt(__global void *p, int dt, long i, float x) {
+    if (dt == CLKV_DT_F16)
+        vstore_half_rte(x, (size_t)i, (__global half *)p);
+    else if (dt == CLKV_DT_BF16)
+        ((__global ushort *)p)[i] = clkv_f32_to_bf16(x);
+    else
+        ((__global float *)p)[i] = x;
+}
+
 /* ---- 16-byte raw vectors: loaded once, widened element by element at use ---- */
 
 /* Element j (0 <= j < CLKV_VEC16(dt)) of a raw 16-byte vector as f32. j must be a

@@ -32,6 +32,30 @@
 #define UNROLL_LOOP
 #endif
 
+/* Start of a split: the lane's elements of the work-group's query rows, pre-scaled,
+ * qr[g] = q[h0 + g] * scale_log2 (row qbase + (h0 + g) * q_sh of q, dtype code q_dt; heads
+ * g >= ng are zero), and the empty online-softmax state (m = -inf, l = 0, acc = 0). */
+inline void rows_start(float qr[GROUP][EPL], float *m, float *l, float acc[GROUP][EPL],
+                       __global const void *q, int q_dt, long qbase, long q_sh, int h0, int ng,
+                       int ln, float scale_log2) {
+    UNROLL_LOOP
+    for (int g = 0; g < GROUP; g++) {
+        const long qrow = qbase + (long)min(h0 + g, h0 + ng - 1) * q_sh;
+        UNROLL_LOOP
+        for (int c = 0; c < NCH; c++) {
+            UNROLL_LOOP
+            for (int j = 0; j < VW; j++)
+                qr[g][c * VW + j] =
+                    g < ng ? clkv_load_dt(q, q_dt, qrow + ELEM(c, j, ln)) * scale_log2 : 0.0f;
+        }
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+        UNROLL_LOOP
+        for (int e = 0; e < EPL; e++)
+            acc[g][e] = 0.0f;
+    }
+}
+
 /* Online softmax over a batch of UNROLL rows (base-2 logits s[u][g], -inf for a row
  * that does not count): raise each head's running maximum m to the batch's, rescaling l
  * and acc only when it grows (rare after the first rows). Needs UNROLL. */

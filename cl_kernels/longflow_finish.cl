@@ -14,15 +14,6 @@
  * (host/longflow_step.c): chunk_slots slots per work-group, hl (a power of two dividing
  * FIN_WG) lanes sharing the heads of a slot, so FIN_WG / hl slots per round. */
 
-/* Store x as element i of a buffer whose dtype code `dt` is a run-time value. */
-inline void store_any(__global void *p, int dt, long i, float x) {
-    if (dt == CLKV_DT_F16)
-        vstore_half_rte(x, (size_t)i, (__global half *)p);
-    else if (dt == CLKV_DT_BF16)
-        ((__global ushort *)p)[i] = clkv_f32_to_bf16(x);
-    else
-        ((__global float *)p)[i] = x;
-}
 #if FIN_WG % 32 != 0
 #error "FIN_WG must be a multiple of 32 (warps)"
 #endif
@@ -327,10 +318,10 @@ longflow_finish(__global float *ws, long ml_off, long y_off, long cand_off, int 
                 a += lanes[r][col];
             a *= inv;
             const long orow = o_off + (long)b * o_sb + (long)h * o_sh + col * 4;
-            store_any(o, o_dt, orow, a.x);
-            store_any(o, o_dt, orow + 1, a.y);
-            store_any(o, o_dt, orow + 2, a.z);
-            store_any(o, o_dt, orow + 3, a.w);
+            clkv_store_dt(o, o_dt, orow, a.x);
+            clkv_store_dt(o, o_dt, orow + 1, a.y);
+            clkv_store_dt(o, o_dt, orow + 2, a.z);
+            clkv_store_dt(o, o_dt, orow + 3, a.w);
         }
         if (has_lse && lid == 0)
             lse[lse_off + (long)b * lse_sb + (long)h * lse_sh] =

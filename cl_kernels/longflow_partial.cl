@@ -62,15 +62,6 @@ inline float round_kv(float x) {
 #endif
 }
 
-/* Element i of a buffer whose dtype code `dt` is a run-time value (f32, f16, bf16). */
-inline float load_any(__global const void *p, int dt, long i) {
-    if (dt == CLKV_DT_F16)
-        return vload_half((size_t)i, (__global const half *)p);
-    if (dt == CLKV_DT_BF16)
-        return clkv_bf16_to_f32(((__global const ushort *)p)[i]);
-    return ((__global const float *)p)[i];
-}
-
 /* A lane's part of a cache row is kept as loaded (RAW_T x NCH: 16-byte raw vectors with
  * several lanes per row, as attention_decode.cl; f32 elements with one lane per row) and
  * widened element by element at use, which halves the registers of 16-bit rows. */
@@ -117,10 +108,10 @@ inline void new_raw_row(__global const void *p, int dt, long row, int ln, RAW_T 
         UNROLL_LOOP
         for (int i = 0; i < 4; i++) {
 #if KV_DTYPE == CLKV_DT_F32
-            w[i] = as_uint(load_any(p, dt, row + ELEM(c, i, ln)));
+            w[i] = as_uint(clkv_load_dt(p, dt, row + ELEM(c, i, ln)));
 #else
-            w[i] = kv_bits(load_any(p, dt, row + ELEM(c, 2 * i, ln))) |
-                   (kv_bits(load_any(p, dt, row + ELEM(c, 2 * i + 1, ln))) << 16);
+            w[i] = kv_bits(clkv_load_dt(p, dt, row + ELEM(c, 2 * i, ln))) |
+                   (kv_bits(clkv_load_dt(p, dt, row + ELEM(c, 2 * i + 1, ln))) << 16);
 #endif
         }
         r[c] = (uint4)(w[0], w[1], w[2], w[3]);
@@ -194,9 +185,9 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
     if (vslot >= start && vslot < end && hg == 0) {
         for (int e = lid; e < HEAD_DIM; e += WG_SIZE) {
             CLKV_STORE(KV_DTYPE)
-            (k, kb + (long)vslot * HEAD_DIM + e, load_any(kn, n_dt, knrow + e));
+            (k, kb + (long)vslot * HEAD_DIM + e, clkv_load_dt(kn, n_dt, knrow + e));
             CLKV_STORE(KV_DTYPE)
-            (v, kb + (long)vslot * HEAD_DIM + e, load_any(vn, n_dt, vnrow + e));
+            (v, kb + (long)vslot * HEAD_DIM + e, clkv_load_dt(vn, n_dt, vnrow + e));
         }
 #if PER_HEAD
         const int map_writer = lid == 0;
@@ -225,35 +216,15 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void longflow_part
         }
 #else
         for (int e = lid; e < HEAD_DIM; e += WG_SIZE) {
-            new_k[e] = round_kv(load_any(kn, n_dt, knrow + e));
-            new_v[e] = round_kv(load_any(vn, n_dt, vnrow + e));
+            new_k[e] = round_kv(clkv_load_dt(kn, n_dt, knrow + e));
+            new_v[e] = round_kv(clkv_load_dt(vn, n_dt, vnrow + e));
         }
 #endif
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    float qr[GROUP][EPL];
-    UNROLL_LOOP
-    for (int g = 0; g < GROUP; g++) {
-        const long qrow = q_off + (long)b * q_sb + (long)min(h0 + g, h0 + ng - 1) * q_sh;
-        UNROLL_LOOP
-        for (int c = 0; c < NCH; c++) {
-            UNROLL_LOOP
-            for (int j = 0; j < VW; j++)
-                qr[g][c * VW + j] =
-                    g < ng ? load_any(q, q_dt, qrow + ELEM(c, j, ln)) * scale_log2 : 0.0f;
-        }
-    }
-
-    float m[GROUP], l[GROUP], acc[GROUP][EPL];
-    UNROLL_LOOP
-    for (int g = 0; g < GROUP; g++) {
-        m[g] = -INFINITY;
-        l[g] = 0.0f;
-        UNROLL_LOOP
-        for (int e = 0; e < EPL; e++)
-            acc[g][e] = 0.0f;
-    }
+    float qr[GROUP][EPL], m[GROUP], l[GROUP], acc[GROUP][EPL];
+    rows_start(qr, m, l, acc, q, q_dt, q_off + (long)b * q_sb, q_sh, h0, ng, ln, scale_log2);
 
 #if CP_ASYNC
     __local uint4 stage_k[STAGES][TILE * ROW_U4];
