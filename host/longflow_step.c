@@ -278,15 +278,35 @@ size_t lf__workspace_bytes(const clkv_longflow_cache *c) {
     return c->plan.acc_bytes + c->plan.ml_bytes + c->plan.y_bytes + c->plan.cand_bytes;
 }
 
-/* Strides of an optional tensor (0 when absent), as kernels take them. */
-static cl_long off_of(const clkv_tensor *t) {
-    return t && t->buf ? clkv__elem_offset(t) : 0;
+/* The output arguments both step kernels take: o, lse, scores, victims (see opt_tensor),
+ * o's dtype code and a has-flag for each optional one. */
+typedef struct lf_out_args {
+    cl_mem o_buf, lse_buf, sc_buf, vo_buf;
+    cl_int o_dt, has_lse, has_sc, has_vo;
+    cl_long o_off, o_sb, o_sh, lse_off, lse_sb, lse_sh, sc_off, sc_sb, sc_sh, vo_off, vo_sb, vo_sh;
+} lf_out_args;
+
+/* An optional tensor as kernels take it: buffer, element offset and the strides of dims
+ * 0 and 1 (NULL / 0 when absent). */
+static void opt_tensor(const clkv_tensor *t, cl_mem *buf, cl_long *off, cl_long *sb, cl_long *sh) {
+    const int has = t && t->buf;
+    *buf = t ? t->buf : NULL;
+    *off = has ? clkv__elem_offset(t) : 0;
+    *sb = has ? (cl_long)t->strides[0] : 0;
+    *sh = has ? (cl_long)t->strides[1] : 0;
 }
-static cl_long stride_of(const clkv_tensor *t, int i) {
-    return t && t->buf ? (cl_long)t->strides[i] : 0;
-}
-static cl_mem buf_of(const clkv_tensor *t) {
-    return t ? t->buf : NULL;
+
+static lf_out_args out_args(const lf_pass *ps) {
+    lf_out_args a;
+    opt_tensor(ps->o, &a.o_buf, &a.o_off, &a.o_sb, &a.o_sh);
+    opt_tensor(ps->lse, &a.lse_buf, &a.lse_off, &a.lse_sb, &a.lse_sh);
+    opt_tensor(ps->scores, &a.sc_buf, &a.sc_off, &a.sc_sb, &a.sc_sh);
+    opt_tensor(ps->victims, &a.vo_buf, &a.vo_off, &a.vo_sb, &a.vo_sh);
+    a.o_dt = ps->o && ps->o->buf ? (cl_int)ps->o->dtype : 0;
+    a.has_lse = a.lse_buf != NULL;
+    a.has_sc = a.sc_buf != NULL;
+    a.has_vo = a.vo_buf != NULL;
+    return a;
 }
 
 /* Arguments 29.. of longflow_step_mma (after the 29 it shares with longflow_partial_mma). */
@@ -298,39 +318,17 @@ static clkv_status set_fused_args(clkv_longflow_cache *c, const lf_pass *ps, cl_
                  n_items = (cl_int)(c->B * c->Hm) * p->sc_chunks;
     const cl_int unit_off = l.unit, arr_off = l.arr, scd_off = l.scd, bat_off = l.bat,
                  protect = c->protect, n_chunks = p->sc_chunks, spt = p->sc_spt;
-    const cl_int o_dt = ps->o && ps->o->buf ? (cl_int)ps->o->dtype : 0;
-    const cl_mem o_buf = buf_of(ps->o), lse_buf = buf_of(ps->lse), sc_buf = buf_of(ps->scores),
-                 vo_buf = buf_of(ps->victims);
-    const cl_long o_off = off_of(ps->o), o_sb = stride_of(ps->o, 0), o_sh = stride_of(ps->o, 1);
-    const cl_long lse_off = off_of(ps->lse), lse_sb = stride_of(ps->lse, 0),
-                  lse_sh = stride_of(ps->lse, 1);
-    const cl_long sc_off = off_of(ps->scores), sc_sb = stride_of(ps->scores, 0),
-                  sc_sh = stride_of(ps->scores, 1);
-    const cl_long vo_off = off_of(ps->victims), vo_sb = stride_of(ps->victims, 0),
-                  vo_sh = stride_of(ps->victims, 1);
-    const cl_int has_lse = lse_buf != NULL, has_sc = sc_buf != NULL, has_vo = vo_buf != NULL;
-    const size_t sizes[] = {sizeof n_attn,   sizeof n_score,  sizeof n_items, sizeof c->counters,
-                            sizeof unit_off, sizeof arr_off,  sizeof scd_off, sizeof bat_off,
-                            sizeof protect,  sizeof n_chunks, sizeof spt,     sizeof cand_off,
-                            sizeof o_buf,    sizeof o_dt,     sizeof o_off,   sizeof o_sb,
-                            sizeof o_sh,     sizeof lse_buf,  sizeof lse_off, sizeof lse_sb,
-                            sizeof lse_sh,   sizeof has_lse,  sizeof sc_buf,  sizeof sc_off,
-                            sizeof sc_sb,    sizeof sc_sh,    sizeof has_sc,  sizeof vo_buf,
-                            sizeof vo_off,   sizeof vo_sb,    sizeof vo_sh,   sizeof has_vo};
-    const void *vals[] = {
-        &n_attn,  &n_score,  &n_items, &c->counters, &unit_off, &arr_off, &scd_off, &bat_off,
-        &protect, &n_chunks, &spt,     &cand_off,    &o_buf,    &o_dt,    &o_off,   &o_sb,
-        &o_sh,    &lse_buf,  &lse_off, &lse_sb,      &lse_sh,   &has_lse, &sc_buf,  &sc_off,
-        &sc_sb,   &sc_sh,    &has_sc,  &vo_buf,      &vo_off,   &vo_sb,   &vo_sh,   &has_vo};
-    for (int i = 0; i < (int)(sizeof sizes / sizeof sizes[0]); i++) {
-        const cl_int err = clSetKernelArg(k, (cl_uint)(29 + i), sizes[i], vals[i]);
-        if (err != CL_SUCCESS) {
-            char what[80];
-            snprintf(what, sizeof what, "clSetKernelArg(longflow_step_mma, arg %d)", 29 + i);
-            return clkv__fail_cl(c->ctx, err, what);
-        }
-    }
-    return CLKV_OK;
+    const lf_out_args a = out_args(ps);
+    return clkv__set_args_at(
+        c->ctx, k, "longflow_step_mma", 29, 32, CLKV_ARG(n_attn), CLKV_ARG(n_score),
+        CLKV_ARG(n_items), CLKV_ARG(c->counters), CLKV_ARG(unit_off), CLKV_ARG(arr_off),
+        CLKV_ARG(scd_off), CLKV_ARG(bat_off), CLKV_ARG(protect), CLKV_ARG(n_chunks), CLKV_ARG(spt),
+        CLKV_ARG(cand_off), CLKV_ARG(a.o_buf), CLKV_ARG(a.o_dt), CLKV_ARG(a.o_off),
+        CLKV_ARG(a.o_sb), CLKV_ARG(a.o_sh), CLKV_ARG(a.lse_buf), CLKV_ARG(a.lse_off),
+        CLKV_ARG(a.lse_sb), CLKV_ARG(a.lse_sh), CLKV_ARG(a.has_lse), CLKV_ARG(a.sc_buf),
+        CLKV_ARG(a.sc_off), CLKV_ARG(a.sc_sb), CLKV_ARG(a.sc_sh), CLKV_ARG(a.has_sc),
+        CLKV_ARG(a.vo_buf), CLKV_ARG(a.vo_off), CLKV_ARG(a.vo_sb), CLKV_ARG(a.vo_sh),
+        CLKV_ARG(a.has_vo));
 }
 
 clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event *done) {
@@ -401,14 +399,13 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
                  splits = use_mma ? p->mma_splits : p->splits;
 
     if (kp) {
-        const cl_mem q_buf = buf_of(ps->q), kn_buf = buf_of(ps->k_new), vn_buf = buf_of(ps->v_new);
+        cl_mem q_buf, kn_buf, vn_buf;
+        cl_long q_off, q_sb, q_sh, kn_off, kn_sb, kn_sh, vn_off, vn_sb, vn_sh;
+        opt_tensor(ps->q, &q_buf, &q_off, &q_sb, &q_sh);
+        opt_tensor(ps->k_new, &kn_buf, &kn_off, &kn_sb, &kn_sh);
+        opt_tensor(ps->v_new, &vn_buf, &vn_off, &vn_sb, &vn_sh);
         const cl_int q_dt = q_buf ? (cl_int)ps->q->dtype : 0,
                      n_dt = kn_buf ? (cl_int)ps->k_new->dtype : 0;
-        const cl_long q_off = off_of(ps->q), q_sb = stride_of(ps->q, 0), q_sh = stride_of(ps->q, 1);
-        const cl_long kn_off = off_of(ps->k_new), kn_sb = stride_of(ps->k_new, 0),
-                      kn_sh = stride_of(ps->k_new, 1);
-        const cl_long vn_off = off_of(ps->v_new), vn_sb = stride_of(ps->v_new, 0),
-                      vn_sh = stride_of(ps->v_new, 1);
         const cl_int do_write = ps->mode == 0;
         const cl_float scale_log2 = ps->scale * 1.4426950408889634f;
         const cl_int n_qtiles = p->mma_qtiles;
@@ -458,28 +455,19 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
     {
         const cl_int n_merge = ps->mode == 0 ? (cl_int)(c->B * c->Hq) : 0, n_chunks = p->n_chunks,
                      chunk_slots = p->chunk_slots, hl = p->hl;
-        const cl_int o_dt = ps->o && ps->o->buf ? (cl_int)ps->o->dtype : 0;
-        const cl_mem o_buf = buf_of(ps->o), lse_buf = buf_of(ps->lse), sc_buf = buf_of(ps->scores),
-                     vo_buf = buf_of(ps->victims);
-        const cl_long o_off = off_of(ps->o), o_sb = stride_of(ps->o, 0), o_sh = stride_of(ps->o, 1);
-        const cl_long lse_off = off_of(ps->lse), lse_sb = stride_of(ps->lse, 0),
-                      lse_sh = stride_of(ps->lse, 1);
-        const cl_long sc_off = off_of(ps->scores), sc_sb = stride_of(ps->scores, 0),
-                      sc_sh = stride_of(ps->scores, 1);
-        const cl_long vo_off = off_of(ps->victims), vo_sb = stride_of(ps->victims, 0),
-                      vo_sh = stride_of(ps->victims, 1);
-        const cl_int has_lse = lse_buf != NULL, has_sc = sc_buf != NULL, has_vo = vo_buf != NULL;
+        const lf_out_args a = out_args(ps);
         const cl_int mode = ps->mode, protect = c->protect;
         st = clkv__set_args(
             ctx, kf, "longflow_finish", 39, CLKV_ARG(ws), CLKV_ARG(ml_off), CLKV_ARG(y_off),
             CLKV_ARG(cand_off), CLKV_ARG(splits), CLKV_ARG(Hq), CLKV_ARG(Hkv), CLKV_ARG(G),
             CLKV_ARG(S), CLKV_ARG(n_merge), CLKV_ARG(n_chunks), CLKV_ARG(chunk_slots), CLKV_ARG(hl),
-            CLKV_ARG(o_buf), CLKV_ARG(o_dt), CLKV_ARG(o_off), CLKV_ARG(o_sb), CLKV_ARG(o_sh),
-            CLKV_ARG(lse_buf), CLKV_ARG(lse_off), CLKV_ARG(lse_sb), CLKV_ARG(lse_sh),
-            CLKV_ARG(has_lse), CLKV_ARG(c->pos), CLKV_ARG(c->victim), CLKV_ARG(c->next_pos),
-            CLKV_ARG(c->counters), CLKV_ARG(mode), CLKV_ARG(protect), CLKV_ARG(sc_buf),
-            CLKV_ARG(sc_off), CLKV_ARG(sc_sb), CLKV_ARG(sc_sh), CLKV_ARG(has_sc), CLKV_ARG(vo_buf),
-            CLKV_ARG(vo_off), CLKV_ARG(vo_sb), CLKV_ARG(vo_sh), CLKV_ARG(has_vo));
+            CLKV_ARG(a.o_buf), CLKV_ARG(a.o_dt), CLKV_ARG(a.o_off), CLKV_ARG(a.o_sb),
+            CLKV_ARG(a.o_sh), CLKV_ARG(a.lse_buf), CLKV_ARG(a.lse_off), CLKV_ARG(a.lse_sb),
+            CLKV_ARG(a.lse_sh), CLKV_ARG(a.has_lse), CLKV_ARG(c->pos), CLKV_ARG(c->victim),
+            CLKV_ARG(c->next_pos), CLKV_ARG(c->counters), CLKV_ARG(mode), CLKV_ARG(protect),
+            CLKV_ARG(a.sc_buf), CLKV_ARG(a.sc_off), CLKV_ARG(a.sc_sb), CLKV_ARG(a.sc_sh),
+            CLKV_ARG(a.has_sc), CLKV_ARG(a.vo_buf), CLKV_ARG(a.vo_off), CLKV_ARG(a.vo_sb),
+            CLKV_ARG(a.vo_sh), CLKV_ARG(a.has_vo));
         if (st == CLKV_OK)
             st = clkv__check_local_mem(ctx, kf, "longflow_finish", 0);
         if (st != CLKV_OK)

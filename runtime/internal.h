@@ -121,8 +121,11 @@ int clkv__disk_cache_path(clkv_context *ctx, const char *file, const clkv_defs *
 
 /* ---- launching (runtime/launch.c) ---- */
 
-/* Set kernel arguments: nargs pairs of (size_t size, const void *ptr). */
+/* Set kernel arguments 0 .. nargs - 1 (clkv__set_args) or first .. first + nargs - 1
+ * (clkv__set_args_at): nargs pairs of (size_t size, const void *ptr). */
 clkv_status clkv__set_args(clkv_context *ctx, cl_kernel kernel, const char *label, int nargs, ...);
+clkv_status clkv__set_args_at(clkv_context *ctx, cl_kernel kernel, const char *label, int first,
+                              int nargs, ...);
 #define CLKV_ARG(x) sizeof(x), (const void *)&(x)
 
 /* Check the kernel's local memory (static + `dynamic_local` bytes) against the device,

@@ -3,22 +3,36 @@
 
 #include "runtime/internal.h"
 
-clkv_status clkv__set_args(clkv_context *ctx, cl_kernel kernel, const char *label, int nargs, ...) {
-    va_list ap;
-    va_start(ap, nargs);
-    for (int i = 0; i < nargs; i++) {
+static clkv_status set_args_va(clkv_context *ctx, cl_kernel kernel, const char *label, int first,
+                               int nargs, va_list ap) {
+    for (int i = first; i < first + nargs; i++) {
         size_t size = va_arg(ap, size_t);
         const void *ptr = va_arg(ap, const void *);
         cl_int err = clSetKernelArg(kernel, (cl_uint)i, size, ptr);
         if (err != CL_SUCCESS) {
-            va_end(ap);
             char what[160];
             snprintf(what, sizeof what, "clSetKernelArg(%s, arg %d)", label, i);
             return clkv__fail_cl(ctx, err, what);
         }
     }
-    va_end(ap);
     return CLKV_OK;
+}
+
+clkv_status clkv__set_args(clkv_context *ctx, cl_kernel kernel, const char *label, int nargs, ...) {
+    va_list ap;
+    va_start(ap, nargs);
+    const clkv_status st = set_args_va(ctx, kernel, label, 0, nargs, ap);
+    va_end(ap);
+    return st;
+}
+
+clkv_status clkv__set_args_at(clkv_context *ctx, cl_kernel kernel, const char *label, int first,
+                              int nargs, ...) {
+    va_list ap;
+    va_start(ap, nargs);
+    const clkv_status st = set_args_va(ctx, kernel, label, first, nargs, ap);
+    va_end(ap);
+    return st;
 }
 
 clkv_status clkv__check_local_mem(clkv_context *ctx, cl_kernel kernel, const char *label,
