@@ -463,11 +463,8 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
         CLKV_ARG(direct_i), CLKV_ARG(o_buf), CLKV_ARG(o_off), CLKV_ARG(o_sb), CLKV_ARG(o_sh),
         CLKV_ARG(o_st), CLKV_ARG(lse_buf), CLKV_ARG(lse_off), CLKV_ARG(lse_sb), CLKV_ARG(lse_sh),
         CLKV_ARG(lse_st), CLKV_ARG(has_lse), CLKV_ARG(ws), CLKV_ARG(ml_off));
-    if (st == CLKV_OK && p.keyrows) {
-        const cl_int err = clSetKernelArg(kp, 40, sizeof tickets, &tickets);
-        if (err != CL_SUCCESS)
-            st = clkv__fail_cl(ctx, err, "clSetKernelArg(attention_window_partial, arg 40)");
-    }
+    if (st == CLKV_OK && p.keyrows)
+        st = clkv__set_args_at(ctx, kp, "attention_window_partial", 40, 1, CLKV_ARG(tickets));
     const cl_long n_rows = (cl_long)(p.B * p.Hq * p.T);
     if (st == CLKV_OK && merge)
         st = clkv__set_args(ctx, km, "attention_window_merge", 17, CLKV_ARG(ws), CLKV_ARG(ml_off),
