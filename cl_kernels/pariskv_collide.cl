@@ -14,6 +14,16 @@
  *             the threshold from the row histogram and its output base from the suffix
  *             counts of the earlier chunks (for launches of about one wave: each
  *             work-group pays two more scans); 0: pkv_threshold writes the chunk bases
+ *   COLLIDE_V 0: the previous pkv_collide loop (one token after the other: load its ids,
+ *             look up, store); 1 (needs IDS_U32): a work-item issues the id loads of
+ *             CV_TOK tokens (16-byte loads with IDS_VEC16) before any lookup, and the
+ *             per-chunk suffix counts come from a parallel scan; 2: as 1 with the bonus
+ *             table packed in nibbles (NC / 8 words per subspace: a warp's lookups into
+ *             one subspace hit distinct banks or one word)
+ *   IDS_VEC16 1: id rows are 16-byte aligned and NBLK % 16 == 0 (uint4 loads)
+ *   RANK_RK   0: the previous pkv_rank (NC work-items, one per centroid); >= 1: NC * RANK_RK
+ *             work-items, RANK_RK per centroid each counting NC / RANK_RK others from
+ *             vector loads (RANK_RK <= NC / 4)
  *
  * Plan (int32 [8, B] row-major): row 0 = n_b, rows 1..6 = T_0..T_5, row 7 = C_b.
  */
@@ -26,6 +36,18 @@
 #endif
 #if FUSED_THR && !SUFFIX
 #error "FUSED_THR needs SUFFIX"
+#endif
+#ifndef COLLIDE_V
+#define COLLIDE_V 0
+#endif
+#ifndef IDS_VEC16
+#define IDS_VEC16 0
+#endif
+#ifndef RANK_RK
+#define RANK_RK 0
+#endif
+#if COLLIDE_V && !IDS_U32
+#error "COLLIDE_V needs IDS_U32"
 #endif
 #define NC (1 << SUB_M)
 #define NBINS (6 * NBLK + 1)
@@ -100,7 +122,9 @@ inline void pkc_threshold(__local const uint *tot, int C, __local ulong *tmp, __
 
 /* Bonus table per (b, h, blk): bonus[c] = #{t : before(c) < T_t}; also zeroes the row
  * histograms and the row's Stage II state (k_hist, kh_len words per row).
- * Grid (NC, NBLK, B * Hkv), local (NC). */
+ * RANK_RK 0: grid (NC, NBLK, B * Hkv), local (NC); else grid (NC * RANK_RK, NBLK,
+ * B * Hkv), local (NC * RANK_RK). */
+#if !RANK_RK
 __kernel __attribute__((reqd_work_group_size(NC, 1, 1))) void
 pkv_rank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global const uint *cnt,
          long c_off, long c_sb, long c_sh, long c_sblk, __global const int *plan, long plan_off,
@@ -134,6 +158,97 @@ pkv_rank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global
         bonus_c += before < (ulong)max(plan[plan_off + (1 + t) * B + b], 0);
     bonus[bonus_off + ((long)bh * NBLK + blk) * NC + c] = (uchar)bonus_c;
 }
+#else
+#define RK_WG (NC * RANK_RK)
+#define RK_Q (NC / 4 / RANK_RK) /* float4 / uint4 of others per work-item */
+#if RK_Q < 1
+#error "RANK_RK must be at most NC / 4"
+#endif
+/* pkv_rank with RANK_RK work-items per centroid c = lid % NC: part lid / NC sums the counts
+ * of the ranked-before centroids among others [part * NC / RANK_RK, +NC / RANK_RK), read
+ * as float4 / uint4 (broadcasts) into four independent sums; part 0 adds the parts up. The
+ * same order and tie rule as above, so the same bonus. */
+__kernel __attribute__((reqd_work_group_size(RK_WG, 1, 1))) void
+pkv_rank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global const uint *cnt,
+         long c_off, long c_sb, long c_sh, long c_sblk, __global const int *plan, long plan_off,
+         int B, int Hkv, __global uchar *bonus, long bonus_off, __global uint *rowhist, long rh_off,
+         __global uint *k_hist, long kh_off, int kh_len) {
+    __local float4 sc4[NC / 4];
+    __local uint4 ct4[NC / 4];
+    __local ulong part[RK_WG];
+    __local float *sc = (__local float *)sc4;
+    __local uint *ct = (__local uint *)ct4;
+    const int lid = (int)get_local_id(0), blk = (int)get_group_id(1), bh = (int)get_group_id(2);
+    const int c = lid % NC, pt = lid / NC;
+    const int b = bh / Hkv, h = bh % Hkv;
+    int T[6];
+    for (int t = 0; t < 6; t++) /* issued before the counting loop */
+        T[t] = max(plan[plan_off + (1 + t) * B + b], 0);
+    if (blk == 0) { /* the row histogram pkv_collide accumulates into, Stage II's state */
+        for (int v = lid; v < NBINS; v += RK_WG)
+            rowhist[rh_off + (long)bh * NBINS + v] = 0;
+        for (int v = lid; v < kh_len; v += RK_WG)
+            k_hist[kh_off + (long)bh * kh_len + v] = 0;
+    }
+    if (pt == 0) {
+        __global const float *q = qr + qr_off + b * qr_sb + h * qr_sh + blk * SUB_M;
+        float s = 0.0f;
+        for (int j = 0; j < SUB_M; j++)
+            s += ((c >> j) & 1) ? q[j] : -q[j];
+        sc[c] = s;
+        ct[c] = cnt[c_off + b * c_sb + h * c_sh + blk * c_sblk + c];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const float s = sc[c];
+    ulong b0 = 0, b1 = 0, b2 = 0, b3 = 0;
+    for (int k = 0; k < RK_Q; k++) {
+        const int o4 = pt * RK_Q + k, o = 4 * o4;
+        const float4 so = sc4[o4];
+        const uint4 co = ct4[o4];
+        b0 += (so.s0 > s || (so.s0 == s && o < c)) ? co.s0 : 0u;
+        b1 += (so.s1 > s || (so.s1 == s && o + 1 < c)) ? co.s1 : 0u;
+        b2 += (so.s2 > s || (so.s2 == s && o + 2 < c)) ? co.s2 : 0u;
+        b3 += (so.s3 > s || (so.s3 == s && o + 3 < c)) ? co.s3 : 0u;
+    }
+    part[lid] = (b0 + b1) + (b2 + b3);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (pt == 0) {
+        ulong before = part[c];
+        for (int q = 1; q < RANK_RK; q++)
+            before += part[q * NC + c];
+        int bonus_c = 0;
+        for (int t = 0; t < 6; t++)
+            bonus_c += before < (ulong)T[t];
+        bonus[bonus_off + ((long)bh * NBLK + blk) * NC + c] = (uchar)bonus_c;
+    }
+}
+#endif
+
+#if COLLIDE_V
+#define NW (NBLK / 4) /* id words per token */
+/* tokens whose id words a work-item loads before their lookups (<= 64 words in flight) */
+#if NW <= 4
+#define CV_TOK_ 16
+#elif NW <= 8
+#define CV_TOK_ 8
+#elif NW <= 16
+#define CV_TOK_ 4
+#elif NW <= 32
+#define CV_TOK_ 2
+#else
+#define CV_TOK_ 1
+#endif
+#define CV_TOK (CV_TOK_ < PER_ITEM ? CV_TOK_ : PER_ITEM)
+#if PER_ITEM % CV_TOK
+#error "PER_ITEM must be a multiple of CV_TOK"
+#endif
+#endif
+#if COLLIDE_V == 2
+#define NCW (NC >= 8 ? NC / 8 : 1) /* nibble words per subspace */
+#define CV_LOOK(blk, id) ((tabw[(blk)*NCW + ((id) >> 3)] >> (((id)&7u) * 4u)) & 15u)
+#else
+#define CV_LOOK(blk, id) ((uint)tab[(blk)*NC + (id)])
+#endif
 
 /* S_i for the zone tokens of one chunk, the chunk's histogram of S, and its sum over the
  * chunks of the row (global atomics into rowhist).
@@ -145,20 +260,74 @@ pkv_collide(__global const uchar *ids, long id_off, long id_sb, long id_sh, long
             __global const uchar *bonus, long bonus_off, __global S_T *sc, long s_off, long s_sb,
             long s_sh, __global int *dbg, long dbg_off, long dbg_sb, long dbg_sh, int has_dbg,
             __global uint *chist, long ch_off, int nchunks, __global uint *rowhist, long rh_off) {
+#if COLLIDE_V == 2
+    __local uint tabw[NBLK * NCW];
+#else
     __local uchar tab[NBLK * NC];
+#endif
     __local uint hist[CSUB * NBINS]; /* one histogram per 32 work-items (less contention) */
     const int lid = (int)get_local_id(0), chunk = (int)get_group_id(0);
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const int Hkv = (int)get_num_groups(1);
     const long bh = (long)b * Hkv + h;
+#if COLLIDE_V == 2
+    for (int i = lid; i < NBLK * NCW; i += WG) { /* word i: entries 8 * (i % NCW) + e */
+        __global const uchar *src =
+            bonus + bonus_off + bh * (NBLK * NC) + (i / NCW) * NC + 8 * (i % NCW);
+        uint w = 0;
+        for (int e = 0; e < (NC < 8 ? NC : 8); e++)
+            w |= (uint)(src[e] & 15u) << (4 * e);
+        tabw[i] = w;
+    }
+#else
     for (int i = lid; i < NBLK * NC; i += WG)
         tab[i] = bonus[bonus_off + bh * (NBLK * NC) + i];
+#endif
     for (int i = lid; i < CSUB * NBINS; i += WG)
         hist[i] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     __local uint *mine = hist + (lid / 32) * NBINS;
     const int n = clamp(plan[plan_off + b], 0, max_zone);
     __global const uchar *base = ids + id_off + b * id_sb + h * id_sh;
+#if COLLIDE_V
+    for (int r0 = 0; r0 < PER_ITEM; r0 += CV_TOK) {
+        if (chunk * CHUNK + r0 * WG >= n) /* uniform over the work-group */
+            break;
+        uint xw[CV_TOK][NW];
+        for (int r = 0; r < CV_TOK; r++) { /* every load first */
+            const int i = chunk * CHUNK + (r0 + r) * WG + lid;
+            __global const uint *rw =
+                (__global const uint *)(base + (long)(zone_start + min(i, n - 1)) * id_sl);
+#if IDS_VEC16
+            for (int w = 0; w < NW; w += 4) {
+                const uint4 v = ((__global const uint4 *)rw)[w / 4];
+                xw[r][w] = v.s0;
+                xw[r][w + 1] = v.s1;
+                xw[r][w + 2] = v.s2;
+                xw[r][w + 3] = v.s3;
+            }
+#else
+            for (int w = 0; w < NW; w++)
+                xw[r][w] = rw[w];
+#endif
+        }
+        for (int r = 0; r < CV_TOK; r++) {
+            const int i = chunk * CHUNK + (r0 + r) * WG + lid;
+            if (i < n) {
+                uint S = 0;
+                for (int w = 0; w < NW; w++) {
+                    const uint x = xw[r][w];
+                    S += (CV_LOOK(4 * w + 0, x & 0xffu) + CV_LOOK(4 * w + 1, (x >> 8) & 0xffu)) +
+                         (CV_LOOK(4 * w + 2, (x >> 16) & 0xffu) + CV_LOOK(4 * w + 3, x >> 24));
+                }
+                sc[s_off + b * s_sb + h * s_sh + i] = (S_T)S;
+                if (has_dbg)
+                    dbg[dbg_off + b * dbg_sb + h * dbg_sh + i] = (int)S;
+                atomic_inc(&mine[S]);
+            }
+        }
+    }
+#else
     for (int r = 0; r < PER_ITEM; r++) {
         const int i = chunk * CHUNK + r * WG + lid;
         if (i >= n)
@@ -181,6 +350,7 @@ pkv_collide(__global const uchar *ids, long id_off, long id_sb, long id_sh, long
             dbg[dbg_off + b * dbg_sb + h * dbg_sh + i] = (int)S;
         atomic_inc(&mine[S]);
     }
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
     __global uint *out = chist + ch_off + (bh * nchunks + chunk) * NBINS;
 #if SUFFIX
@@ -195,12 +365,25 @@ pkv_collide(__global const uchar *ids, long id_off, long id_sb, long id_sh, long
             atomic_add(rowhist + rh_off + bh * NBINS + i, x);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+#if COLLIDE_V && NBINS <= WG
+    /* suffix sums in log2(NBINS) steps (work-item i holds bin i) */
+    for (int st = 1; st < NBINS; st <<= 1) {
+        const uint add = lid + st < NBINS ? hist[lid + st] : 0u;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < NBINS)
+            hist[lid] += add;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid < NBINS)
+        out[lid] = hist[lid];
+#else
     for (int i = lid; i < NBINS; i += WG) {
         uint x = 0;
         for (int v = i; v < NBINS; v++)
             x += hist[v];
         out[i] = x;
     }
+#endif
 #else
     for (int i = lid; i < NBINS; i += WG) {
         uint x = 0;

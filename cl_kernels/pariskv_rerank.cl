@@ -14,6 +14,10 @@
  *   TK_RANK   > 0: pkv_topk selects from a buffer of at most TK_RANK entries by counting
  *             ranks (no sort); larger buffers use the bitonic sort
  *   RR_VEC, RR_ITEMS, RR_NOHIST: pkv_rerank variants (see there)
+ *   TC_NARROW 1 (with KH_COARSE): pkv_topk_collect scans the 64 coarse and 64 fine bins
+ *             with 64 work-items (6 steps instead of log2(WG)) and appends through a
+ *             local counter instead of a work-group scan (the buffer is unordered: pkv_topk
+ *             orders by key, then index); 0: the previous work-group-wide scans
  *
  * Final top-k: pkv_rerank scores the candidates and histograms the top KH_BITS bits of
  * each score's order-preserving key per row (global atomics from per-work-group
@@ -43,6 +47,12 @@
 #if KH_COARSE && WG < KH_CBINS
 #error "KH_COARSE needs WG >= 64"
 #endif
+#ifndef TC_NARROW
+#define TC_NARROW 0
+#endif
+#if TC_NARROW && !KH_COARSE
+#error "TC_NARROW needs KH_COARSE"
+#endif
 
 /* Exclusive scan of one ulong per work-item over the work-group; *total gets the sum. */
 inline ulong pkr_scan(__local ulong *tmp, ulong v, ulong *total) {
@@ -58,6 +68,25 @@ inline ulong pkr_scan(__local ulong *tmp, ulong v, ulong *total) {
     barrier(CLK_LOCAL_MEM_FENCE);
     *total = tmp[WG - 1];
     return tmp[lid] - v;
+}
+
+/* Exclusive scan of one uint per work-item over work-items [0, n) (n a power of two
+ * <= WG; the others get 0); *total gets the sum. All work-items must call it. */
+inline uint pkr_scan_n(__local uint *tmp, uint v, int n, uint *total) {
+    const int lid = (int)get_local_id(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < n)
+        tmp[lid] = v;
+    for (int s = 1; s < n; s <<= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const uint add = lid < n && lid >= s ? tmp[lid - s] : 0u;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < n)
+            tmp[lid] += add;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    *total = tmp[n - 1];
+    return lid < n ? tmp[lid] - v : 0u;
 }
 
 /* Order-preserving map of f32 to uint (larger float -> larger key; -0 == +0). */
@@ -294,8 +323,13 @@ inline int pkr_thr_bin_coarse(__global const uint *kr, __local ulong *tmp, __loc
     }
     /* coarse bins in descending order, one per work-item */
     uint x = lid < KH_CBINS ? kr[KH_BINS + KH_CBINS - 1 - lid] : 0u;
+#if TC_NARROW
+    uint total;
+    uint cum = pkr_scan_n((__local uint *)tmp, x, KH_CBINS, &total);
+#else
     ulong total;
     ulong cum = pkr_scan(tmp, x, &total);
+#endif
     if (lid < KH_CBINS && cum < kk && cum + x >= kk) {
         sh[0] = KH_CBINS - 1 - lid;
         sh[1] = (int)cum; /* keys in the coarse bins above */
@@ -310,7 +344,11 @@ inline int pkr_thr_bin_coarse(__global const uint *kr, __local ulong *tmp, __loc
     }
     /* fine bins of coarse bin cb, descending (fine <= WG: one per work-item) */
     x = lid < fine ? kr[cb * fine + fine - 1 - lid] : 0u;
+#if TC_NARROW
+    cum = pkr_scan_n((__local uint *)tmp, x, fine, &total) + above;
+#else
     cum = pkr_scan(tmp, x, &total) + above;
+#endif
     if (lid < fine && cum < kk && cum + x >= kk) {
         sh[0] = cb * fine + fine - 1 - lid;
         sh[1] = (int)(cum + x);
@@ -334,6 +372,11 @@ pkv_topk_collect(__global const float *cs, long cs_off, long cs_sb, long cs_sh,
     __local int sh[2];
     __local uint l_base;
     const int lid = (int)get_local_id(0);
+#if TC_NARROW
+    __local uint l_cnt;
+    if (lid == 0)
+        l_cnt = 0;
+#endif
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const int C = clamp(plan[plan_off + 7 * B + b], 0, max_cand);
     const int kk = min(top_k, C);
@@ -355,10 +398,18 @@ pkv_topk_collect(__global const float *cs, long cs_off, long cs_sb, long cs_sh,
     if (j < C)
         key = pkr_key(cs[cs_off + b * cs_sb + h * cs_sh + j]);
     const int take = j < C && (int)(key >> (32 - KH_BITS)) >= t;
+#if TC_NARROW
+    /* slots in any order (l_cnt zeroed before the barriers of the bin search) */
+    const uint slot = take ? atomic_inc(&l_cnt) : 0u;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0 && l_cnt)
+        l_base = atomic_add(&kr[KH_CNT], l_cnt);
+#else
     ulong total;
     const uint slot = (uint)pkr_scan(tmp, (ulong)take, &total); /* in index order */
     if (lid == 0 && total)
         l_base = atomic_add(&kr[KH_CNT], (uint)total);
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
     if (take && l_base + slot < KBUF_CAP) /* sort key: larger score, then lower index first */
         kbuf[kb_off + row * KBUF_CAP + l_base + slot] = ((ulong)(~key) << 32) | (uint)j;

@@ -17,7 +17,10 @@
  *                               compute units with 2, else 1 (H100, pkv_rerank, same run:
  *                               1M tokens 79.2 -> 71.6 us with 2, 128K 14.3 -> 20.4 us)
  *   CLKV_PARISKV_RERANK_NOHIST  1: no score histogram (measuring only: the histogram's cost;
- *                               same top-k through the slower selection path) */
+ *                               same top-k through the slower selection path)
+ *   CLKV_PARISKV_COLLECT        1 (default, with the fast top-k): pkv_topk_collect scans
+ *                               the bins with 64 work-items and appends through a local
+ *                               counter (TC_NARROW); 0: the previous work-group-wide scans */
 
 clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_search_args *a,
                                          const pkv_search_plan *p, cl_mem ws,
@@ -33,6 +36,8 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
     clkv__defs_int(&defs, "KBUF_CAP", PKV_KBUF_CAP);
     /* CLKV_PARISKV_FAST_TOPK=0 turns this off (see pkv_search_plan.fast_topk) */
     clkv__defs_int(&defs, "KH_COARSE", p->fast_topk && p->wg2 >= 64);
+    clkv__defs_int(&defs, "TC_NARROW",
+                   p->fast_topk && p->wg2 >= 64 && clkv__env_int("CLKV_PARISKV_COLLECT", 1) != 0);
     clkv__defs_int(&defs, "TK_RANK", p->fast_topk ? PKV_TOPK_RANK_MAX : 0);
     const int w_vec = a->weights.dtype == CLKV_F32 ? 4 : 8; /* weights per 16 bytes */
     const int vec = clkv__env_int("CLKV_PARISKV_RERANK_V", 1) != 0 && p->m == 8 &&

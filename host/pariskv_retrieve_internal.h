@@ -21,6 +21,10 @@ typedef struct pkv_search_plan {
      * they fit in about one wave; two more scans per work-group otherwise cost more than
      * the launch) */
     int fused_thr;
+    /* Stage I kernel variants (cl_kernels/pariskv_collide.cl): collide_v = COLLIDE_V
+     * (CLKV_PARISKV_COLLIDE; 0 where the id rows are not 4-byte words or in the legacy
+     * path), ids_vec16 = IDS_VEC16, rank_rk = RANK_RK (CLKV_PARISKV_RANK=0: 0). */
+    int collide_v, ids_vec16, rank_rk;
     /* On by default (CLKV_PARISKV_FAST_TOPK=0 turns it off): Stage II keeps a coarse
      * 64-bin score histogram (the collection finds the threshold bin from 128 bins instead
      * of 4096) and the top-k ranks buffers of <= PKV_TOPK_RANK_MAX entries by counting
