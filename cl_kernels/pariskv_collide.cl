@@ -17,13 +17,12 @@
  *   COLLIDE_V 0: the previous pkv_collide loop (one token after the other: load its ids,
  *             look up, store); 1 (needs IDS_U32): a work-item issues the id loads of
  *             CV_TOK tokens (16-byte loads with IDS_VEC16) before any lookup, and the
- *             per-chunk suffix counts come from a parallel scan; 2: as 1 with the bonus
- *             table packed in nibbles (NC / 8 words per subspace: a warp's lookups into
- *             one subspace hit distinct banks or one word)
+ *             per-chunk suffix counts come from a parallel scan. (A bonus table packed in
+ *             nibbles, conflict-free lookups, was slower on H100: 63.5 -> 90.7 us at 1M
+ *             tokens, the extra shifts and masks cost more than the bank conflicts.)
  *   IDS_VEC16 1: id rows are 16-byte aligned and NBLK % 16 == 0 (uint4 loads)
- *   RANK_RK   0: the previous pkv_rank (NC work-items, one per centroid); >= 1: NC * RANK_RK
- *             work-items, RANK_RK per centroid each counting NC / RANK_RK others from
- *             vector loads (RANK_RK <= NC / 4)
+ *   CV_TOK_MAX (optional, COLLIDE_V) cap on CV_TOK, the tokens whose ids are loaded first
+ *   PKC_WSCAN 1 (NVIDIA only, else ignored): work-group scans through warp shuffles
  *
  * Plan (int32 [8, B] row-major): row 0 = n_b, rows 1..6 = T_0..T_5, row 7 = C_b.
  */
@@ -43,9 +42,6 @@
 #ifndef IDS_VEC16
 #define IDS_VEC16 0
 #endif
-#ifndef RANK_RK
-#define RANK_RK 0
-#endif
 #if COLLIDE_V && !IDS_U32
 #error "COLLIDE_V needs IDS_U32"
 #endif
@@ -59,10 +55,50 @@
 #define S_T uchar
 #endif
 
-/* Exclusive scan of one ulong per work-item over the work-group (Hillis-Steele in
- * `tmp`, WG entries); *total gets the sum. All work-items must call it. */
+#ifndef PKC_WSCAN
+#define PKC_WSCAN 0
+#endif
+#if PKC_WSCAN && !(defined(CLKV_NVIDIA_PTX) && WG % 32 == 0)
+#undef PKC_WSCAN
+#define PKC_WSCAN 0
+#endif
+
+#if PKC_WSCAN
+/* Lane l gets x of lane l - d (its own x for l < d); NVIDIA warps of 32. */
+inline uint pkc_shfl_up(uint x, int d) {
+    uint r;
+    asm volatile("shfl.sync.up.b32 %0, %1, %2, 0, 0xffffffff;" : "=r"(r) : "r"(x), "r"(d));
+    return r;
+}
+#endif
+
+/* Exclusive scan of one ulong per work-item over the work-group; *total gets the sum. All
+ * work-items must call it. PKC_WSCAN (NVIDIA): shuffle scans inside each warp of 32 and
+ * one pass over the warp totals (2 barriers); else Hillis-Steele in `tmp` (WG entries,
+ * 2 log2(WG) + 2 barriers). */
 inline ulong pkc_scan(__local ulong *tmp, ulong v, ulong *total) {
     const int lid = (int)get_local_id(0);
+#if PKC_WSCAN
+    const int lane = lid & 31, warp = lid >> 5;
+    ulong inc = v;
+    for (int d = 1; d < 32; d <<= 1) {
+        const uint lo = pkc_shfl_up((uint)inc, d), hi = pkc_shfl_up((uint)(inc >> 32), d);
+        if (lane >= d)
+            inc += ((ulong)hi << 32) | lo;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lane == 31)
+        tmp[warp] = inc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ulong before = 0, tot = 0;
+    for (int w = 0; w < WG / 32; w++) {
+        const ulong t = tmp[w];
+        before += w < warp ? t : 0;
+        tot += t;
+    }
+    *total = tot;
+    return before + inc - v;
+#else
     barrier(CLK_LOCAL_MEM_FENCE);
     tmp[lid] = v;
     for (int s = 1; s < WG; s <<= 1) {
@@ -74,6 +110,7 @@ inline ulong pkc_scan(__local ulong *tmp, ulong v, ulong *total) {
     barrier(CLK_LOCAL_MEM_FENCE);
     *total = tmp[WG - 1];
     return tmp[lid] - v;
+#endif
 }
 
 /* The threshold of a row from its histogram tot[NBINS] (local) and C: the smallest value
@@ -122,9 +159,9 @@ inline void pkc_threshold(__local const uint *tot, int C, __local ulong *tmp, __
 
 /* Bonus table per (b, h, blk): bonus[c] = #{t : before(c) < T_t}; also zeroes the row
  * histograms and the row's Stage II state (k_hist, kh_len words per row).
- * RANK_RK 0: grid (NC, NBLK, B * Hkv), local (NC); else grid (NC * RANK_RK, NBLK,
- * B * Hkv), local (NC * RANK_RK). */
-#if !RANK_RK
+ * Grid (NC, NBLK, B * Hkv), local (NC). (Splitting the counting loop over 4 work-items per
+ * centroid with float4 / uint4 reads was slower on H100: 10.6 -> 12.2 us; 1 work-item
+ * per centroid with those reads 20.5 us.) */
 __kernel __attribute__((reqd_work_group_size(NC, 1, 1))) void
 pkv_rank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global const uint *cnt,
          long c_off, long c_sb, long c_sh, long c_sblk, __global const int *plan, long plan_off,
@@ -158,71 +195,6 @@ pkv_rank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global
         bonus_c += before < (ulong)max(plan[plan_off + (1 + t) * B + b], 0);
     bonus[bonus_off + ((long)bh * NBLK + blk) * NC + c] = (uchar)bonus_c;
 }
-#else
-#define RK_WG (NC * RANK_RK)
-#define RK_Q (NC / 4 / RANK_RK) /* float4 / uint4 of others per work-item */
-#if RK_Q < 1
-#error "RANK_RK must be at most NC / 4"
-#endif
-/* pkv_rank with RANK_RK work-items per centroid c = lid % NC: part lid / NC sums the counts
- * of the ranked-before centroids among others [part * NC / RANK_RK, +NC / RANK_RK), read
- * as float4 / uint4 (broadcasts) into four independent sums; part 0 adds the parts up. The
- * same order and tie rule as above, so the same bonus. */
-__kernel __attribute__((reqd_work_group_size(RK_WG, 1, 1))) void
-pkv_rank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global const uint *cnt,
-         long c_off, long c_sb, long c_sh, long c_sblk, __global const int *plan, long plan_off,
-         int B, int Hkv, __global uchar *bonus, long bonus_off, __global uint *rowhist, long rh_off,
-         __global uint *k_hist, long kh_off, int kh_len) {
-    __local float4 sc4[NC / 4];
-    __local uint4 ct4[NC / 4];
-    __local ulong part[RK_WG];
-    __local float *sc = (__local float *)sc4;
-    __local uint *ct = (__local uint *)ct4;
-    const int lid = (int)get_local_id(0), blk = (int)get_group_id(1), bh = (int)get_group_id(2);
-    const int c = lid % NC, pt = lid / NC;
-    const int b = bh / Hkv, h = bh % Hkv;
-    int T[6];
-    for (int t = 0; t < 6; t++) /* issued before the counting loop */
-        T[t] = max(plan[plan_off + (1 + t) * B + b], 0);
-    if (blk == 0) { /* the row histogram pkv_collide accumulates into, Stage II's state */
-        for (int v = lid; v < NBINS; v += RK_WG)
-            rowhist[rh_off + (long)bh * NBINS + v] = 0;
-        for (int v = lid; v < kh_len; v += RK_WG)
-            k_hist[kh_off + (long)bh * kh_len + v] = 0;
-    }
-    if (pt == 0) {
-        __global const float *q = qr + qr_off + b * qr_sb + h * qr_sh + blk * SUB_M;
-        float s = 0.0f;
-        for (int j = 0; j < SUB_M; j++)
-            s += ((c >> j) & 1) ? q[j] : -q[j];
-        sc[c] = s;
-        ct[c] = cnt[c_off + b * c_sb + h * c_sh + blk * c_sblk + c];
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const float s = sc[c];
-    ulong b0 = 0, b1 = 0, b2 = 0, b3 = 0;
-    for (int k = 0; k < RK_Q; k++) {
-        const int o4 = pt * RK_Q + k, o = 4 * o4;
-        const float4 so = sc4[o4];
-        const uint4 co = ct4[o4];
-        b0 += (so.s0 > s || (so.s0 == s && o < c)) ? co.s0 : 0u;
-        b1 += (so.s1 > s || (so.s1 == s && o + 1 < c)) ? co.s1 : 0u;
-        b2 += (so.s2 > s || (so.s2 == s && o + 2 < c)) ? co.s2 : 0u;
-        b3 += (so.s3 > s || (so.s3 == s && o + 3 < c)) ? co.s3 : 0u;
-    }
-    part[lid] = (b0 + b1) + (b2 + b3);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (pt == 0) {
-        ulong before = part[c];
-        for (int q = 1; q < RANK_RK; q++)
-            before += part[q * NC + c];
-        int bonus_c = 0;
-        for (int t = 0; t < 6; t++)
-            bonus_c += before < (ulong)T[t];
-        bonus[bonus_off + ((long)bh * NBLK + blk) * NC + c] = (uchar)bonus_c;
-    }
-}
-#endif
 
 #if COLLIDE_V
 #define NW (NBLK / 4) /* id words per token */
@@ -238,17 +210,16 @@ pkv_rank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global
 #else
 #define CV_TOK_ 1
 #endif
+#if defined(CV_TOK_MAX) && CV_TOK_MAX < CV_TOK_ /* host cap (a power of two) */
+#undef CV_TOK_
+#define CV_TOK_ CV_TOK_MAX
+#endif
 #define CV_TOK (CV_TOK_ < PER_ITEM ? CV_TOK_ : PER_ITEM)
 #if PER_ITEM % CV_TOK
 #error "PER_ITEM must be a multiple of CV_TOK"
 #endif
 #endif
-#if COLLIDE_V == 2
-#define NCW (NC >= 8 ? NC / 8 : 1) /* nibble words per subspace */
-#define CV_LOOK(blk, id) ((tabw[(blk)*NCW + ((id) >> 3)] >> (((id)&7u) * 4u)) & 15u)
-#else
 #define CV_LOOK(blk, id) ((uint)tab[(blk)*NC + (id)])
-#endif
 
 /* S_i for the zone tokens of one chunk, the chunk's histogram of S, and its sum over the
  * chunks of the row (global atomics into rowhist).
@@ -260,29 +231,14 @@ pkv_collide(__global const uchar *ids, long id_off, long id_sb, long id_sh, long
             __global const uchar *bonus, long bonus_off, __global S_T *sc, long s_off, long s_sb,
             long s_sh, __global int *dbg, long dbg_off, long dbg_sb, long dbg_sh, int has_dbg,
             __global uint *chist, long ch_off, int nchunks, __global uint *rowhist, long rh_off) {
-#if COLLIDE_V == 2
-    __local uint tabw[NBLK * NCW];
-#else
     __local uchar tab[NBLK * NC];
-#endif
     __local uint hist[CSUB * NBINS]; /* one histogram per 32 work-items (less contention) */
     const int lid = (int)get_local_id(0), chunk = (int)get_group_id(0);
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const int Hkv = (int)get_num_groups(1);
     const long bh = (long)b * Hkv + h;
-#if COLLIDE_V == 2
-    for (int i = lid; i < NBLK * NCW; i += WG) { /* word i: entries 8 * (i % NCW) + e */
-        __global const uchar *src =
-            bonus + bonus_off + bh * (NBLK * NC) + (i / NCW) * NC + 8 * (i % NCW);
-        uint w = 0;
-        for (int e = 0; e < (NC < 8 ? NC : 8); e++)
-            w |= (uint)(src[e] & 15u) << (4 * e);
-        tabw[i] = w;
-    }
-#else
     for (int i = lid; i < NBLK * NC; i += WG)
         tab[i] = bonus[bonus_off + bh * (NBLK * NC) + i];
-#endif
     for (int i = lid; i < CSUB * NBINS; i += WG)
         hist[i] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);

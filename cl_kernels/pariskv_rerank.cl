@@ -18,6 +18,8 @@
  *             with 64 work-items (6 steps instead of log2(WG)) and appends through a
  *             local counter instead of a work-group scan (the buffer is unordered: pkv_topk
  *             orders by key, then index); 0: the previous work-group-wide scans
+ *   TC_ITEMS  (TC_NARROW) scores per work-item of pkv_topk_collect (WG * TC_ITEMS per
+ *             work-group: fewer work-groups repeating the bin search)
  *
  * Final top-k: pkv_rerank scores the candidates and histograms the top KH_BITS bits of
  * each score's order-preserving key per row (global atomics from per-work-group
@@ -52,6 +54,12 @@
 #endif
 #if TC_NARROW && !KH_COARSE
 #error "TC_NARROW needs KH_COARSE"
+#endif
+#ifndef TC_ITEMS
+#define TC_ITEMS 1
+#endif
+#if TC_ITEMS > 1 && !TC_NARROW
+#error "TC_ITEMS needs TC_NARROW"
 #endif
 
 /* Exclusive scan of one ulong per work-item over the work-group; *total gets the sum. */
@@ -363,7 +371,7 @@ inline int pkr_thr_bin_coarse(__global const uint *kr, __local ulong *tmp, __loc
  * above to the row's buffer kbuf (KBUF_CAP ulongs per row, unordered; sorted by
  * pkv_topk); nothing when the count exceeds KBUF_CAP (pkv_topk then selects over the whole
  * row). kh[row][KH_CNT] counts the appended entries, kh[row][KH_CNT + 1] gets the count.
- * Grid (ceil(max_cand / WG) * WG, Hkv, B), local (WG). */
+ * Grid (ceil(max_cand / (WG * TC_ITEMS)) * WG, Hkv, B), local (WG). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_topk_collect(__global const float *cs, long cs_off, long cs_sb, long cs_sh,
                  __global const int *plan, long plan_off, int B, int max_cand, int top_k,
@@ -372,19 +380,25 @@ pkv_topk_collect(__global const float *cs, long cs_off, long cs_sb, long cs_sh,
     __local int sh[2];
     __local uint l_base;
     const int lid = (int)get_local_id(0);
-#if TC_NARROW
-    __local uint l_cnt;
-    if (lid == 0)
-        l_cnt = 0;
-#endif
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const int C = clamp(plan[plan_off + 7 * B + b], 0, max_cand);
     const int kk = min(top_k, C);
-    const int j0 = (int)get_group_id(0) * WG;
+    const int j0 = (int)get_group_id(0) * (WG * TC_ITEMS);
     const long row = (long)b * get_num_groups(1) + h;
     __global uint *kr = kh + kh_off + row * KH_WORDS;
     /* No early return: every work-item reaches every barrier (uniform flags instead). */
     const int active = j0 < C && kk > 0;
+#if TC_NARROW
+    __local uint l_cnt;
+    if (lid == 0)
+        l_cnt = 0;
+    /* the scores first (their loads overlap the bin search) */
+    uint key[TC_ITEMS];
+    for (int it = 0; it < TC_ITEMS; it++) {
+        const int j = j0 + it * WG + lid;
+        key[it] = active && j < C ? pkr_key(cs[cs_off + b * cs_sb + h * cs_sh + j]) : 0u;
+    }
+#endif
     uint cnt = 0;
 #if KH_COARSE
     const int t = pkr_thr_bin_coarse(kr, tmp, sh, (uint)max(kk, 1), &cnt);
@@ -393,26 +407,37 @@ pkv_topk_collect(__global const float *cs, long cs_off, long cs_sb, long cs_sh,
 #endif
     if (active && j0 == 0 && lid == 0)
         kr[KH_CNT + 1] = cnt;
+#if TC_NARROW
+    /* slots in any order (l_cnt zeroed before the barriers of the bin search) */
+    int take[TC_ITEMS];
+    uint slot[TC_ITEMS];
+    for (int it = 0; it < TC_ITEMS; it++) {
+        const int j = j0 + it * WG + lid;
+        take[it] = active && cnt <= KBUF_CAP && j < C && (int)(key[it] >> (32 - KH_BITS)) >= t;
+        slot[it] = take[it] ? atomic_inc(&l_cnt) : 0u;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0 && l_cnt)
+        l_base = atomic_add(&kr[KH_CNT], l_cnt);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int it = 0; it < TC_ITEMS; it++) /* sort key: larger score, then lower index first */
+        if (take[it] && l_base + slot[it] < KBUF_CAP)
+            kbuf[kb_off + row * KBUF_CAP + l_base + slot[it]] =
+                ((ulong)(~key[it]) << 32) | (uint)(j0 + it * WG + lid);
+#else
     const int j = active && cnt <= KBUF_CAP ? j0 + lid : C;
     uint key = 0;
     if (j < C)
         key = pkr_key(cs[cs_off + b * cs_sb + h * cs_sh + j]);
     const int take = j < C && (int)(key >> (32 - KH_BITS)) >= t;
-#if TC_NARROW
-    /* slots in any order (l_cnt zeroed before the barriers of the bin search) */
-    const uint slot = take ? atomic_inc(&l_cnt) : 0u;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid == 0 && l_cnt)
-        l_base = atomic_add(&kr[KH_CNT], l_cnt);
-#else
     ulong total;
     const uint slot = (uint)pkr_scan(tmp, (ulong)take, &total); /* in index order */
     if (lid == 0 && total)
         l_base = atomic_add(&kr[KH_CNT], (uint)total);
-#endif
     barrier(CLK_LOCAL_MEM_FENCE);
     if (take && l_base + slot < KBUF_CAP) /* sort key: larger score, then lower index first */
         kbuf[kb_off + row * KBUF_CAP + l_base + slot] = ((ulong)(~key) << 32) | (uint)j;
+#endif
 }
 
 /* Ascending bitonic sort of v[0..n) in local memory (n a power of two); all work-items. */

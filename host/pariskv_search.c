@@ -14,11 +14,15 @@
  * kept to measure against) and CLKV_PARISKV_FAST_TOPK=0 (the previous Stage II selection:
  * per-row score histogram and radix top-k instead of the coarse bin + counting rank).
  * Stage I kernel variants (name unset or empty -> default; see pariskv_collide.cl):
- *   CLKV_PARISKV_COLLIDE    pkv_collide: 0 the previous token-by-token loop, 1 id loads of
- *                           several tokens issued first (16-byte loads where aligned) and a
- *                           parallel suffix scan, 2 as 1 with a nibble-packed bonus table
- *   CLKV_PARISKV_RANK       pkv_rank: 0 one work-item per centroid (the previous kernel),
- *                           1 (default) up to 4 per centroid with vector loads
+ *   CLKV_PARISKV_COLLIDE    pkv_collide: 0 the previous token-by-token loop, 1 (default)
+ *                           id loads of several tokens issued first (16-byte loads where
+ *                           aligned) and a parallel suffix scan
+ *   CLKV_PARISKV_IDS_VEC    0: pkv_collide reads ids as 4-byte words even where 16-byte
+ *                           loads are possible (the path of other row alignments)
+ *   CLKV_PARISKV_COLLIDE_TOK  cap on the tokens a pkv_collide work-item loads ids for
+ *                           before looking up: 1, 2, 4, 8 (unset: up to 16, <= 64 words)
+ *   CLKV_PARISKV_WSCAN      Stage I work-group scans: 1 (default) warp shuffles on NVIDIA,
+ *                           0 Hillis-Steele in local memory (the only path elsewhere)
  *   CLKV_PARISKV_PER_ITEM   tokens per work-item of pkv_collide / pkv_compact: 4, 8, 16, 32
  *                           (chunk = 256 * that) */
 #define COLLIDE_DEFAULT 1
@@ -176,17 +180,11 @@ static clkv_status validate_search(clkv_context *ctx, const clkv_pariskv_search_
     {
         const int u32 = clkv__rows_aligned(&a->ids, 4) && nblk % 4 == 0;
         const int cv = clkv__env_int("CLKV_PARISKV_COLLIDE", COLLIDE_DEFAULT);
-        p->collide_v = !p->legacy && u32 && cv >= 1 && cv <= 2 ? cv : 0;
-        p->ids_vec16 = p->collide_v && clkv__rows_aligned(&a->ids, 16) && nblk % 16 == 0;
-        /* RANK_RK work-items per centroid: 4, fewer where NC < 16 or NC * 4 does not fit a
-         * work-group */
-        int rk = 0;
-        if (!p->legacy && clkv__env_int("CLKV_PARISKV_RANK", 1) != 0) {
-            rk = 4;
-            while (rk > 1 && (nc / 4 < rk || (size_t)(nc * rk) > ctx->info.max_work_group_size))
-                rk /= 2;
-        }
-        p->rank_rk = rk;
+        p->collide_v = !p->legacy && u32 && cv == 1;
+        p->ids_vec16 = p->collide_v && clkv__rows_aligned(&a->ids, 16) && nblk % 16 == 0 &&
+                       clkv__env_int("CLKV_PARISKV_IDS_VEC", 1) != 0;
+        const int tok = clkv__env_int("CLKV_PARISKV_COLLIDE_TOK", 0);
+        p->cv_tok_max = tok == 1 || tok == 2 || tok == 4 || tok == 8 ? tok : 0;
     }
     p->chunk = wg * p->per_item;
     p->nchunks = (int)((max_zone + p->chunk - 1) / p->chunk);

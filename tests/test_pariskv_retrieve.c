@@ -374,7 +374,6 @@ static const scase g_scases[] = {
     {"search_d128_m8_b1_g2_n30000", 1, 2, 1, 128, 8, BF16, F16, 4, {30000}, 100, 0, 0, 2, 0},
     {"search_d100_m4_b1_g2_dense_rotation", 1, 4, 2, 100, 4, BF16, F16, 4, {3000}, 100, 0, 0, 1, 0},
     {"search_d128_m8_b3_g4_n10001", 3, 8, 2, 128, 8, BF16, F16, 4, {10001, 5000, 2}, 100, 0, 0, 1, 0},
-    {"search_d64_m8_b1_g2_n3000_u32_ids", 1, 2, 1, 64, 8, F16, F16, 4, {3000}, 100, 0, 0, 1, 0},
 };
 /* clang-format on */
 
@@ -637,23 +636,26 @@ static void test_search_ties(void **state) {
  * (3 x 2 rows of 5 chunks), one with the fused one, and the tie cases (counting rank,
  * bitonic and radix top-k paths), CLKV_PARISKV_RERANK_V=0 (the previous rerank kernel:
  * scalar code / weight loads; run_search_case also compares its scores bitwise), the
- * previous pkv_collide loop, pkv_rank and collection scans together, and the other
- * pkv_collide variant with 32 tokens per work-item (two rounds of id loads per work-item,
- * the last one partly past the zone). */
+ * previous pkv_collide loop, collection scans and (NVIDIA) Stage I scans together, and the
+ * other knobs' values: 32 tokens per work-item with ids loaded 2 tokens ahead as 4-byte
+ * words (16 rounds per work-item, the last ones past the zone), one score per
+ * collection work-item and a 256-wide rerank (its own program where Stage II is wider). */
 static void test_search_variants(void **state) {
     (void)state;
     static const struct {
-        const char *name[3], *val[3];
+        const char *name[5], *val[5];
     } var[5] = {
         {{"CLKV_PARISKV_LEGACY"}, {"1"}},
         {{"CLKV_PARISKV_FAST_TOPK"}, {"0"}},
         {{"CLKV_PARISKV_RERANK_V"}, {"0"}},
-        {{"CLKV_PARISKV_COLLIDE", "CLKV_PARISKV_RANK", "CLKV_PARISKV_COLLECT"}, {"0", "0", "0"}},
-        {{"CLKV_PARISKV_COLLIDE", "CLKV_PARISKV_PER_ITEM"}, {"2", "32"}},
+        {{"CLKV_PARISKV_COLLIDE", "CLKV_PARISKV_COLLECT", "CLKV_PARISKV_WSCAN"}, {"0", "0", "0"}},
+        {{"CLKV_PARISKV_PER_ITEM", "CLKV_PARISKV_COLLIDE_TOK", "CLKV_PARISKV_IDS_VEC",
+          "CLKV_PARISKV_COLLECT_ITEMS", "CLKV_PARISKV_RERANK_WG"},
+         {"32", "2", "0", "1", "256"}},
     };
     for (int v = 0; v < 5; v++) {
         printf(" ");
-        for (int e = 0; e < 3 && var[v].name[e]; e++) {
+        for (int e = 0; e < 5 && var[v].name[e]; e++) {
             setenv(var[v].name[e], var[v].val[e], 1);
             printf(" %s=%s", var[v].name[e], var[v].val[e]);
         }
@@ -666,7 +668,7 @@ static void test_search_variants(void **state) {
             }
         run_search_ties(0.0, 0.0);
         run_search_ties(0.6, 0.6);
-        for (int e = 0; e < 3 && var[v].name[e]; e++)
+        for (int e = 0; e < 5 && var[v].name[e]; e++)
             unsetenv(var[v].name[e]);
     }
 }
