@@ -24,7 +24,9 @@
  *   CLKV_PARISKV_WSCAN      Stage I work-group scans: 1 (default) warp shuffles on NVIDIA,
  *                           0 Hillis-Steele in local memory (the only path elsewhere)
  *   CLKV_PARISKV_PER_ITEM   tokens per work-item of pkv_collide / pkv_compact: 4, 8, 16, 32
- *                           (chunk = 256 * that) */
+ *                           (chunk = 256 * that)
+ *   CLKV_PARISKV_FUSED_WGS  compaction work-groups per compute unit up to which the
+ *                           threshold is fused into the compaction (default 8; 0: never) */
 #define COLLIDE_DEFAULT 1
 
 static clkv_status check_dims(clkv_context *ctx, const clkv_tensor *t, const char *name,
@@ -190,8 +192,9 @@ static clkv_status validate_search(clkv_context *ctx, const clkv_pariskv_search_
     p->nchunks = (int)((max_zone + p->chunk - 1) / p->chunk);
     if (p->nchunks < 1)
         p->nchunks = 1;
+    const int fw = clkv__env_int("CLKV_PARISKV_FUSED_WGS", FUSED_WAVE_WGS);
     p->fused_thr = !p->legacy && (uint64_t)(B * Hkv) * (uint64_t)p->nchunks <=
-                                     (uint64_t)FUSED_WAVE_WGS * ctx->info.compute_units;
+                                     (uint64_t)(fw > 0 ? fw : 0) * ctx->info.compute_units;
     const size_t rows = (size_t)(B * Hkv);
     size_t off = 0;
     p->off_bonus = off;
