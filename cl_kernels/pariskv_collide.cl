@@ -21,8 +21,8 @@
  *             nibbles, conflict-free lookups, was slower on H100: 63.5 -> 90.7 us at 1M
  *             tokens, the extra shifts and masks cost more than the bank conflicts.)
  *   IDS_VEC16 1: id rows are 16-byte aligned and NBLK % 16 == 0 (uint4 loads)
- *   RANK_SORT 1: pkv_rank orders the centroids by a bitonic sort (see there)
  *   CV_TOK_MAX (optional, COLLIDE_V) cap on CV_TOK, the tokens whose ids are loaded first
+ *             (H100, 1M tokens: 4 -> 62.1 us, 8 (no cap) 65.4 us, 2 62.7 us)
  *   PKC_WSCAN 1 (NVIDIA only, else ignored): work-group scans through warp shuffles
  *
  * Plan (int32 [8, B] row-major): row 0 = n_b, rows 1..6 = T_0..T_5, row 7 = C_b.
@@ -42,9 +42,6 @@
 #endif
 #ifndef IDS_VEC16
 #define IDS_VEC16 0
-#endif
-#ifndef RANK_SORT
-#define RANK_SORT 0
 #endif
 #if COLLIDE_V && !IDS_U32
 #error "COLLIDE_V needs IDS_U32"
@@ -163,42 +160,17 @@ inline void pkc_threshold(__local const uint *tot, int C, __local ulong *tmp, __
 
 /* Bonus table per (b, h, blk): bonus[c] = #{t : before(c) < T_t}; also zeroes the row
  * histograms and the row's Stage II state (k_hist, kh_len words per row).
- * Grid (NC, NBLK, B * Hkv), local (NC). RANK_SORT 0: each work-item counts the centroids
- * ranked before its own (NC steps; splitting that loop over 4 work-items per centroid
- * with float4 / uint4 reads was slower on H100: 10.6 -> 12.2 us, 1 work-item per centroid
- * with those reads 20.5 us); 1: a bitonic sort of (score, index) and a scan of the counts
- * in that order (the same order for every non-NaN score, so the same bonus). */
-#if RANK_SORT
-/* Exclusive scan of one ulong per work-item over the NC work-items of pkv_rank
- * (Hillis-Steele in tmp[NC]); *total gets the sum. */
-inline ulong pkc_rank_scan(__local ulong *tmp, ulong v, ulong *total) {
-    const int lid = (int)get_local_id(0);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    tmp[lid] = v;
-    for (int s = 1; s < NC; s <<= 1) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        const ulong add = lid >= s ? tmp[lid - s] : 0;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        tmp[lid] += add;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    *total = tmp[NC - 1];
-    return tmp[lid] - v;
-}
-#endif
-
+ * Grid (NC, NBLK, B * Hkv), local (NC). (H100, about 11 us at any length, whatever the
+ * ranking: the same with a bitonic sort of (score, index) and a scan of the counts, 12 us
+ * with the counting loop split over 4 work-items per centroid, 20 us with float4 / uint4
+ * reads and 1 work-item per centroid.) */
 __kernel __attribute__((reqd_work_group_size(NC, 1, 1))) void
 pkv_rank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global const uint *cnt,
          long c_off, long c_sb, long c_sh, long c_sblk, __global const int *plan, long plan_off,
          int B, int Hkv, __global uchar *bonus, long bonus_off, __global uint *rowhist, long rh_off,
          __global uint *k_hist, long kh_off, int kh_len) {
-#if RANK_SORT
-    __local ulong ord[NC], pre[NC];
-    __local uint ct[NC];
-#else
     __local float sc[NC];
     __local uint ct[NC];
-#endif
     const int c = (int)get_local_id(0), blk = (int)get_group_id(1), bh = (int)get_group_id(2);
     const int b = bh / Hkv, h = bh % Hkv;
     if (blk == 0) { /* the row histogram pkv_collide accumulates into, Stage II's state */
@@ -207,45 +179,6 @@ pkv_rank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global
         for (int v = c; v < kh_len; v += NC)
             k_hist[kh_off + (long)bh * kh_len + v] = 0;
     }
-#if RANK_SORT
-    __global const float *q = qr + qr_off + b * qr_sb + h * qr_sh + blk * SUB_M;
-    float s = 0.0f;
-    for (int j = 0; j < SUB_M; j++)
-        s += ((c >> j) & 1) ? q[j] : -q[j];
-    const uint cc = cnt[c_off + b * c_sb + h * c_sh + blk * c_sblk + c];
-    int T[6];
-    for (int t = 0; t < 6; t++)
-        T[t] = max(plan[plan_off + (1 + t) * B + b], 0);
-    /* (key of -s, c) ascending = the order "o before c" (s_o > s_c, ties: lower o; -0 ==
-     * +0 as in the comparisons above), key order-preserving for every non-NaN float */
-    uint u = as_uint(s);
-    if ((u & 0x7fffffffu) == 0)
-        u = 0;
-    const uint key = (u >> 31) ? ~u : (u | 0x80000000u);
-    ord[c] = ((ulong)~key << 32) | (uint)c;
-    ct[c] = cc;
-    for (int k = 2; k <= NC; k <<= 1)
-        for (int j = k >> 1; j > 0; j >>= 1) {
-            barrier(CLK_LOCAL_MEM_FENCE);
-            const int l = c ^ j;
-            if (l > c) {
-                const ulong x = ord[c], y = ord[l];
-                if ((x > y) == ((c & k) == 0)) {
-                    ord[c] = y;
-                    ord[l] = x;
-                }
-            }
-        }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    /* before(centroid at sorted position c) = counts at positions < c */
-    const int who = (int)(ord[c] & 0xffffffffu);
-    ulong total;
-    const ulong before = pkc_rank_scan(pre, ct[who], &total);
-    int bonus_c = 0;
-    for (int t = 0; t < 6; t++)
-        bonus_c += before < (ulong)T[t];
-    bonus[bonus_off + ((long)bh * NBLK + blk) * NC + who] = (uchar)bonus_c;
-#else
     __global const float *q = qr + qr_off + b * qr_sb + h * qr_sh + blk * SUB_M;
     float s = 0.0f;
     for (int j = 0; j < SUB_M; j++)
@@ -263,7 +196,6 @@ pkv_rank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global
     for (int t = 0; t < 6; t++)
         bonus_c += before < (ulong)max(plan[plan_off + (1 + t) * B + b], 0);
     bonus[bonus_off + ((long)bh * NBLK + blk) * NC + c] = (uchar)bonus_c;
-#endif
 }
 
 #if COLLIDE_V

@@ -9,9 +9,6 @@
 #include "host/pariskv_retrieve_internal.h"
 
 #define KERNEL_FILE "pariskv_collide.cl"
-/* pkv_rank by a bitonic sort (1) or by counting per centroid (0); CLKV_PARISKV_RANK_SORT
- * overrides */
-#define RANK_SORT_DEFAULT 0
 
 static const double TIER_R[CLKV_PARISKV_NUM_TIERS] = {0.05, 0.15, 0.30, 0.50, 0.75, 1.0};
 
@@ -101,8 +98,6 @@ clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_s
     if (p->cv_tok_max)
         clkv__defs_int(&defs, "CV_TOK_MAX", p->cv_tok_max);
     clkv__defs_int(&defs, "PKC_WSCAN", !p->legacy && clkv__env_int("CLKV_PARISKV_WSCAN", 1));
-    clkv__defs_int(&defs, "RANK_SORT",
-                   !p->legacy && clkv__env_int("CLKV_PARISKV_RANK_SORT", RANK_SORT_DEFAULT));
     cl_kernel kr, kc, kt = NULL, kp;
     clkv_status st;
     k->rank = k->collide = k->threshold = k->compact = NULL;

@@ -22,66 +22,51 @@
  *   CLKV_PARISKV_COLLECT        1 (default, with the fast top-k): pkv_topk_collect scans
  *                               the bins with 64 work-items and appends through a local
  *                               counter (TC_NARROW); 0: the previous work-group-wide scans
- *   CLKV_PARISKV_COLLECT_ITEMS  scores per work-item of that collection: 1, 2, 4, 8
- *   CLKV_PARISKV_RERANK_WG      work-group size of pkv_rerank (a power of two in [64, the
- *                               Stage II size]; unset: the Stage II size, 1024 on GPUs) */
-
-/* The -D set of pariskv_rerank.cl with work-group size wg. */
-static void stage2_defs(clkv_defs *defs, const clkv_pariskv_search_args *a,
-                        const pkv_search_plan *p, int wg, int narrow, int tc_items, int vec,
-                        int items) {
-    clkv__defs_init(defs);
-    clkv__defs_int(defs, "HEAD_DIM", p->D);
-    clkv__defs_int(defs, "SUB_M", p->m);
-    clkv__defs_int(defs, "W_DTYPE", a->weights.dtype);
-    clkv__defs_int(defs, "WG", wg);
-    clkv__defs_int(defs, "CODES_U32", clkv__rows_aligned(&a->codes, 4));
-    clkv__defs_int(defs, "KH_BITS", PKV_KHIST_BITS);
-    clkv__defs_int(defs, "KBUF_CAP", PKV_KBUF_CAP);
-    /* CLKV_PARISKV_FAST_TOPK=0 turns this off (see pkv_search_plan.fast_topk) */
-    clkv__defs_int(defs, "KH_COARSE", p->fast_topk && wg >= 64);
-    clkv__defs_int(defs, "TC_NARROW", narrow);
-    clkv__defs_int(defs, "TC_ITEMS", tc_items);
-    clkv__defs_int(defs, "TK_RANK", p->fast_topk ? PKV_TOPK_RANK_MAX : 0);
-    clkv__defs_int(defs, "RR_VEC", vec);
-    clkv__defs_int(defs, "RR_ITEMS", items);
-    clkv__defs_int(defs, "RR_NOHIST", clkv__env_int("CLKV_PARISKV_RERANK_NOHIST", 0) != 0);
-}
+ *   CLKV_PARISKV_COLLECT_ITEMS  scores per work-item of that collection: 1, 2, 4 (default),
+ *                               8 (H100, 1M tokens: 17.3, 12.5, 9.4, 9.2 us)
+ * (pkv_rerank in 512- or 256-wide work-groups was slower on H100 at 1M tokens: 73.8 and
+ * 82.8 us against 71.6 us with 1024.) */
 
 clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_search_args *a,
                                          const pkv_search_plan *p, cl_mem ws,
                                          pkv_search_kernels *k) {
+    clkv_defs defs;
+    clkv__defs_init(&defs);
+    clkv__defs_int(&defs, "HEAD_DIM", p->D);
+    clkv__defs_int(&defs, "SUB_M", p->m);
+    clkv__defs_int(&defs, "W_DTYPE", a->weights.dtype);
+    clkv__defs_int(&defs, "WG", p->wg2);
+    clkv__defs_int(&defs, "CODES_U32", clkv__rows_aligned(&a->codes, 4));
+    clkv__defs_int(&defs, "KH_BITS", PKV_KHIST_BITS);
+    clkv__defs_int(&defs, "KBUF_CAP", PKV_KBUF_CAP);
+    /* CLKV_PARISKV_FAST_TOPK=0 turns this off (see pkv_search_plan.fast_topk) */
+    clkv__defs_int(&defs, "KH_COARSE", p->fast_topk && p->wg2 >= 64);
     const int narrow =
         p->fast_topk && p->wg2 >= 64 && clkv__env_int("CLKV_PARISKV_COLLECT", 1) != 0;
     const int tc_env = clkv__env_int("CLKV_PARISKV_COLLECT_ITEMS", COLLECT_ITEMS_DEFAULT);
     const int tc_items = narrow && (tc_env == 2 || tc_env == 4 || tc_env == 8) ? tc_env : 1;
-    /* pkv_rerank's work-group size: wg2 unless CLKV_PARISKV_RERANK_WG names another power
-     * of two in [64, wg2] (then pkv_rerank comes from a program of its own) */
-    int rr_wg = p->wg2;
-    {
-        const int e = clkv__env_int("CLKV_PARISKV_RERANK_WG", 0);
-        if (e >= 64 && e < p->wg2 && (e & (e - 1)) == 0)
-            rr_wg = e;
-    }
+    clkv__defs_int(&defs, "TC_NARROW", narrow);
+    clkv__defs_int(&defs, "TC_ITEMS", tc_items);
+    clkv__defs_int(&defs, "TK_RANK", p->fast_topk ? PKV_TOPK_RANK_MAX : 0);
     const int w_vec = a->weights.dtype == CLKV_F32 ? 4 : 8; /* weights per 16 bytes */
     const int vec = clkv__env_int("CLKV_PARISKV_RERANK_V", 1) != 0 && p->m == 8 &&
                     clkv__rows_aligned(&a->codes, 16) && clkv__rows_aligned(&a->weights, w_vec) &&
                     (p->nblk < 16 ? p->nblk : 16) % w_vec == 0;
     /* 2 candidates per work-item halve the work-groups (fewer histogram zeroing / flushes)
      * but leave compute units idle on small grids */
-    const int64_t groups2 = (p->max_cand + 2 * (int64_t)rr_wg - 1) / (2 * rr_wg) * p->Hkv * p->B;
+    const int64_t groups2 = (p->max_cand + 2 * (int64_t)p->wg2 - 1) / (2 * p->wg2) * p->Hkv * p->B;
     const int items_env = clkv__env_int("CLKV_PARISKV_RERANK_ITEMS", 0);
     const int items = vec && (items_env == 2 ||
                               (items_env != 1 && groups2 >= 2 * (int64_t)ctx->info.compute_units))
                           ? 2
                           : 1;
-    clkv_defs defs, defs_rr;
-    stage2_defs(&defs, a, p, p->wg2, narrow, tc_items, vec, items);
-    stage2_defs(&defs_rr, a, p, rr_wg, narrow, tc_items, vec, items);
+    clkv__defs_int(&defs, "RR_VEC", vec);
+    clkv__defs_int(&defs, "RR_ITEMS", items);
+    clkv__defs_int(&defs, "RR_NOHIST", clkv__env_int("CLKV_PARISKV_RERANK_NOHIST", 0) != 0);
     cl_kernel kr, kc, kt;
     clkv_status st;
     k->rerank = k->collect = k->topk = NULL;
-    if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs_rr, "pkv_rerank", &kr)) ||
+    if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_rerank", &kr)) ||
         (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_topk_collect", &kc)) ||
         (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_topk", &kt)))
         return st;
@@ -136,7 +121,6 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
         return st;
     k->rerank = kr;
     k->rerank_items = items;
-    k->rerank_wg = rr_wg;
     k->collect = kc;
     k->collect_items = tc_items;
     k->topk = kt;
@@ -153,12 +137,10 @@ clkv_status clkv__pariskv_stage2_enqueue(clkv_context *ctx, const pkv_search_pla
         const size_t cspan = wg * (size_t)k->collect_items; /* scores per work-group */
         const size_t g_rr[3] = {((size_t)p->max_cand + cspan - 1) / cspan * wg, (size_t)p->Hkv,
                                 (size_t)p->B};
-        const size_t rwg = (size_t)k->rerank_wg;
-        const size_t span = rwg * (size_t)k->rerank_items; /* candidates per work-group */
-        const size_t g_r[3] = {((size_t)p->max_cand + span - 1) / span * rwg, (size_t)p->Hkv,
+        const size_t span = wg * (size_t)k->rerank_items; /* candidates per work-group */
+        const size_t g_r[3] = {((size_t)p->max_cand + span - 1) / span * wg, (size_t)p->Hkv,
                                (size_t)p->B};
-        const size_t l_r[3] = {rwg, 1, 1};
-        if ((st = clkv__enqueue(ctx, k->rerank, "pkv_rerank", 3, g_r, l_r, ev ? &ev[0] : NULL)) ||
+        if ((st = clkv__enqueue(ctx, k->rerank, "pkv_rerank", 3, g_r, l_wg, ev ? &ev[0] : NULL)) ||
             (st = clkv__enqueue(ctx, k->collect, "pkv_topk_collect", 3, g_rr, l_wg,
                                 ev ? &ev[1] : NULL)))
             return st;

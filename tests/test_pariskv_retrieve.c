@@ -636,11 +636,10 @@ static void test_search_ties(void **state) {
  * (3 x 2 rows of 5 chunks), one with the fused one, and the tie cases (counting rank,
  * bitonic and radix top-k paths), CLKV_PARISKV_RERANK_V=0 (the previous rerank kernel:
  * scalar code / weight loads; run_search_case also compares its scores bitwise), the
- * previous pkv_collide loop, collection scans and (NVIDIA) Stage I scans together with the
- * sorting pkv_rank (the same bonus tables, so the same S bit for bit), and the
- * other knobs' values: 32 tokens per work-item with ids loaded 2 tokens ahead as 4-byte
- * words (16 rounds per work-item, the last ones past the zone), one score per
- * collection work-item and a 256-wide rerank (its own program where Stage II is wider). */
+ * previous pkv_collide loop, collection scans and (NVIDIA) Stage I scans together, and
+ * the other knobs' values: 32 tokens per work-item with ids loaded 2 tokens ahead as
+ * 4-byte words (16 rounds per work-item, the last ones past the zone) and one score per
+ * collection work-item. */
 static void test_search_variants(void **state) {
     (void)state;
     static const struct {
@@ -649,12 +648,10 @@ static void test_search_variants(void **state) {
         {{"CLKV_PARISKV_LEGACY"}, {"1"}},
         {{"CLKV_PARISKV_FAST_TOPK"}, {"0"}},
         {{"CLKV_PARISKV_RERANK_V"}, {"0"}},
-        {{"CLKV_PARISKV_COLLIDE", "CLKV_PARISKV_COLLECT", "CLKV_PARISKV_WSCAN",
-          "CLKV_PARISKV_RANK_SORT"},
-         {"0", "0", "0", "1"}},
+        {{"CLKV_PARISKV_COLLIDE", "CLKV_PARISKV_COLLECT", "CLKV_PARISKV_WSCAN"}, {"0", "0", "0"}},
         {{"CLKV_PARISKV_PER_ITEM", "CLKV_PARISKV_COLLIDE_TOK", "CLKV_PARISKV_IDS_VEC",
-          "CLKV_PARISKV_COLLECT_ITEMS", "CLKV_PARISKV_RERANK_WG"},
-         {"32", "2", "0", "1", "256"}},
+          "CLKV_PARISKV_COLLECT_ITEMS"},
+         {"32", "2", "0", "1"}},
     };
     for (int v = 0; v < 5; v++) {
         printf(" ");
