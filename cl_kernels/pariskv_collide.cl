@@ -14,6 +14,16 @@
  *             the threshold from the row histogram and its output base from the suffix
  *             counts of the earlier chunks (for launches of about one wave: each
  *             work-group pays two more scans); 0: pkv_threshold writes the chunk bases
+ *   COLLIDE_V 0: the previous pkv_collide loop (one token after the other: load its ids,
+ *             look up, store); 1 (needs IDS_U32): a work-item issues the id loads of
+ *             CV_TOK tokens (16-byte loads with IDS_VEC16) before any lookup, and the
+ *             per-chunk suffix counts come from a parallel scan. (A bonus table packed in
+ *             nibbles, conflict-free lookups, was slower on H100: 63.5 -> 90.7 us at 1M
+ *             tokens, the extra shifts and masks cost more than the bank conflicts.)
+ *   IDS_VEC16 1: id rows are 16-byte aligned and NBLK % 16 == 0 (uint4 loads)
+ *   CV_TOK_MAX (optional, COLLIDE_V) cap on CV_TOK, the tokens whose ids are loaded first
+ *             (H100, 1M tokens: 4 -> 62.1 us, 8 (no cap) 65.4 us, 2 62.7 us)
+ *   PKC_WSCAN 1 (NVIDIA only, else ignored): work-group scans through warp shuffles
  *
  * Plan (int32 [8, B] row-major): row 0 = n_b, rows 1..6 = T_0..T_5, row 7 = C_b.
  */
@@ -27,6 +37,15 @@
 #if FUSED_THR && !SUFFIX
 #error "FUSED_THR needs SUFFIX"
 #endif
+#ifndef COLLIDE_V
+#define COLLIDE_V 0
+#endif
+#ifndef IDS_VEC16
+#define IDS_VEC16 0
+#endif
+#if COLLIDE_V && !IDS_U32
+#error "COLLIDE_V needs IDS_U32"
+#endif
 #define NC (1 << SUB_M)
 #define NBINS (6 * NBLK + 1)
 #define CHUNK (WG * PER_ITEM)
@@ -37,10 +56,50 @@
 #define S_T uchar
 #endif
 
-/* Exclusive scan of one ulong per work-item over the work-group (Hillis-Steele in
- * `tmp`, WG entries); *total gets the sum. All work-items must call it. */
+#ifndef PKC_WSCAN
+#define PKC_WSCAN 0
+#endif
+#if PKC_WSCAN && !(defined(CLKV_NVIDIA_PTX) && WG % 32 == 0)
+#undef PKC_WSCAN
+#define PKC_WSCAN 0
+#endif
+
+#if PKC_WSCAN
+/* Lane l gets x of lane l - d (its own x for l < d); NVIDIA warps of 32. */
+inline uint pkc_shfl_up(uint x, int d) {
+    uint r;
+    asm volatile("shfl.sync.up.b32 %0, %1, %2, 0, 0xffffffff;" : "=r"(r) : "r"(x), "r"(d));
+    return r;
+}
+#endif
+
+/* Exclusive scan of one ulong per work-item over the work-group; *total gets the sum. All
+ * work-items must call it. PKC_WSCAN (NVIDIA): shuffle scans inside each warp of 32 and
+ * one pass over the warp totals (2 barriers); else Hillis-Steele in `tmp` (WG entries,
+ * 2 log2(WG) + 2 barriers). */
 inline ulong pkc_scan(__local ulong *tmp, ulong v, ulong *total) {
     const int lid = (int)get_local_id(0);
+#if PKC_WSCAN
+    const int lane = lid & 31, warp = lid >> 5;
+    ulong inc = v;
+    for (int d = 1; d < 32; d <<= 1) {
+        const uint lo = pkc_shfl_up((uint)inc, d), hi = pkc_shfl_up((uint)(inc >> 32), d);
+        if (lane >= d)
+            inc += ((ulong)hi << 32) | lo;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lane == 31)
+        tmp[warp] = inc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ulong before = 0, tot = 0;
+    for (int w = 0; w < WG / 32; w++) {
+        const ulong t = tmp[w];
+        before += w < warp ? t : 0;
+        tot += t;
+    }
+    *total = tot;
+    return before + inc - v;
+#else
     barrier(CLK_LOCAL_MEM_FENCE);
     tmp[lid] = v;
     for (int s = 1; s < WG; s <<= 1) {
@@ -52,6 +111,7 @@ inline ulong pkc_scan(__local ulong *tmp, ulong v, ulong *total) {
     barrier(CLK_LOCAL_MEM_FENCE);
     *total = tmp[WG - 1];
     return tmp[lid] - v;
+#endif
 }
 
 /* The threshold of a row from its histogram tot[NBINS] (local) and C: the smallest value
@@ -100,7 +160,10 @@ inline void pkc_threshold(__local const uint *tot, int C, __local ulong *tmp, __
 
 /* Bonus table per (b, h, blk): bonus[c] = #{t : before(c) < T_t}; also zeroes the row
  * histograms and the row's Stage II state (k_hist, kh_len words per row).
- * Grid (NC, NBLK, B * Hkv), local (NC). */
+ * Grid (NC, NBLK, B * Hkv), local (NC). (H100, about 11 us at any length, whatever the
+ * ranking: the same with a bitonic sort of (score, index) and a scan of the counts, 12 us
+ * with the counting loop split over 4 work-items per centroid, 20 us with float4 / uint4
+ * reads and 1 work-item per centroid.) */
 __kernel __attribute__((reqd_work_group_size(NC, 1, 1))) void
 pkv_rank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global const uint *cnt,
          long c_off, long c_sb, long c_sh, long c_sblk, __global const int *plan, long plan_off,
@@ -135,6 +198,31 @@ pkv_rank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global
     bonus[bonus_off + ((long)bh * NBLK + blk) * NC + c] = (uchar)bonus_c;
 }
 
+#if COLLIDE_V
+#define NW (NBLK / 4) /* id words per token */
+/* tokens whose id words a work-item loads before their lookups (<= 64 words in flight) */
+#if NW <= 4
+#define CV_TOK_ 16
+#elif NW <= 8
+#define CV_TOK_ 8
+#elif NW <= 16
+#define CV_TOK_ 4
+#elif NW <= 32
+#define CV_TOK_ 2
+#else
+#define CV_TOK_ 1
+#endif
+#if defined(CV_TOK_MAX) && CV_TOK_MAX < CV_TOK_ /* host cap (a power of two) */
+#undef CV_TOK_
+#define CV_TOK_ CV_TOK_MAX
+#endif
+#define CV_TOK (CV_TOK_ < PER_ITEM ? CV_TOK_ : PER_ITEM)
+#if PER_ITEM % CV_TOK
+#error "PER_ITEM must be a multiple of CV_TOK"
+#endif
+#endif
+#define CV_LOOK(blk, id) ((uint)tab[(blk)*NC + (id)])
+
 /* S_i for the zone tokens of one chunk, the chunk's histogram of S, and its sum over the
  * chunks of the row (global atomics into rowhist).
  * Grid (nchunks * WG, Hkv, B), local (WG). Token i = chunk*CHUNK + r*WG + lid (coalesced
@@ -159,6 +247,45 @@ pkv_collide(__global const uchar *ids, long id_off, long id_sb, long id_sh, long
     __local uint *mine = hist + (lid / 32) * NBINS;
     const int n = clamp(plan[plan_off + b], 0, max_zone);
     __global const uchar *base = ids + id_off + b * id_sb + h * id_sh;
+#if COLLIDE_V
+    for (int r0 = 0; r0 < PER_ITEM; r0 += CV_TOK) {
+        if (chunk * CHUNK + r0 * WG >= n) /* uniform over the work-group */
+            break;
+        uint xw[CV_TOK][NW];
+        for (int r = 0; r < CV_TOK; r++) { /* every load first */
+            const int i = chunk * CHUNK + (r0 + r) * WG + lid;
+            __global const uint *rw =
+                (__global const uint *)(base + (long)(zone_start + min(i, n - 1)) * id_sl);
+#if IDS_VEC16
+            for (int w = 0; w < NW; w += 4) {
+                const uint4 v = ((__global const uint4 *)rw)[w / 4];
+                xw[r][w] = v.s0;
+                xw[r][w + 1] = v.s1;
+                xw[r][w + 2] = v.s2;
+                xw[r][w + 3] = v.s3;
+            }
+#else
+            for (int w = 0; w < NW; w++)
+                xw[r][w] = rw[w];
+#endif
+        }
+        for (int r = 0; r < CV_TOK; r++) {
+            const int i = chunk * CHUNK + (r0 + r) * WG + lid;
+            if (i < n) {
+                uint S = 0;
+                for (int w = 0; w < NW; w++) {
+                    const uint x = xw[r][w];
+                    S += (CV_LOOK(4 * w + 0, x & 0xffu) + CV_LOOK(4 * w + 1, (x >> 8) & 0xffu)) +
+                         (CV_LOOK(4 * w + 2, (x >> 16) & 0xffu) + CV_LOOK(4 * w + 3, x >> 24));
+                }
+                sc[s_off + b * s_sb + h * s_sh + i] = (S_T)S;
+                if (has_dbg)
+                    dbg[dbg_off + b * dbg_sb + h * dbg_sh + i] = (int)S;
+                atomic_inc(&mine[S]);
+            }
+        }
+    }
+#else
     for (int r = 0; r < PER_ITEM; r++) {
         const int i = chunk * CHUNK + r * WG + lid;
         if (i >= n)
@@ -181,6 +308,7 @@ pkv_collide(__global const uchar *ids, long id_off, long id_sb, long id_sh, long
             dbg[dbg_off + b * dbg_sb + h * dbg_sh + i] = (int)S;
         atomic_inc(&mine[S]);
     }
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
     __global uint *out = chist + ch_off + (bh * nchunks + chunk) * NBINS;
 #if SUFFIX
@@ -195,12 +323,25 @@ pkv_collide(__global const uchar *ids, long id_off, long id_sb, long id_sh, long
             atomic_add(rowhist + rh_off + bh * NBINS + i, x);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+#if COLLIDE_V && NBINS <= WG
+    /* suffix sums in log2(NBINS) steps (work-item i holds bin i) */
+    for (int st = 1; st < NBINS; st <<= 1) {
+        const uint add = lid + st < NBINS ? hist[lid + st] : 0u;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < NBINS)
+            hist[lid] += add;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid < NBINS)
+        out[lid] = hist[lid];
+#else
     for (int i = lid; i < NBINS; i += WG) {
         uint x = 0;
         for (int v = i; v < NBINS; v++)
             x += hist[v];
         out[i] = x;
     }
+#endif
 #else
     for (int i = lid; i < NBINS; i += WG) {
         uint x = 0;

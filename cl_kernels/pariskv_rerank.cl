@@ -14,6 +14,12 @@
  *   TK_RANK   > 0: pkv_topk selects from a buffer of at most TK_RANK entries by counting
  *             ranks (no sort); larger buffers use the bitonic sort
  *   RR_VEC, RR_ITEMS, RR_NOHIST: pkv_rerank variants (see there)
+ *   TC_NARROW 1 (with KH_COARSE): pkv_topk_collect scans the 64 coarse and 64 fine bins
+ *             with 64 work-items (6 steps instead of log2(WG)) and appends through a
+ *             local counter instead of a work-group scan (the buffer is unordered: pkv_topk
+ *             orders by key, then index); 0: the previous work-group-wide scans
+ *   TC_ITEMS  (TC_NARROW) scores per work-item of pkv_topk_collect (WG * TC_ITEMS per
+ *             work-group: fewer work-groups repeating the bin search)
  *
  * Final top-k: pkv_rerank scores the candidates and histograms the top KH_BITS bits of
  * each score's order-preserving key per row (global atomics from per-work-group
@@ -43,6 +49,18 @@
 #if KH_COARSE && WG < KH_CBINS
 #error "KH_COARSE needs WG >= 64"
 #endif
+#ifndef TC_NARROW
+#define TC_NARROW 0
+#endif
+#if TC_NARROW && !KH_COARSE
+#error "TC_NARROW needs KH_COARSE"
+#endif
+#ifndef TC_ITEMS
+#define TC_ITEMS 1
+#endif
+#if TC_ITEMS > 1 && !TC_NARROW
+#error "TC_ITEMS needs TC_NARROW"
+#endif
 
 /* Exclusive scan of one ulong per work-item over the work-group; *total gets the sum. */
 inline ulong pkr_scan(__local ulong *tmp, ulong v, ulong *total) {
@@ -58,6 +76,25 @@ inline ulong pkr_scan(__local ulong *tmp, ulong v, ulong *total) {
     barrier(CLK_LOCAL_MEM_FENCE);
     *total = tmp[WG - 1];
     return tmp[lid] - v;
+}
+
+/* Exclusive scan of one uint per work-item over work-items [0, n) (n a power of two
+ * <= WG; the others get 0); *total gets the sum. All work-items must call it. */
+inline uint pkr_scan_n(__local uint *tmp, uint v, int n, uint *total) {
+    const int lid = (int)get_local_id(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < n)
+        tmp[lid] = v;
+    for (int s = 1; s < n; s <<= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const uint add = lid < n && lid >= s ? tmp[lid - s] : 0u;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < n)
+            tmp[lid] += add;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    *total = tmp[n - 1];
+    return lid < n ? tmp[lid] - v : 0u;
 }
 
 /* Order-preserving map of f32 to uint (larger float -> larger key; -0 == +0). */
@@ -294,8 +331,13 @@ inline int pkr_thr_bin_coarse(__global const uint *kr, __local ulong *tmp, __loc
     }
     /* coarse bins in descending order, one per work-item */
     uint x = lid < KH_CBINS ? kr[KH_BINS + KH_CBINS - 1 - lid] : 0u;
+#if TC_NARROW
+    uint total;
+    uint cum = pkr_scan_n((__local uint *)tmp, x, KH_CBINS, &total);
+#else
     ulong total;
     ulong cum = pkr_scan(tmp, x, &total);
+#endif
     if (lid < KH_CBINS && cum < kk && cum + x >= kk) {
         sh[0] = KH_CBINS - 1 - lid;
         sh[1] = (int)cum; /* keys in the coarse bins above */
@@ -310,7 +352,11 @@ inline int pkr_thr_bin_coarse(__global const uint *kr, __local ulong *tmp, __loc
     }
     /* fine bins of coarse bin cb, descending (fine <= WG: one per work-item) */
     x = lid < fine ? kr[cb * fine + fine - 1 - lid] : 0u;
+#if TC_NARROW
+    cum = pkr_scan_n((__local uint *)tmp, x, fine, &total) + above;
+#else
     cum = pkr_scan(tmp, x, &total) + above;
+#endif
     if (lid < fine && cum < kk && cum + x >= kk) {
         sh[0] = cb * fine + fine - 1 - lid;
         sh[1] = (int)(cum + x);
@@ -325,7 +371,7 @@ inline int pkr_thr_bin_coarse(__global const uint *kr, __local ulong *tmp, __loc
  * above to the row's buffer kbuf (KBUF_CAP ulongs per row, unordered; sorted by
  * pkv_topk); nothing when the count exceeds KBUF_CAP (pkv_topk then selects over the whole
  * row). kh[row][KH_CNT] counts the appended entries, kh[row][KH_CNT + 1] gets the count.
- * Grid (ceil(max_cand / WG) * WG, Hkv, B), local (WG). */
+ * Grid (ceil(max_cand / (WG * TC_ITEMS)) * WG, Hkv, B), local (WG). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_topk_collect(__global const float *cs, long cs_off, long cs_sb, long cs_sh,
                  __global const int *plan, long plan_off, int B, int max_cand, int top_k,
@@ -337,11 +383,22 @@ pkv_topk_collect(__global const float *cs, long cs_off, long cs_sb, long cs_sh,
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const int C = clamp(plan[plan_off + 7 * B + b], 0, max_cand);
     const int kk = min(top_k, C);
-    const int j0 = (int)get_group_id(0) * WG;
+    const int j0 = (int)get_group_id(0) * (WG * TC_ITEMS);
     const long row = (long)b * get_num_groups(1) + h;
     __global uint *kr = kh + kh_off + row * KH_WORDS;
     /* No early return: every work-item reaches every barrier (uniform flags instead). */
     const int active = j0 < C && kk > 0;
+#if TC_NARROW
+    __local uint l_cnt;
+    if (lid == 0)
+        l_cnt = 0;
+    /* the scores first (their loads overlap the bin search) */
+    uint key[TC_ITEMS];
+    for (int it = 0; it < TC_ITEMS; it++) {
+        const int j = j0 + it * WG + lid;
+        key[it] = active && j < C ? pkr_key(cs[cs_off + b * cs_sb + h * cs_sh + j]) : 0u;
+    }
+#endif
     uint cnt = 0;
 #if KH_COARSE
     const int t = pkr_thr_bin_coarse(kr, tmp, sh, (uint)max(kk, 1), &cnt);
@@ -350,6 +407,24 @@ pkv_topk_collect(__global const float *cs, long cs_off, long cs_sb, long cs_sh,
 #endif
     if (active && j0 == 0 && lid == 0)
         kr[KH_CNT + 1] = cnt;
+#if TC_NARROW
+    /* slots in any order (l_cnt zeroed before the barriers of the bin search) */
+    int take[TC_ITEMS];
+    uint slot[TC_ITEMS];
+    for (int it = 0; it < TC_ITEMS; it++) {
+        const int j = j0 + it * WG + lid;
+        take[it] = active && cnt <= KBUF_CAP && j < C && (int)(key[it] >> (32 - KH_BITS)) >= t;
+        slot[it] = take[it] ? atomic_inc(&l_cnt) : 0u;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0 && l_cnt)
+        l_base = atomic_add(&kr[KH_CNT], l_cnt);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int it = 0; it < TC_ITEMS; it++) /* sort key: larger score, then lower index first */
+        if (take[it] && l_base + slot[it] < KBUF_CAP)
+            kbuf[kb_off + row * KBUF_CAP + l_base + slot[it]] =
+                ((ulong)(~key[it]) << 32) | (uint)(j0 + it * WG + lid);
+#else
     const int j = active && cnt <= KBUF_CAP ? j0 + lid : C;
     uint key = 0;
     if (j < C)
@@ -362,6 +437,7 @@ pkv_topk_collect(__global const float *cs, long cs_off, long cs_sb, long cs_sh,
     barrier(CLK_LOCAL_MEM_FENCE);
     if (take && l_base + slot < KBUF_CAP) /* sort key: larger score, then lower index first */
         kbuf[kb_off + row * KBUF_CAP + l_base + slot] = ((ulong)(~key) << 32) | (uint)j;
+#endif
 }
 
 /* Ascending bitonic sort of v[0..n) in local memory (n a power of two); all work-items. */

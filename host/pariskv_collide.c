@@ -93,6 +93,11 @@ clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_s
     clkv__defs_int(&defs, "S_WIDE", p->s_wide);
     clkv__defs_int(&defs, "SUFFIX", !p->legacy);
     clkv__defs_int(&defs, "FUSED_THR", p->fused_thr);
+    clkv__defs_int(&defs, "COLLIDE_V", p->collide_v);
+    clkv__defs_int(&defs, "IDS_VEC16", p->ids_vec16);
+    if (p->cv_tok_max)
+        clkv__defs_int(&defs, "CV_TOK_MAX", p->cv_tok_max);
+    clkv__defs_int(&defs, "PKC_WSCAN", !p->legacy && clkv__env_int("CLKV_PARISKV_WSCAN", 1));
     cl_kernel kr, kc, kt = NULL, kp;
     clkv_status st;
     k->rank = k->collide = k->threshold = k->compact = NULL;
@@ -183,10 +188,11 @@ clkv_status clkv__pariskv_stage1_enqueue(clkv_context *ctx, const pkv_search_pla
     const size_t g_thr[2] = {(size_t)p->wg, (size_t)(p->B * p->Hkv)};
     clkv__log(ctx,
               "pariskv stage1: B=%lld Hkv=%lld nblk=%lld m=%d zone=[%lld,+%lld) cand<=%lld "
-              "chunks=%d wg=%d per_item=%d legacy=%d fused_thr=%d",
+              "chunks=%d wg=%d per_item=%d legacy=%d fused_thr=%d collide_v=%d vec16=%d tok_max=%d",
               (long long)p->B, (long long)p->Hkv, (long long)p->nblk, p->m,
               (long long)p->zone_start, (long long)p->max_zone, (long long)p->max_cand, p->nchunks,
-              p->wg, p->per_item, p->legacy, p->fused_thr);
+              p->wg, p->per_item, p->legacy, p->fused_thr, p->collide_v, p->ids_vec16,
+              p->cv_tok_max);
     if ((st = clkv__enqueue(ctx, k->rank, "pkv_rank", 3, g_rank, l_rank, ev ? &ev[0] : NULL)) ||
         (st = clkv__enqueue(ctx, k->collide, "pkv_collide", 3, g_chunk, l_wg, ev ? &ev[1] : NULL)))
         return st;

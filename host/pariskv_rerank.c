@@ -7,6 +7,7 @@
 #include "host/pariskv_retrieve_internal.h"
 
 #define KERNEL_FILE "pariskv_rerank.cl"
+#define COLLECT_ITEMS_DEFAULT 4
 
 /* Environment switches of pkv_rerank, read per search (name unset or empty -> default):
  *   CLKV_PARISKV_RERANK_V       1 (default): 16-byte vector loads of a candidate's codes and
@@ -17,7 +18,14 @@
  *                               compute units with 2, else 1 (H100, pkv_rerank, same run:
  *                               1M tokens 79.2 -> 71.6 us with 2, 128K 14.3 -> 20.4 us)
  *   CLKV_PARISKV_RERANK_NOHIST  1: no score histogram (measuring only: the histogram's cost;
- *                               same top-k through the slower selection path) */
+ *                               same top-k through the slower selection path)
+ *   CLKV_PARISKV_COLLECT        1 (default, with the fast top-k): pkv_topk_collect scans
+ *                               the bins with 64 work-items and appends through a local
+ *                               counter (TC_NARROW); 0: the previous work-group-wide scans
+ *   CLKV_PARISKV_COLLECT_ITEMS  scores per work-item of that collection: 1, 2, 4 (default),
+ *                               8 (H100, 1M tokens: 17.3, 12.5, 9.4, 9.2 us)
+ * (pkv_rerank in 512- or 256-wide work-groups was slower on H100 at 1M tokens: 73.8 and
+ * 82.8 us against 71.6 us with 1024.) */
 
 clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_search_args *a,
                                          const pkv_search_plan *p, cl_mem ws,
@@ -33,6 +41,12 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
     clkv__defs_int(&defs, "KBUF_CAP", PKV_KBUF_CAP);
     /* CLKV_PARISKV_FAST_TOPK=0 turns this off (see pkv_search_plan.fast_topk) */
     clkv__defs_int(&defs, "KH_COARSE", p->fast_topk && p->wg2 >= 64);
+    const int narrow =
+        p->fast_topk && p->wg2 >= 64 && clkv__env_int("CLKV_PARISKV_COLLECT", 1) != 0;
+    const int tc_env = clkv__env_int("CLKV_PARISKV_COLLECT_ITEMS", COLLECT_ITEMS_DEFAULT);
+    const int tc_items = narrow && (tc_env == 2 || tc_env == 4 || tc_env == 8) ? tc_env : 1;
+    clkv__defs_int(&defs, "TC_NARROW", narrow);
+    clkv__defs_int(&defs, "TC_ITEMS", tc_items);
     clkv__defs_int(&defs, "TK_RANK", p->fast_topk ? PKV_TOPK_RANK_MAX : 0);
     const int w_vec = a->weights.dtype == CLKV_F32 ? 4 : 8; /* weights per 16 bytes */
     const int vec = clkv__env_int("CLKV_PARISKV_RERANK_V", 1) != 0 && p->m == 8 &&
@@ -108,6 +122,7 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
     k->rerank = kr;
     k->rerank_items = items;
     k->collect = kc;
+    k->collect_items = tc_items;
     k->topk = kt;
     return CLKV_OK;
 }
@@ -119,7 +134,8 @@ clkv_status clkv__pariskv_stage2_enqueue(clkv_context *ctx, const pkv_search_pla
     const size_t wg = (size_t)p->wg2;
     const size_t l_wg[3] = {wg, 1, 1};
     if (p->max_cand > 0) {
-        const size_t g_rr[3] = {((size_t)p->max_cand + wg - 1) / wg * wg, (size_t)p->Hkv,
+        const size_t cspan = wg * (size_t)k->collect_items; /* scores per work-group */
+        const size_t g_rr[3] = {((size_t)p->max_cand + cspan - 1) / cspan * wg, (size_t)p->Hkv,
                                 (size_t)p->B};
         const size_t span = wg * (size_t)k->rerank_items; /* candidates per work-group */
         const size_t g_r[3] = {((size_t)p->max_cand + span - 1) / span * wg, (size_t)p->Hkv,

@@ -21,6 +21,10 @@ typedef struct pkv_search_plan {
      * they fit in about one wave; two more scans per work-group otherwise cost more than
      * the launch) */
     int fused_thr;
+    /* Stage I kernel variants (cl_kernels/pariskv_collide.cl): collide_v = COLLIDE_V
+     * (CLKV_PARISKV_COLLIDE; 0 where the id rows are not 4-byte words or in the legacy
+     * path), ids_vec16 = IDS_VEC16, cv_tok_max = CV_TOK_MAX (0: none). */
+    int collide_v, ids_vec16, cv_tok_max;
     /* On by default (CLKV_PARISKV_FAST_TOPK=0 turns it off): Stage II keeps a coarse
      * 64-bin score histogram (the collection finds the threshold bin from 128 bins instead
      * of 4096) and the top-k ranks buffers of <= PKV_TOPK_RANK_MAX entries by counting
@@ -45,11 +49,12 @@ typedef struct pkv_search_plan {
 /* pkv_topk ranks buffers of at most this many entries by counting (no sort). */
 #define PKV_TOPK_RANK_MAX 1024
 
-/* The kernels of one search (owned by the program cache); rerank_items: candidates per
- * work-item of pkv_rerank (set by clkv__pariskv_stage2_prepare). */
+/* The kernels of one search (owned by the program cache); rerank_items, collect_items:
+ * candidates per work-item of pkv_rerank, pkv_topk_collect (set by
+ * clkv__pariskv_stage2_prepare). */
 typedef struct pkv_search_kernels {
     cl_kernel rank, collide, threshold, compact, rerank, collect, topk;
-    int rerank_items;
+    int rerank_items, collect_items;
 } pkv_search_kernels;
 
 /* `ev` (optional): events of the stage's kernels (stage 1: 4 = rank, collide, threshold,

@@ -7,12 +7,28 @@
 
 #define SEARCH_WG 256
 #define PER_ITEM 8
-/* Compaction work-groups per compute unit up to which the threshold is fused into it. */
+/* Compaction work-groups per compute unit up to which the threshold is fused into it
+ * (H100, 1M tokens, 4096 work-groups: fused 35.5 us, threshold + compaction 6.8 + 21.1). */
 #define FUSED_WAVE_WGS 8
 
 /* Environment switches read per search: CLKV_PARISKV_LEGACY=1 (the previous Stage I,
  * kept to measure against) and CLKV_PARISKV_FAST_TOPK=0 (the previous Stage II selection:
- * per-row score histogram and radix top-k instead of the coarse bin + counting rank). */
+ * per-row score histogram and radix top-k instead of the coarse bin + counting rank).
+ * Stage I kernel variants (name unset or empty -> default; see pariskv_collide.cl):
+ *   CLKV_PARISKV_COLLIDE    pkv_collide: 0 the previous token-by-token loop, 1 (default)
+ *                           id loads of several tokens issued first (16-byte loads where
+ *                           aligned) and a parallel suffix scan
+ *   CLKV_PARISKV_IDS_VEC    0: pkv_collide reads ids as 4-byte words even where 16-byte
+ *                           loads are possible (the path of other row alignments)
+ *   CLKV_PARISKV_COLLIDE_TOK  cap on the tokens a pkv_collide work-item loads ids for
+ *                           before looking up: 1, 2, 4 (default), 8; other values: no cap
+ *                           (up to 16 tokens, <= 64 words)
+ *   CLKV_PARISKV_WSCAN      Stage I work-group scans: 1 (default) warp shuffles on NVIDIA,
+ *                           0 Hillis-Steele in local memory (the only path elsewhere)
+ *   CLKV_PARISKV_PER_ITEM   tokens per work-item of pkv_collide / pkv_compact: 4, 8, 16, 32
+ *                           (chunk = 256 * that; H100, 1M tokens: 16 and 32 no faster) */
+#define COLLIDE_DEFAULT 1
+#define COLLIDE_TOK_DEFAULT 4
 
 static clkv_status check_dims(clkv_context *ctx, const clkv_tensor *t, const char *name,
                               const int64_t *want, const char *const *why, int n) {
@@ -162,8 +178,18 @@ static clkv_status validate_search(clkv_context *ctx, const clkv_pariskv_search_
     while ((size_t)wg2 > ctx->info.max_work_group_size && wg2 > 1)
         wg2 /= 2;
     p->wg2 = wg2;
-    p->per_item = PER_ITEM;
-    p->chunk = wg * PER_ITEM;
+    const int pi = clkv__env_int("CLKV_PARISKV_PER_ITEM", PER_ITEM);
+    p->per_item = pi == 4 || pi == 8 || pi == 16 || pi == 32 ? pi : PER_ITEM;
+    {
+        const int u32 = clkv__rows_aligned(&a->ids, 4) && nblk % 4 == 0;
+        const int cv = clkv__env_int("CLKV_PARISKV_COLLIDE", COLLIDE_DEFAULT);
+        p->collide_v = !p->legacy && u32 && cv == 1;
+        p->ids_vec16 = p->collide_v && clkv__rows_aligned(&a->ids, 16) && nblk % 16 == 0 &&
+                       clkv__env_int("CLKV_PARISKV_IDS_VEC", 1) != 0;
+        const int tok = clkv__env_int("CLKV_PARISKV_COLLIDE_TOK", COLLIDE_TOK_DEFAULT);
+        p->cv_tok_max = tok == 1 || tok == 2 || tok == 4 || tok == 8 ? tok : 0;
+    }
+    p->chunk = wg * p->per_item;
     p->nchunks = (int)((max_zone + p->chunk - 1) / p->chunk);
     if (p->nchunks < 1)
         p->nchunks = 1;

@@ -634,16 +634,32 @@ static void test_search_ties(void **state) {
  * (per-row 4096-bin threshold, bitonic / radix top-k instead of the coarse bin and the
  * counting rank the other tests run) on a case with a separate threshold kernel
  * (3 x 2 rows of 5 chunks), one with the fused one, and the tie cases (counting rank,
- * bitonic and radix top-k paths), and CLKV_PARISKV_RERANK_V=0 (the previous rerank kernel:
- * scalar code / weight loads; run_search_case also compares its scores bitwise). */
+ * bitonic and radix top-k paths), CLKV_PARISKV_RERANK_V=0 (the previous rerank kernel:
+ * scalar code / weight loads; run_search_case also compares its scores bitwise), the
+ * previous pkv_collide loop, collection scans and (NVIDIA) Stage I scans together, and
+ * the other knobs' values: 32 tokens per work-item with ids loaded 2 tokens ahead as
+ * 4-byte words (16 rounds per work-item, the last ones past the zone) and one score per
+ * collection work-item. */
 static void test_search_variants(void **state) {
     (void)state;
-    static const char *const env[3] = {"CLKV_PARISKV_LEGACY", "CLKV_PARISKV_FAST_TOPK",
-                                       "CLKV_PARISKV_RERANK_V"};
-    static const char *const val[3] = {"1", "0", "0"};
-    for (int v = 0; v < 3; v++) {
-        setenv(env[v], val[v], 1);
-        printf("  %s=%s\n", env[v], val[v]);
+    static const struct {
+        const char *name[5], *val[5];
+    } var[5] = {
+        {{"CLKV_PARISKV_LEGACY"}, {"1"}},
+        {{"CLKV_PARISKV_FAST_TOPK"}, {"0"}},
+        {{"CLKV_PARISKV_RERANK_V"}, {"0"}},
+        {{"CLKV_PARISKV_COLLIDE", "CLKV_PARISKV_COLLECT", "CLKV_PARISKV_WSCAN"}, {"0", "0", "0"}},
+        {{"CLKV_PARISKV_PER_ITEM", "CLKV_PARISKV_COLLIDE_TOK", "CLKV_PARISKV_IDS_VEC",
+          "CLKV_PARISKV_COLLECT_ITEMS"},
+         {"32", "2", "0", "1"}},
+    };
+    for (int v = 0; v < 5; v++) {
+        printf(" ");
+        for (int e = 0; e < 5 && var[v].name[e]; e++) {
+            setenv(var[v].name[e], var[v].val[e], 1);
+            printf(" %s=%s", var[v].name[e], var[v].val[e]);
+        }
+        printf("\n");
         for (size_t i = 0; i < sizeof g_scases / sizeof g_scases[0]; i++)
             if (strcmp(g_scases[i].name, "search_d128_m8_b3_g4_n10001") == 0 ||
                 strcmp(g_scases[i].name, "search_d128_m8_b1_g4_n6000") == 0) {
@@ -652,7 +668,8 @@ static void test_search_variants(void **state) {
             }
         run_search_ties(0.0, 0.0);
         run_search_ties(0.6, 0.6);
-        unsetenv(env[v]);
+        for (int e = 0; e < 5 && var[v].name[e]; e++)
+            unsetenv(var[v].name[e]);
     }
 }
 
