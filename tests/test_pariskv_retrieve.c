@@ -1571,6 +1571,18 @@ static void test_index_bad_inputs(void **state) {
     STORE_BAD(d2.head_dim = 64, CLKV_ERR_ARG_SHAPE, "kv_store head dim");
     STORE_BAD(d2.capacity = 39, CLKV_ERR_ARG_RANGE, "kv_store capacity < index capacity");
 #undef STORE_BAD
+    { /* a matching store of another context */
+        clkv_context *ctx2 = tu_context_create();
+        TU_CHECK_OK(ctx2, clkv_offload_store_create(ctx2, &sd, &sbad));
+        cfg = base;
+        cfg.kv_store = sbad;
+        ix = (clkv_pariskv_index *)(uintptr_t)1;
+        expect_reject(clkv_pariskv_index_create(g_ctx, &cfg, &ix), CLKV_ERR_ARG_RANGE, "kv_store",
+                      NULL, NULL, "kv_store of another context");
+        assert_null(ix);
+        clkv_offload_store_destroy(sbad);
+        clkv_context_destroy(ctx2);
+    }
     cfg = base;
     cfg.kv_store = sgood;
     TU_CHECK_OK(g_ctx, clkv_pariskv_index_create(g_ctx, &cfg, &ix));
