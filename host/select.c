@@ -75,6 +75,50 @@ static clkv_status validate(clkv_context *ctx, const clkv_select_topk_args *a) {
 
 static int g_force_path = -1;
 
+/* clkv__select_profile's state */
+static int g_prof_on;
+static int g_prof_calls;
+static double g_prof_us[SELECT_PROF_KERNELS + 1];
+
+void clkv__select_profile(int on) {
+    g_prof_on = on != 0;
+    g_prof_calls = 0;
+    memset(g_prof_us, 0, sizeof g_prof_us);
+}
+
+int clkv__select_profile_take(double us[SELECT_PROF_KERNELS + 1]) {
+    const int calls = g_prof_calls;
+    memcpy(us, g_prof_us, sizeof g_prof_us);
+    g_prof_calls = 0;
+    memset(g_prof_us, 0, sizeof g_prof_us);
+    return calls;
+}
+
+/* Waits for the n profiled launches ev[0..n) and adds their times up (see
+ * clkv__select_profile); releases the events. */
+static clkv_status prof_add(clkv_context *ctx, cl_event *ev, int n) {
+    cl_int err = clWaitForEvents((cl_uint)n, ev);
+    cl_ulong first = 0, last = 0;
+    for (int i = 0; i < n && err == CL_SUCCESS; i++) {
+        cl_ulong t0 = 0, t1 = 0;
+        err = clGetEventProfilingInfo(ev[i], CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
+        if (err == CL_SUCCESS)
+            err = clGetEventProfilingInfo(ev[i], CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
+        if (err == CL_SUCCESS) {
+            g_prof_us[i < SELECT_PROF_KERNELS ? i : SELECT_PROF_KERNELS - 1] += (t1 - t0) * 1e-3;
+            first = i == 0 ? t0 : first;
+            last = t1;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        clReleaseEvent(ev[i]);
+    if (err != CL_SUCCESS)
+        return clkv__fail_cl(ctx, err, "select profiling events");
+    g_prof_us[SELECT_PROF_KERNELS] += (last - first) * 1e-3;
+    g_prof_calls++;
+    return CLKV_OK;
+}
+
 void clkv__select_force_path(int path) {
     g_force_path = path == 1 || path == 2 ? path : 0;
 }
@@ -330,8 +374,10 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
                         CLKV_ARG(ws), CLKV_ARG(st_off), CLKV_ARG(ctr), CLKV_ARG(chunk),
                         CLKV_ARG(nchunks), CLKV_ARG(raw_buf), CLKV_ARG(raw_off), CLKV_ARG(row_len),
                         CLKV_ARG(L), CLKV_ARG(W), CLKV_ARG(excl), CLKV_ARG(protect));
+    cl_event ev[3] = {NULL, NULL, NULL};
+    const int prof = g_prof_on;
     if (st == CLKV_OK)
-        st = clkv__launch(ctx, k_hist, "select_hist1", 2, hist_g, loc, 0, NULL);
+        st = clkv__launch(ctx, k_hist, "select_hist1", 2, hist_g, loc, 0, prof ? &ev[0] : NULL);
     if (st == CLKV_OK)
         st = clkv__set_args(ctx, k_cand, "select_cand", 21, CLKV_ARG(s_buf), CLKV_ARG(s_off),
                             CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(len_buf),
@@ -340,7 +386,7 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
                             CLKV_ARG(chunk), CLKV_ARG(nchunks), CLKV_ARG(c_buf), CLKV_ARG(c_off),
                             CLKV_ARG(c_sb), CLKV_ARG(c_sh), CLKV_ARG(has_counts));
     if (st == CLKV_OK)
-        st = clkv__launch(ctx, k_cand, "select_cand", 2, chunk_g, loc, 0, NULL);
+        st = clkv__launch(ctx, k_cand, "select_cand", 2, chunk_g, loc, 0, prof ? &ev[1] : NULL);
     if (st == CLKV_OK)
         st = clkv__set_args(ctx, k_write, "select_write", 19, CLKV_ARG(s_buf), CLKV_ARG(s_off),
                             CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(ws),
@@ -349,6 +395,17 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
                             CLKV_ARG(chunk), CLKV_ARG(nchunks), CLKV_ARG(i_buf), CLKV_ARG(i_off),
                             CLKV_ARG(i_sb), CLKV_ARG(i_sh), CLKV_ARG(K));
     if (st == CLKV_OK)
-        st = clkv__launch(ctx, k_write, "select_write", 2, chunk_g, loc, 0, done);
+        st = clkv__launch(ctx, k_write, "select_write", 2, chunk_g, loc, 0, prof ? &ev[2] : done);
+    if (prof && st == CLKV_OK) {
+        if (done) {
+            clRetainEvent(ev[2]);
+            *done = ev[2];
+        }
+        st = prof_add(ctx, ev, 3);
+    } else if (prof) {
+        for (int i = 0; i < 3; i++)
+            if (ev[i])
+                clReleaseEvent(ev[i]);
+    }
     return st;
 }
