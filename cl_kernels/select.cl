@@ -305,16 +305,33 @@ __kernel void select_hist1(__global float *scores, long s_off, long s_sb, long s
 }
 
 /* Candidate i of a row: {key, index}, from the local copy (use_local) or from the global
- * list (written by other work-groups of this launch: read past the non-coherent L1). */
+ * list (written by other work-groups of this launch: read past the non-coherent L1).
+ * nch == 0: the list is cg[0, m); nch > 0 (select_hist_sort): it is the concatenation of
+ * the runs cg[j * chunk + cst[j] + (0 .. coff[j + 1] - coff[j])) of the nch chunks j
+ * (coff: the runs' ascending first candidate numbers). */
 inline uint2 sel_cand_get(int use_local, __local const uint2 *cl, volatile __global const uint2 *cg,
+                          __local const uint *coff, __local const uint *cst, uint nch, uint chunk,
                           uint i) {
-    return use_local ? cl[i] : cg[i];
+    if (use_local)
+        return cl[i];
+    if (nch == 0u)
+        return cg[i];
+    uint lo = 0u, hi = nch; /* the last chunk whose run starts at or before i */
+    while (hi - lo > 1u) {
+        const uint mid = (lo + hi) >> 1;
+        if (coff[mid] <= i)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return cg[(size_t)lo * chunk + cst[lo] + (i - coff[lo])];
 }
 
 /* Radix pass over the row's m candidates: histogram of (key >> shift) & (LO_BINS - 1) of
  * the keys whose bits under `mask` equal prefix. CAND_BATCH loads per work-item are
  * issued before their increments. */
 inline void sel_cand_hist(int use_local, __local const uint2 *cl, volatile __global const uint2 *cg,
+                          __local const uint *coff, __local const uint *cst, uint nch, uint chunk,
                           uint m, uint prefix, uint mask, uint shift, __local uint *lh) {
     const uint lid = get_local_id(0);
     for (uint i = lid; i < LO_BINS; i += SEL_WG)
@@ -324,7 +341,7 @@ inline void sel_cand_hist(int use_local, __local const uint2 *cl, volatile __glo
         uint keys[CAND_BATCH];
         _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
             const uint i = i0 + u * SEL_WG + lid;
-            keys[u] = i < m ? sel_cand_get(use_local, cl, cg, i).x : 0u;
+            keys[u] = i < m ? sel_cand_get(use_local, cl, cg, coff, cst, nch, chunk, i).x : 0u;
         }
         _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
             const uint i = i0 + u * SEL_WG + lid;
@@ -445,11 +462,11 @@ __kernel void select_cand(__global const float *scores, long s_off, long s_sb, l
             barrier(CLK_LOCAL_MEM_FENCE);
         }
         /* bits H1_SHIFT-1 .. 10, then 9 .. 0 (every candidate shares the top bits) */
-        sel_cand_hist(use_local, cl, vcand, m, 0u, 0u, 10u, lh);
+        sel_cand_hist(use_local, cl, vcand, gtl, gtl, 0u, 0u, m, 0u, 0u, 10u, lh);
         sel_find_digit(lh, LO_BINS, take, s, res);
         const uint prefix = st0 | res[0] << 10;
         const uint r2 = res[1];
-        sel_cand_hist(use_local, cl, vcand, m, prefix, 0xfffffc00u, 0u, lh);
+        sel_cand_hist(use_local, cl, vcand, gtl, gtl, 0u, 0u, m, prefix, 0xfffffc00u, 0u, lh);
         sel_find_digit(lh, LO_BINS, r2, s, res);
         T = prefix | res[0];
         take = res[1];
@@ -463,7 +480,8 @@ __kernel void select_cand(__global const float *scores, long s_off, long s_sb, l
                 uint2 c[CAND_BATCH];
                 _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
                     const uint i = i0 + u * SEL_WG + lid;
-                    c[u] = i < m ? sel_cand_get(use_local, cl, vcand, i) : (uint2)(0u, 0u);
+                    c[u] = i < m ? sel_cand_get(use_local, cl, vcand, gtl, gtl, 0u, 0u, i)
+                                 : (uint2)(0u, 0u);
                 }
                 _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
                     const uint i = i0 + u * SEL_WG + lid;
@@ -512,6 +530,295 @@ __kernel void select_cand(__global const float *scores, long s_off, long s_sb, l
         st[1] = take;
         if (has_counts)
             counts[c_off + b * c_sb + h * c_sh] = (int)st[2];
+    }
+}
+
+/* ---- select_hist_sort: the 2-kernel pipeline's first kernel (chunk = one tile) ---- */
+
+#define SORT_TILE (SEL_WG * PER_ITEM) /* the chunk length of select_hist_sort */
+#define SORT_MAX_CH 512               /* chunks per row (host: longer rows go 3-kernel) */
+#define TAB_WORDS (H1_BINS / 2)       /* uints per chunk of the bin-start table */
+/* one local array for both phases (uints): chunk phase: the histogram / bin starts
+ * [0, H1_BINS) and the sorted pairs after it; tail: the candidates [0, 2 * CAND_LOCAL),
+ * the 10-bit histogram, the per-chunk counts of candidates > T and == T */
+#define SORT_TAIL_LMEM (2 * CAND_LOCAL + LO_BINS + 2 * SORT_MAX_CH)
+#define SORT_LMEM                                                                                  \
+    (SORT_TAIL_LMEM > H1_BINS + 2 * SORT_TILE ? SORT_TAIL_LMEM : H1_BINS + 2 * SORT_TILE)
+
+/* The position of a key in its bin's run: lp[bin]++ (the old value). On NVIDIA the lanes
+ * of a warp holding the same bin take consecutive positions with one atomic. Every lane of
+ * the warp must call it (uniform loop); bin == SEL_NOBIN: no position (the result is
+ * meaningless). */
+inline uint sel_bin_pos(__local uint *lp, uint bin) {
+#ifdef CLKV_NVIDIA_PTX
+    uint peers, lane, base = 0u, b;
+    asm volatile("match.any.sync.b32 %0, %1, 0xffffffff;" : "=r"(peers) : "r"(bin));
+    asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+    const uint below = peers & ((1u << lane) - 1u);
+    const uint leader = (uint)popcount((peers & (~peers + 1u)) - 1u); /* lowest peer lane */
+    if (bin != SEL_NOBIN && below == 0u)
+        base = atomic_add(&lp[bin], (uint)popcount(peers));
+    asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;"
+                 : "=r"(b)
+                 : "r"(base), "r"(leader));
+    return b + (uint)popcount(below);
+#else
+    return bin != SEL_NOBIN ? atomic_inc(&lp[bin]) : 0u;
+#endif
+}
+
+/* Kernel 1 of 2 (the host's choice for rows of at most SORT_MAX_CH chunks; chunk must be
+ * SORT_TILE): per chunk, like select_hist1, the histogram of the top H1_BITS key bits
+ * into the row's counter histogram; besides, the chunk's {key, index} pairs sorted by
+ * that bin, descending (any order inside a bin), into its slot of the pair buffer
+ * (ws + cand_off: row r, chunk j at pairs (r * nchunks + j) * chunk), and the start of
+ * each bin's run (the keys in higher bins) into its bin-start table (ws + tab_off,
+ * TAB_WORDS uints per (row, chunk), bins 2i / 2i + 1 in the low / high 16 bits of word i).
+ * The row's last work-group then finds the bin b of rank c, reads the bin's runs of
+ * every chunk (candidates: in local memory up to CAND_LOCAL, else from the pair buffer),
+ * finds T and take among them (two 10-bit radix passes, as select_cand) and writes the
+ * per-chunk output offsets cc[row][chunk] = {out offset, ties at T before the chunk}
+ * (keys above b per chunk = the run start of b), T, take and the count. Rows with c == 0
+ * or c == n write their fixed state and offsets directly. FUSE_POOL as select_hist1.
+ * Then select_write. Global: as select_hist1. */
+__kernel void select_hist_sort(__global float *scores, long s_off, long s_sb, long s_sh, int H,
+                               __global const int *lens, long len_off, int has_len, int max_len,
+                               __global const int *kbuf, long k_off, long k_sb, long k_sh,
+                               int has_krow, int K, int has_rule, ulong ratio_bits, float ratio_f,
+                               long budget, long window, __global uint *ws, long st_off,
+                               __global uint *ctr, int chunk, int nchunks,
+                               __global const float *raw, long raw_off, long row_len, int L, int W,
+                               int excl, long protect, long cc_off, long cand_off, long tab_off,
+                               __global int *counts, long c_off, long c_sb, long c_sh,
+                               int has_counts) {
+    __local uint2 lmem2[SORT_LMEM / 2];
+    __local uint coff[SORT_MAX_CH], cst[SORT_MAX_CH];
+    __local uint s[SEL_WG];
+    __local uint res[2];
+    __local uint flag;
+    __local uint *lm = (__local uint *)lmem2;
+    const uint row = get_global_id(1);
+    const uint lid = get_local_id(0);
+    const uint g = get_group_id(0);
+    const int b = (int)(row / (uint)H), h = (int)(row % (uint)H);
+    int n = max_len;
+    if (has_len)
+        n = clamp(lens[len_off + b], 0, max_len);
+    const int c = sel_row_count(n, b, h, kbuf, k_off, k_sb, k_sh, has_krow, K, has_rule, ratio_bits,
+                                ratio_f, budget, window);
+    __global uint *st = ws + st_off + (size_t)row * STATE_WORDS;
+    __global uint *rcc = ws + cc_off + (size_t)row * nchunks * 2;
+    __global float *p = scores + s_off + b * s_sb + h * s_sh;
+    const long start = (long)g * chunk;
+    const long end = min((long)n, start + chunk);
+#if FUSE_POOL
+    const long wend = min((long)L, start + chunk);
+    __global const float *rawrow = raw + raw_off + (long)row * row_len;
+    const int P = excl ? max(n - W, 0) : n;
+#else
+    (void)raw, (void)raw_off, (void)row_len, (void)L, (void)W, (void)excl, (void)protect;
+#endif
+    if (c == 0 || c == n || (int)g >= nchunks) { /* uniform over the work-group */
+#if FUSE_POOL
+        for (long i = start + lid; i < wend; i += SEL_WG)
+            p[i] = clkv_pooled_score(rawrow, (int)i, n, P, protect, POOL, POOL_K);
+#endif
+        /* c == 0 or c == n: T fixed (nothing / everything), every chunk its own offset */
+        if ((c == 0 || c == n) && (int)g < nchunks && lid == 0) {
+            rcc[g * 2] = c == 0 ? 0u : (uint)start;
+            rcc[g * 2 + 1] = 0u;
+            if (g == 0) {
+                st[0] = c == 0 ? 0xffffffffu : 0u;
+                st[1] = c == 0 ? 0u : (uint)n;
+                st[2] = (uint)c;
+                st[3] = 1u;
+                if (has_counts)
+                    counts[c_off + b * c_sb + h * c_sh] = c;
+            }
+        }
+        return;
+    }
+    __global uint *rc = ctr + (size_t)row * CTR_WORDS;
+    const size_t pair_row = (size_t)row * nchunks * chunk;
+    __global uint2 *pairs = (__global uint2 *)(ws + cand_off) + pair_row;
+    __global uint *tab = ws + tab_off + (size_t)row * nchunks * TAB_WORDS;
+    __local uint *lh = lm;
+    __local uint2 *ls = (__local uint2 *)(lm + H1_BINS);
+    for (uint i = lid; i < H1_BINS; i += SEL_WG)
+        lh[i] = 0u;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    /* the chunk's keys (one tile), then their histogram */
+    uint keys[PER_ITEM], bins[PER_ITEM];
+    _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
+        const long i = start + (long)j * SEL_WG + lid;
+#if FUSE_POOL
+        float v = 0.0f;
+        if (i < wend) {
+            v = clkv_pooled_score(rawrow, (int)i, n, P, protect, POOL, POOL_K);
+            p[i] = v;
+        }
+        keys[j] = sel_key(v);
+#else
+        keys[j] = i < end ? sel_key(p[i]) : 0u;
+#endif
+    }
+    _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
+        const long i = start + (long)j * SEL_WG + lid;
+        bins[j] = i < end ? keys[j] >> H1_SHIFT : SEL_NOBIN;
+        sel_hist_add(lh, bins[j]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    /* into the row's histogram; lh becomes the bins' run starts (descending bin order):
+     * item lid owns the descending positions lid * per .. lid * per + per - 1 */
+    {
+        const uint per = H1_BINS / SEL_WG;
+        uint sum = 0u, total;
+        for (uint j = 0; j < per; j++)
+            sum += lh[H1_BINS - 1u - (lid * per + j)];
+        uint cum = sel_scan(sum, s, &total);
+        for (uint j = 0; j < per; j++) {
+            const uint bin = H1_BINS - 1u - (lid * per + j);
+            const uint v = lh[bin];
+            if (v)
+                atomic_add(&rc[bin], v);
+            lh[bin] = cum;
+            cum += v;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint i = lid; i < TAB_WORDS; i += SEL_WG)
+        tab[(size_t)g * TAB_WORDS + i] = lh[2 * i] | lh[2 * i + 1] << 16;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
+        const uint pos = sel_bin_pos(lh, bins[j]);
+        if (bins[j] != SEL_NOBIN)
+            ls[pos] = (uint2)(keys[j], (uint)(start + (long)j * SEL_WG + lid));
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const uint clen = (uint)max(end - start, 0L);
+    for (uint i = lid; i < clen; i += SEL_WG)
+        pairs[(size_t)g * chunk + i] = ls[i];
+    sel_fence(); /* the pairs, table and histogram before the arrival */
+    if (!sel_arrive(rc + CTR_ARRIVE1, (uint)nchunks, &flag))
+        return;
+
+    /* the row's last work-group: the row histogram (one batched read; cleared for the next
+     * call) and the bin b holding rank c */
+    {
+        volatile __global const uint *vrc = rc;
+        uint hv[H1_BINS / SEL_WG];
+        _Pragma("unroll") for (int j = 0; j < H1_BINS / SEL_WG; j++) hv[j] =
+            vrc[lid + (uint)j * SEL_WG];
+        _Pragma("unroll") for (int j = 0; j < H1_BINS / SEL_WG; j++) {
+            lh[lid + (uint)j * SEL_WG] = hv[j];
+            if (hv[j])
+                rc[lid + (uint)j * SEL_WG] = 0u;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    sel_find_digit(lh, H1_BINS, (uint)c, s, res);
+    const uint bsel = res[0], rank = res[1];
+    /* each chunk's run of bin bsel: cst = its start (= the chunk's keys above the bin),
+     * coff = the run's first candidate number */
+    volatile __global const uint *vtab = tab;
+    uint m = 0u;
+    for (int j0 = 0; j0 < nchunks; j0 += SEL_WG) {
+        const int j = j0 + (int)lid;
+        uint a = 0u, e = 0u;
+        const long cs = (long)j * chunk;
+        if (j < nchunks && cs < n) {
+            const size_t tw = (size_t)j * TAB_WORDS;
+            const uint wa = vtab[tw + (bsel >> 1)];
+            a = (bsel & 1u) ? wa >> 16 : wa & 0xffffu;
+            if (bsel > 0u) {
+                const uint we = vtab[tw + ((bsel - 1u) >> 1)];
+                e = ((bsel - 1u) & 1u) ? we >> 16 : we & 0xffffu;
+            } else {
+                e = (uint)min((long)chunk, (long)n - cs);
+            }
+        }
+        uint tot;
+        const uint ex = sel_scan(e - a, s, &tot) + m;
+        if (j < nchunks) {
+            coff[j] = ex;
+            cst[j] = a;
+        }
+        m += tot;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    volatile __global const uint2 *vpairs = pairs;
+    __local uint2 *cl = (__local uint2 *)lm; /* over lh: read by sel_find_digit only */
+    __local uint *lo = lm + 2 * CAND_LOCAL;
+    __local uint *lce = lo + LO_BINS; /* [0, nchunks): > T, [SORT_MAX_CH, ..): == T */
+    const uint nch = (uint)nchunks, uchunk = (uint)chunk;
+    const int use_local = m <= CAND_LOCAL;
+    if (use_local) { /* one batched read of the runs */
+        for (uint i0 = 0; i0 < m; i0 += SEL_WG * CAND_BATCH) {
+            uint2 cv[CAND_BATCH];
+            _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
+                const uint i = i0 + u * SEL_WG + lid;
+                cv[u] = i < m ? sel_cand_get(0, cl, vpairs, coff, cst, nch, uchunk, i)
+                              : (uint2)(0u, 0u);
+            }
+            _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
+                const uint i = i0 + u * SEL_WG + lid;
+                if (i < m)
+                    cl[i] = cv[u];
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    /* bits H1_SHIFT-1 .. 10, then 9 .. 0 (every candidate shares the top bits) */
+    sel_cand_hist(use_local, cl, vpairs, coff, cst, nch, uchunk, m, 0u, 0u, 10u, lo);
+    sel_find_digit(lo, LO_BINS, rank, s, res);
+    const uint prefix = bsel << H1_SHIFT | res[0] << 10;
+    const uint r2 = res[1];
+    sel_cand_hist(use_local, cl, vpairs, coff, cst, nch, uchunk, m, prefix, 0xfffffc00u, 0u, lo);
+    sel_find_digit(lo, LO_BINS, r2, s, res);
+    const uint T = prefix | res[0], take = res[1];
+    /* per-chunk counts of the candidates > T and == T */
+    for (uint i = lid; i < 2 * SORT_MAX_CH; i += SEL_WG)
+        lce[i] = 0u;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint i0 = 0; i0 < m; i0 += SEL_WG * CAND_BATCH) { /* uniform trip count */
+        uint2 cv[CAND_BATCH];
+        _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
+            const uint i = i0 + u * SEL_WG + lid;
+            cv[u] = i < m ? sel_cand_get(use_local, cl, vpairs, coff, cst, nch, uchunk, i)
+                          : (uint2)(0u, 0u);
+        }
+        _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
+            const uint i = i0 + u * SEL_WG + lid;
+            const uint ch = cv[u].y / uchunk;
+            sel_hist_add(lce,
+                         i < m && cv[u].x >= T ? (cv[u].x > T ? ch : SORT_MAX_CH + ch) : SEL_NOBIN);
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    /* output offsets: exclusive scans over the chunks */
+    uint gt_base = 0u, eq_base = 0u;
+    for (int j0 = 0; j0 < nchunks; j0 += SEL_WG) {
+        const int j = j0 + (int)lid;
+        const int live = j < nchunks;
+        const uint cg = live ? cst[j] + lce[j] : 0u;
+        const uint ce = live ? lce[SORT_MAX_CH + j] : 0u;
+        uint tg, te;
+        const uint g_ex = sel_scan(cg, s, &tg) + gt_base;
+        const uint e_ex = sel_scan(ce, s, &te) + eq_base;
+        if (live) {
+            rcc[j * 2] = g_ex + min(e_ex, take);
+            rcc[j * 2 + 1] = e_ex;
+        }
+        gt_base += tg;
+        eq_base += te;
+    }
+    if (lid == 0) {
+        st[0] = T;
+        st[1] = take;
+        st[2] = (uint)c;
+        st[3] = 0u;
+        if (has_counts)
+            counts[c_off + b * c_sb + h * c_sh] = c;
     }
 }
 

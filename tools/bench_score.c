@@ -504,7 +504,9 @@ static int bench_common(int argc, char **argv, int full, int force_dropkv) {
                            (long long)r.cand_min, (long long)r.cand_max);
                 for (int sg = 0; sg < 2 && o.keep_kernels && full; sg++)
                     printf("      %s: host enqueue %.2f us/call; selection kernels (%d calls) "
-                           "hist1 %.2f, cand %.2f, write %.2f us, span %.2f us\n",
+                           "%.2f / %.2f / %.2f us (3-kernel: hist1 / cand / write, 2-kernel: "
+                           "hist_sort / write), "
+                           "span %.2f us\n",
                            sg ? "keep-set alone" : "full call", r.host_us[sg], r.kern_calls[sg],
                            r.kern_us[sg][0], r.kern_us[sg][1], r.kern_us[sg][2], r.kern_us[sg][3]);
                 if (o.breakdown && full)
