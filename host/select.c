@@ -189,9 +189,9 @@ static void plan_launch(clkv_context *ctx, const clkv_select_topk_args *a, selec
     p->state_bytes = clkv__ws_align((size_t)p->rows * STATE_WORDS * 4);
     p->cc_bytes = clkv__ws_align((size_t)p->rows * (size_t)p->nchunks * 2 * 4);
     /* candidate lists ({key, index}): up to a whole row each (all scores equal); the
-     * 2-kernel pipeline: every chunk's pairs, sorted by bin, and its bin-start table */
-    p->cand_bytes = clkv__ws_align((size_t)p->rows *
-                                   (size_t)(p->sort ? (int64_t)p->nchunks * p->chunk : len) * 8);
+     * 2-kernel pipeline: every chunk's keys, sorted by bin, and its bin-start table */
+    p->cand_bytes = clkv__ws_align(p->sort ? (size_t)p->rows * (size_t)p->nchunks * p->chunk * 4
+                                           : (size_t)p->rows * (size_t)len * 8);
     p->tab_bytes =
         p->sort ? clkv__ws_align((size_t)p->rows * (size_t)p->nchunks * TAB_WORDS * 4) : 0;
     /* one work-group per row: 512 lanes on a GPU (registers of 1024 would be tight) */
@@ -324,6 +324,14 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
     clkv__defs_int(&defs, "SELECT_SMALLEST", args->largest ? 0 : 1);
     clkv__defs_int(&defs, "PER_ITEM", PER_ITEM);
     clkv__defs_int(&defs, "FUSE_POOL", fuse != NULL);
+    /* $CLKV_SELECT_AGG=0: plain local atomics instead of warp-aggregated ones (NVIDIA);
+     * $CLKV_SELECT_HREAD=0: select_hist1's last work-group takes the row histogram with one
+     * atomic exchange per bin (before/after timings) */
+    clkv__defs_int(&defs, "SEL_AGG", clkv__env_int("CLKV_SELECT_AGG", 1) != 0);
+    clkv__defs_int(&defs, "SEL_HREAD", clkv__env_int("CLKV_SELECT_HREAD", 1) != 0);
+    /* $CLKV_SELECT_CG=0: volatile loads instead of ld.global.cg for what other work-groups
+     * of the launch wrote (NVIDIA) */
+    clkv__defs_int(&defs, "SEL_CG", clkv__env_int("CLKV_SELECT_CG", 1) != 0);
     if (fuse) {
         clkv__defs_int(&defs, "POOL", fuse->pool);
         clkv__defs_int(&defs, "POOL_K", fuse->pool_k);
