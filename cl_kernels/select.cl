@@ -34,12 +34,22 @@
  * between calls: [0, H1_BINS) the histogram, CTR_ARRIVE1 / CTR_ARRIVE2 the arrival
  * counters of the two kernels, CTR_CAND the candidate count.
  *
+ * 2-kernel chunked pipeline (rows of at most SORT_MAX_CH one-tile chunks; host/select.c
+ * chooses): select_hist_sort (the histogram as select_hist1, besides each chunk's keys
+ * sorted by their top-H1_BITS bin and its bin-start table; the row's last work-group
+ * resolves T, take and the per-chunk offsets from the runs of the rank-c bin, see the
+ * kernel), then select_write. Scores are read twice plus the candidates.
+ *
  * select_row: the whole selection of one row in one work-group (short rows).
  *
  * -D: SEL_WG (work-group size, power of two <= 256), SELECT_SMALLEST (0/1),
  * PER_ITEM (consecutive elements per work-item in the write kernel), FUSE_POOL (0/1:
  * select_hist1 first computes the scores from a scorer's raw rows), POOL, POOL_K (with
- * FUSE_POOL: the scorer's pooling, see clkv_pooled_score in common.cl).
+ * FUSE_POOL: the scorer's pooling, see clkv_pooled_score in common.cl), SEL_AGG (0/1,
+ * default 1: warp-aggregated local histogram increments on NVIDIA), SEL_HREAD (0/1,
+ * default 1: select_hist1's last work-group reads the row histogram in one batch instead
+ * of an atomic exchange per bin), SEL_CG (0/1, default 1: cross-work-group reads with
+ * ld.global.cg on NVIDIA instead of volatile loads).
  */
 
 #define BINS 2048 /* select_row: 11/11/10-bit passes */
@@ -156,8 +166,8 @@ inline int sel_row_count(int n, int b, int h, __global const int *kbuf, long k_o
     return min(kr, n);
 }
 
-/* Local histogram increment. On NVIDIA the lanes of a warp holding the same bin add once
- * (match.any): few distinct exponents would otherwise serialize on their bins.
+/* Local histogram increment. On NVIDIA (SEL_AGG) the lanes of a warp holding the same bin
+ * add once (match.any): few distinct exponents would otherwise serialize on their bins.
  * bin == SEL_NOBIN means "no increment"; every lane of the warp must call it (uniform
  * loop). */
 #ifndef SEL_AGG

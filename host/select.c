@@ -15,21 +15,24 @@
 /* Rows up to this many tokens take select_row (one work-group per row, one launch)
  * unless a chunk length is forced ($CLKV_SELECT_ROW_MAX overrides it). A row streams
  * through one SM, so long rows go chunked. H100, clkv_evict_keep_set DropKV bf16 Hq 32 /
- * Hkv 8 D 128 (8 rows), keep-set stage alone, select_row vs the 3-kernel chunked
- * pipeline: 4K 17.4 vs 38.5 us, 8K 20.8 vs 38.1 us, 16K 33.9 vs 32.8 us; the whole call
- * at 16K with the chunked selection (pooling fused into it: only 64 work-groups pool)
- * 120.4 us against 118.0 us with score_finalize and the row kernel. The chunked pipeline's cost is
- * mostly fixed (its dependent global round trips), ~52 us at 128K. */
-#define ROW_MAX_LEN (1 << 15)
+ * Hkv 8 D 128 (8 rows), whole call, select_row (+ score_finalize) vs the 2-kernel
+ * chunked pipeline (pooling fused into it), one run: 8K 75.0 vs 78.8 us, 16K 117.4 vs
+ * 110.5 us, 32K 198.8 vs 163.1 us (keep-set alone 60.7 vs 27.8 us). */
+#define ROW_MAX_LEN (1 << 13)
 /* The chunked pipeline's counter histograms: at most this many rows (64 MiB of
  * counters); more rows take select_row. */
 #define CHUNKED_MAX_ROWS 4096
-/* The 2-kernel chunked pipeline (select_hist_sort + select_write, chunk = one tile): rows
- * of at most this many chunks (SORT_MAX_CH in select.cl); longer rows, or a forced chunk
- * length other than one tile, take the 3-kernel one. $CLKV_SELECT_KERNELS=3 forces the
- * 3-kernel pipeline everywhere (before/after timings). H100, clkv_evict_keep_set DropKV
- * bf16 Hq 32 / Hkv 8 D 128 at 128K (8 rows of 64 chunks): see README. */
+/* The 2-kernel chunked pipeline (select_hist_sort + select_write, chunk = one tile)
+ * for rows of at most SORT_AUTO_CH chunks, the 3-kernel one (select_hist1, select_cand,
+ * select_write) for longer rows or a forced chunk length other than one tile.
+ * $CLKV_SELECT_KERNELS=2 takes the 2-kernel one up to SORT_MAX_CH chunks (its kernel's
+ * limit, SORT_MAX_CH in select.cl), =3 the 3-kernel one everywhere. H100,
+ * clkv_evict_keep_set DropKV bf16 Hq 32 / Hkv 8 D 128 (8 rows, 2048-token chunks), whole
+ * call, 2-kernel vs 3-kernel, one run: 32K 163.1 vs 166.1 us, 64K 272.0 vs 278.3 us,
+ * 128K 499.3 vs 472.3 us (466.1 with plain local atomics), 512K 1776.5 vs 1645.4 us: the
+ * 2-kernel first kernel's time grows with the row (65 us at 128K, 25 us at 16K). */
 #define SORT_MAX_CH 512
+#define SORT_AUTO_CH 32
 #define TAB_WORDS 2048 /* uints per (row, chunk) of select_hist_sort's bin-start table */
 
 typedef struct select_plan {
@@ -180,8 +183,9 @@ static void plan_launch(clkv_context *ctx, const clkv_select_topk_args *a, selec
     if (chunk < tile)
         chunk = tile;
     /* the 2-kernel pipeline: one tile per chunk */
-    p->sort = clkv__env_int("CLKV_SELECT_KERNELS", 2) != 3 && (!chunk_forced || chunk == tile) &&
-              (len + tile - 1) / tile <= SORT_MAX_CH;
+    const int kernels = clkv__env_int("CLKV_SELECT_KERNELS", 0);
+    p->sort = kernels != 3 && (!chunk_forced || chunk == tile) &&
+              (len + tile - 1) / tile <= (kernels == 2 ? SORT_MAX_CH : SORT_AUTO_CH);
     if (p->sort)
         chunk = tile;
     p->chunk = (int)(chunk > INT32_MAX / 2 ? INT32_MAX / 2 / tile * tile : chunk);
@@ -324,10 +328,13 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
     clkv__defs_int(&defs, "SELECT_SMALLEST", args->largest ? 0 : 1);
     clkv__defs_int(&defs, "PER_ITEM", PER_ITEM);
     clkv__defs_int(&defs, "FUSE_POOL", fuse != NULL);
-    /* $CLKV_SELECT_AGG=0: plain local atomics instead of warp-aggregated ones (NVIDIA);
+    /* Histogram increments and bin positions: warp-aggregated (match.any, NVIDIA) in the
+     * 2-kernel pipeline, plain local atomics in the 3-kernel one (H100 at 128K, 3-kernel:
+     * 472.3 vs 466.1 us per whole DropKV call, 512K 1645.4 vs 1628.5 us; the aggregation
+     * was measured in the 2-kernel one at 16K-64K only); $CLKV_SELECT_AGG=0 / 1 sets both.
      * $CLKV_SELECT_HREAD=0: select_hist1's last work-group takes the row histogram with one
      * atomic exchange per bin (before/after timings) */
-    clkv__defs_int(&defs, "SEL_AGG", clkv__env_int("CLKV_SELECT_AGG", 1) != 0);
+    clkv__defs_int(&defs, "SEL_AGG", clkv__env_int("CLKV_SELECT_AGG", p.sort) != 0);
     clkv__defs_int(&defs, "SEL_HREAD", clkv__env_int("CLKV_SELECT_HREAD", 1) != 0);
     /* $CLKV_SELECT_CG=0: volatile loads instead of ld.global.cg for what other work-groups
      * of the launch wrote (NVIDIA) */
