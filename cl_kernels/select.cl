@@ -34,12 +34,22 @@
  * between calls: [0, H1_BINS) the histogram, CTR_ARRIVE1 / CTR_ARRIVE2 the arrival
  * counters of the two kernels, CTR_CAND the candidate count.
  *
+ * 2-kernel chunked pipeline (rows of at most SORT_MAX_CH one-tile chunks; host/select.c
+ * chooses): select_hist_sort (the histogram as select_hist1, besides each chunk's keys
+ * sorted by their top-H1_BITS bin and its bin-start table; the row's last work-group
+ * resolves T, take and the per-chunk offsets from the runs of the rank-c bin, see the
+ * kernel), then select_write. Scores are read twice plus the candidates.
+ *
  * select_row: the whole selection of one row in one work-group (short rows).
  *
  * -D: SEL_WG (work-group size, power of two <= 256), SELECT_SMALLEST (0/1),
  * PER_ITEM (consecutive elements per work-item in the write kernel), FUSE_POOL (0/1:
  * select_hist1 first computes the scores from a scorer's raw rows), POOL, POOL_K (with
- * FUSE_POOL: the scorer's pooling, see clkv_pooled_score in common.cl).
+ * FUSE_POOL: the scorer's pooling, see clkv_pooled_score in common.cl), SEL_AGG (0/1,
+ * default 1: warp-aggregated local histogram increments on NVIDIA), SEL_HREAD (0/1,
+ * default 1: select_hist1's last work-group reads the row histogram in one batch instead
+ * of an atomic exchange per bin), SEL_CG (0/1, default 1: cross-work-group reads with
+ * ld.global.cg on NVIDIA instead of volatile loads).
  */
 
 #define BINS 2048 /* select_row: 11/11/10-bit passes */
@@ -66,6 +76,32 @@ inline void sel_fence(void) {
     mem_fence(CLK_GLOBAL_MEM_FENCE);
 #endif
 }
+
+/* Loads of data other work-groups of this launch wrote (after their fence and arrival):
+ * past the non-coherent L1. NVIDIA with SEL_CG (default): ld.global.cg (cached in L2
+ * only); otherwise volatile loads. */
+#ifndef SEL_CG
+#define SEL_CG 1
+#endif
+#if defined(CLKV_NVIDIA_PTX) && SEL_CG
+inline uint sel_ld(__global const uint *p) {
+    uint v;
+    asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+inline uint2 sel_ld2(__global const uint2 *p) {
+    uint a, b;
+    asm volatile("ld.global.cg.v2.u32 {%0, %1}, [%2];" : "=r"(a), "=r"(b) : "l"(p));
+    return (uint2)(a, b);
+}
+#else
+inline uint sel_ld(__global const uint *p) {
+    return *(volatile __global const uint *)p;
+}
+inline uint2 sel_ld2(__global const uint2 *p) {
+    return *(volatile __global const uint2 *)p;
+}
+#endif
 
 /* Every work-item of a chunk work-group calls it after its global writes: returns 1 in
  * the whole work-group iff it is the last of the row's nchunks work-groups to arrive
@@ -130,12 +166,18 @@ inline int sel_row_count(int n, int b, int h, __global const int *kbuf, long k_o
     return min(kr, n);
 }
 
-/* Local histogram increment. On NVIDIA the lanes of a warp holding the same bin add once
- * (match.any): few distinct exponents would otherwise serialize on their bins.
+/* Local histogram increment. On NVIDIA (SEL_AGG) the lanes of a warp holding the same bin
+ * add once (match.any): few distinct exponents would otherwise serialize on their bins.
  * bin == SEL_NOBIN means "no increment"; every lane of the warp must call it (uniform
  * loop). */
+#ifndef SEL_AGG
+#define SEL_AGG 1
+#endif
+#ifndef SEL_HREAD
+#define SEL_HREAD 1
+#endif
 inline void sel_hist_add(__local uint *lh, uint bin) {
-#ifdef CLKV_NVIDIA_PTX
+#if defined(CLKV_NVIDIA_PTX) && SEL_AGG
     uint peers, lane;
     asm volatile("match.any.sync.b32 %0, %1, 0xffffffff;" : "=r"(peers) : "r"(bin));
     asm("mov.u32 %0, %%laneid;" : "=r"(lane));
@@ -190,6 +232,24 @@ inline void sel_find_digit(__local const uint *lh, uint nbins, uint r, __local u
         cum += hv;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+/* The row's last work-group: its counter histogram rc[0, H1_BINS) (added into by the
+ * row's work-groups, which fenced before arriving) into lh, one batched read past the
+ * non-coherent L1 (H1_BINS / SEL_WG loads in flight per work-item, not one atomic round
+ * trip each), and the nonzero bins cleared for the next call. lh is complete after a
+ * barrier. */
+inline void sel_hist_take(__global uint *rc, __local uint *lh) {
+    const uint lid = get_local_id(0);
+    uint hv[H1_BINS / SEL_WG];
+    _Pragma("unroll") for (int j = 0; j < H1_BINS / SEL_WG; j++) {
+        hv[j] = sel_ld(rc + lid + (uint)j * SEL_WG);
+    }
+    _Pragma("unroll") for (int j = 0; j < H1_BINS / SEL_WG; j++) {
+        lh[lid + (uint)j * SEL_WG] = hv[j];
+        if (hv[j])
+            rc[lid + (uint)j * SEL_WG] = 0u;
+    }
 }
 
 #if FUSE_POOL
@@ -291,8 +351,12 @@ __kernel void select_hist1(__global float *scores, long s_off, long s_sb, long s
     }
     if (sel_arrive(rc + CTR_ARRIVE1, (uint)nchunks, &flag)) {
         /* read and clear the row's histogram (other work-groups added into it) */
+#if SEL_HREAD
+        sel_hist_take(rc, lh);
+#else
         for (uint i = lid; i < H1_BINS; i += SEL_WG)
             lh[i] = atomic_xchg(&rc[i], 0u);
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
         sel_find_digit(lh, H1_BINS, (uint)c, s, res);
         if (lid == 0) {
@@ -306,16 +370,16 @@ __kernel void select_hist1(__global float *scores, long s_off, long s_sb, long s
 
 /* Candidate i of a row: {key, index}, from the local copy (use_local) or from the global
  * list (written by other work-groups of this launch: read past the non-coherent L1). */
-inline uint2 sel_cand_get(int use_local, __local const uint2 *cl, volatile __global const uint2 *cg,
+inline uint2 sel_cand_get(int use_local, __local const uint2 *cl, __global const uint2 *cg,
                           uint i) {
-    return use_local ? cl[i] : cg[i];
+    return use_local ? cl[i] : sel_ld2(cg + i);
 }
 
 /* Radix pass over the row's m candidates: histogram of (key >> shift) & (LO_BINS - 1) of
  * the keys whose bits under `mask` equal prefix. CAND_BATCH loads per work-item are
  * issued before their increments. */
-inline void sel_cand_hist(int use_local, __local const uint2 *cl, volatile __global const uint2 *cg,
-                          uint m, uint prefix, uint mask, uint shift, __local uint *lh) {
+inline void sel_cand_hist(int use_local, __local const uint2 *cl, __global const uint2 *cg, uint m,
+                          uint prefix, uint mask, uint shift, __local uint *lh) {
     const uint lid = get_local_id(0);
     for (uint i = lid; i < LO_BINS; i += SEL_WG)
         lh[i] = 0u;
@@ -419,8 +483,6 @@ __kernel void select_cand(__global const float *scores, long s_off, long s_sb, l
         return;
 
     /* the row's last work-group */
-    volatile __global const uint2 *vcand = cand;
-    volatile __global const uint *vcc = rcc;
     uint T = st0, take = st[1];
     if (!done) {
         if (lid == 0)
@@ -434,7 +496,7 @@ __kernel void select_cand(__global const float *scores, long s_off, long s_sb, l
                 uint2 c[CAND_BATCH];
                 _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
                     const uint i = i0 + u * SEL_WG + lid;
-                    c[u] = i < m ? vcand[i] : (uint2)(0u, 0u);
+                    c[u] = i < m ? sel_ld2(cand + i) : (uint2)(0u, 0u);
                 }
                 _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
                     const uint i = i0 + u * SEL_WG + lid;
@@ -445,11 +507,11 @@ __kernel void select_cand(__global const float *scores, long s_off, long s_sb, l
             barrier(CLK_LOCAL_MEM_FENCE);
         }
         /* bits H1_SHIFT-1 .. 10, then 9 .. 0 (every candidate shares the top bits) */
-        sel_cand_hist(use_local, cl, vcand, m, 0u, 0u, 10u, lh);
+        sel_cand_hist(use_local, cl, cand, m, 0u, 0u, 10u, lh);
         sel_find_digit(lh, LO_BINS, take, s, res);
         const uint prefix = st0 | res[0] << 10;
         const uint r2 = res[1];
-        sel_cand_hist(use_local, cl, vcand, m, prefix, 0xfffffc00u, 0u, lh);
+        sel_cand_hist(use_local, cl, cand, m, prefix, 0xfffffc00u, 0u, lh);
         sel_find_digit(lh, LO_BINS, r2, s, res);
         T = prefix | res[0];
         take = res[1];
@@ -463,7 +525,7 @@ __kernel void select_cand(__global const float *scores, long s_off, long s_sb, l
                 uint2 c[CAND_BATCH];
                 _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
                     const uint i = i0 + u * SEL_WG + lid;
-                    c[u] = i < m ? sel_cand_get(use_local, cl, vcand, i) : (uint2)(0u, 0u);
+                    c[u] = i < m ? sel_cand_get(use_local, cl, cand, i) : (uint2)(0u, 0u);
                 }
                 _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
                     const uint i = i0 + u * SEL_WG + lid;
@@ -476,7 +538,7 @@ __kernel void select_cand(__global const float *scores, long s_off, long s_sb, l
             for (int t0 = w0; t0 < min(w0 + SEL_CW, nchunks); t0 += SEL_WG) {
                 const int j = t0 + (int)lid;
                 const int live = j < min(w0 + SEL_CW, nchunks);
-                const uint cg = live ? vcc[j * 2] + gtl[j - w0] : 0u;
+                const uint cg = live ? sel_ld(rcc + j * 2) + gtl[j - w0] : 0u;
                 const uint ce = live ? eql[j - w0] : 0u;
                 uint tg, te;
                 const uint g_ex = sel_scan(cg, s, &tg) + gt_base;
@@ -494,8 +556,8 @@ __kernel void select_cand(__global const float *scores, long s_off, long s_sb, l
         uint gt_base = 0u, eq_base = 0u;
         for (int t0 = 0; t0 < nchunks; t0 += SEL_WG) {
             const int j = t0 + (int)lid;
-            const uint cg = j < nchunks ? vcc[j * 2] : 0u;
-            const uint ce = j < nchunks ? vcc[j * 2 + 1] : 0u;
+            const uint cg = j < nchunks ? sel_ld(rcc + j * 2) : 0u;
+            const uint ce = j < nchunks ? sel_ld(rcc + j * 2 + 1) : 0u;
             uint tg, te;
             const uint g_ex = sel_scan(cg, s, &tg) + gt_base;
             const uint e_ex = sel_scan(ce, s, &te) + eq_base;
@@ -512,6 +574,307 @@ __kernel void select_cand(__global const float *scores, long s_off, long s_sb, l
         st[1] = take;
         if (has_counts)
             counts[c_off + b * c_sb + h * c_sh] = (int)st[2];
+    }
+}
+
+/* ---- select_hist_sort: the 2-kernel pipeline's first kernel (chunk = one tile) ---- */
+
+#define SORT_TILE (SEL_WG * PER_ITEM) /* the chunk length of select_hist_sort */
+#define SORT_MAX_CH 512               /* chunks per row (host: longer rows go 3-kernel) */
+#define TAB_WORDS (H1_BINS / 2)       /* uints per chunk of the bin-start table */
+/* one local array for both phases (uints): chunk phase: the histogram / bin starts
+ * [0, H1_BINS), the sorted keys after it; tail: the candidate keys [0, CAND_LOCAL), the
+ * 10-bit histogram (then the per-chunk counts), the runs' first candidate numbers and
+ * starts */
+#define SORT_TAIL_LMEM (CAND_LOCAL + LO_BINS + 2 * SORT_MAX_CH)
+#define SORT_LMEM (SORT_TAIL_LMEM > H1_BINS + SORT_TILE ? SORT_TAIL_LMEM : H1_BINS + SORT_TILE)
+
+/* The position of a key in its bin's run: lp[bin]++ (the old value). On NVIDIA (SEL_AGG)
+ * the lanes of a warp holding the same bin take consecutive positions with one atomic.
+ * Every lane of the warp must call it (uniform loop); bin == SEL_NOBIN: no position (the
+ * result is meaningless). */
+inline uint sel_bin_pos(__local uint *lp, uint bin) {
+#if defined(CLKV_NVIDIA_PTX) && SEL_AGG
+    uint peers, lane, base = 0u, b;
+    asm volatile("match.any.sync.b32 %0, %1, 0xffffffff;" : "=r"(peers) : "r"(bin));
+    asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+    const uint below = peers & ((1u << lane) - 1u);
+    const uint leader = (uint)popcount((peers & (~peers + 1u)) - 1u); /* lowest peer lane */
+    if (bin != SEL_NOBIN && below == 0u)
+        base = atomic_add(&lp[bin], (uint)popcount(peers));
+    asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;"
+                 : "=r"(b)
+                 : "r"(base), "r"(leader));
+    return b + (uint)popcount(below);
+#else
+    return bin != SEL_NOBIN ? atomic_inc(&lp[bin]) : 0u;
+#endif
+}
+
+/* The run (chunk) of candidate i: the last j < nch with coff[j] <= i (coff ascending). */
+inline uint sel_run_of(__local const uint *coff, uint nch, uint i) {
+    uint lo = 0u, hi = nch;
+    while (hi - lo > 1u) {
+        const uint mid = (lo + hi) >> 1;
+        if (coff[mid] <= i)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Candidates [i0, i0 + cnt) of a row (cnt <= CAND_LOCAL; the concatenation of the chunks'
+ * runs keys[j * chunk + cst[j] + (0 .. coff[j + 1] - coff[j]))) into cl[0, cnt), loads
+ * batched. Every work-item calls it; cl is complete after a barrier. */
+inline void sel_runs_read(__global const uint *keys, __local const uint *coff,
+                          __local const uint *cst, uint nch, uint chunk, uint i0, uint cnt,
+                          __local uint *cl) {
+    const uint lid = get_local_id(0);
+    for (uint b0 = 0; b0 < cnt; b0 += SEL_WG * CAND_BATCH) {
+        uint v[CAND_BATCH];
+        _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
+            const uint i = b0 + u * SEL_WG + lid;
+            uint j = 0u;
+            if (i < cnt)
+                j = sel_run_of(coff, nch, i0 + i);
+            v[u] = i < cnt ? sel_ld(keys + (size_t)j * chunk + cst[j] + (i0 + i - coff[j])) : 0u;
+        }
+        _Pragma("unroll") for (int u = 0; u < CAND_BATCH; u++) {
+            const uint i = b0 + u * SEL_WG + lid;
+            if (i < cnt)
+                cl[i] = v[u];
+        }
+    }
+}
+
+/* Kernel 1 of 2 (the host's choice for rows of at most SORT_MAX_CH chunks; chunk must be
+ * SORT_TILE): per chunk, like select_hist1, the histogram of the top H1_BITS key bits
+ * into the row's counter histogram; besides, the chunk's keys sorted by that bin,
+ * descending (any order inside a bin), into its slot of the key buffer (ws + cand_off:
+ * row r, chunk j at (r * nchunks + j) * chunk), and the start of each bin's run (the keys
+ * in higher bins) into its bin-start table (ws + tab_off, TAB_WORDS uints per (row,
+ * chunk), bins 2i / 2i + 1 in the low / high 16 bits of word i). The row's last
+ * work-group then finds the bin b of rank c, the runs of b in every chunk (the
+ * candidates), T and take among them (two 10-bit radix passes over local batches of
+ * CAND_LOCAL candidates: one read when they fit), the per-chunk counts of candidates > T
+ * and == T and from them (keys above b per chunk = the run start of b) the per-chunk
+ * output offsets cc[row][chunk] = {out offset, ties at T before the chunk}, T, take and
+ * the count. Rows with c == 0 or c == n write their fixed state and offsets directly.
+ * FUSE_POOL as select_hist1. Then select_write. Global: as select_hist1. */
+__kernel void select_hist_sort(__global float *scores, long s_off, long s_sb, long s_sh, int H,
+                               __global const int *lens, long len_off, int has_len, int max_len,
+                               __global const int *kbuf, long k_off, long k_sb, long k_sh,
+                               int has_krow, int K, int has_rule, ulong ratio_bits, float ratio_f,
+                               long budget, long window, __global uint *ws, long st_off,
+                               __global uint *ctr, int chunk, int nchunks,
+                               __global const float *raw, long raw_off, long row_len, int L, int W,
+                               int excl, long protect, long cc_off, long cand_off, long tab_off,
+                               __global int *counts, long c_off, long c_sb, long c_sh,
+                               int has_counts) {
+    __local uint lm[SORT_LMEM];
+    __local uint s[SEL_WG];
+    __local uint res[2];
+    __local uint flag;
+    const uint row = get_global_id(1);
+    const uint lid = get_local_id(0);
+    const uint g = get_group_id(0);
+    const int b = (int)(row / (uint)H), h = (int)(row % (uint)H);
+    int n = max_len;
+    if (has_len)
+        n = clamp(lens[len_off + b], 0, max_len);
+    const int c = sel_row_count(n, b, h, kbuf, k_off, k_sb, k_sh, has_krow, K, has_rule, ratio_bits,
+                                ratio_f, budget, window);
+    __global uint *st = ws + st_off + (size_t)row * STATE_WORDS;
+    __global uint *rcc = ws + cc_off + (size_t)row * nchunks * 2;
+    __global float *p = scores + s_off + b * s_sb + h * s_sh;
+    const long start = (long)g * chunk;
+    const long end = min((long)n, start + chunk);
+#if FUSE_POOL
+    const long wend = min((long)L, start + chunk);
+    __global const float *rawrow = raw + raw_off + (long)row * row_len;
+    const int P = excl ? max(n - W, 0) : n;
+#else
+    (void)raw, (void)raw_off, (void)row_len, (void)L, (void)W, (void)excl, (void)protect;
+#endif
+    if (c == 0 || c == n || (int)g >= nchunks) { /* uniform over the work-group */
+#if FUSE_POOL
+        for (long i = start + lid; i < wend; i += SEL_WG)
+            p[i] = clkv_pooled_score(rawrow, (int)i, n, P, protect, POOL, POOL_K);
+#endif
+        /* c == 0 or c == n: T fixed (nothing / everything), every chunk its own offset */
+        if ((c == 0 || c == n) && (int)g < nchunks && lid == 0) {
+            rcc[g * 2] = c == 0 ? 0u : (uint)start;
+            rcc[g * 2 + 1] = 0u;
+            if (g == 0) {
+                st[0] = c == 0 ? 0xffffffffu : 0u;
+                st[1] = c == 0 ? 0u : (uint)n;
+                st[2] = (uint)c;
+                st[3] = 1u;
+                if (has_counts)
+                    counts[c_off + b * c_sb + h * c_sh] = c;
+            }
+        }
+        return;
+    }
+    __global uint *rc = ctr + (size_t)row * CTR_WORDS;
+    __global uint *skeys = ws + cand_off + (size_t)row * nchunks * chunk;
+    __global uint *tab = ws + tab_off + (size_t)row * nchunks * TAB_WORDS;
+    __local uint *lh = lm, *ls = lm + H1_BINS;
+    for (uint i = lid; i < H1_BINS; i += SEL_WG)
+        lh[i] = 0u;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    /* the chunk's keys (one tile), then their histogram */
+    uint keys[PER_ITEM], bins[PER_ITEM];
+    _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
+        const long i = start + (long)j * SEL_WG + lid;
+#if FUSE_POOL
+        float v = 0.0f;
+        if (i < wend) {
+            v = clkv_pooled_score(rawrow, (int)i, n, P, protect, POOL, POOL_K);
+            p[i] = v;
+        }
+        keys[j] = sel_key(v);
+#else
+        keys[j] = i < end ? sel_key(p[i]) : 0u;
+#endif
+    }
+    _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
+        const long i = start + (long)j * SEL_WG + lid;
+        bins[j] = i < end ? keys[j] >> H1_SHIFT : SEL_NOBIN;
+        sel_hist_add(lh, bins[j]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    /* into the row's histogram; lh becomes the bins' run starts (descending bin order):
+     * item lid owns the descending positions lid * per .. lid * per + per - 1 */
+    {
+        const uint per = H1_BINS / SEL_WG;
+        uint sum = 0u, total;
+        for (uint j = 0; j < per; j++)
+            sum += lh[H1_BINS - 1u - (lid * per + j)];
+        uint cum = sel_scan(sum, s, &total);
+        for (uint j = 0; j < per; j++) {
+            const uint bin = H1_BINS - 1u - (lid * per + j);
+            const uint v = lh[bin];
+            if (v)
+                atomic_add(&rc[bin], v);
+            lh[bin] = cum;
+            cum += v;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint i = lid; i < TAB_WORDS; i += SEL_WG)
+        tab[(size_t)g * TAB_WORDS + i] = lh[2 * i] | lh[2 * i + 1] << 16;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
+        const uint pos = sel_bin_pos(lh, bins[j]);
+        if (bins[j] != SEL_NOBIN)
+            ls[pos] = keys[j];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const uint clen = (uint)max(end - start, 0L);
+    for (uint i = lid; i < clen; i += SEL_WG)
+        skeys[(size_t)g * chunk + i] = ls[i];
+    sel_fence(); /* the keys, table and histogram before the arrival */
+    if (!sel_arrive(rc + CTR_ARRIVE1, (uint)nchunks, &flag))
+        return;
+
+    /* the row's last work-group: the row histogram and the bin b holding rank c */
+    sel_hist_take(rc, lh);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    sel_find_digit(lh, H1_BINS, (uint)c, s, res);
+    const uint bsel = res[0], rank = res[1];
+    /* each chunk's run of bin bsel: cst = its start (= the chunk's keys above the bin),
+     * coff = the run's first candidate number */
+    __local uint *cl = lm, *lo = lm + CAND_LOCAL; /* over lh: sel_find_digit is done */
+    __local uint *coff = lo + LO_BINS, *cst = coff + SORT_MAX_CH;
+    const uint nch = (uint)nchunks, uchunk = (uint)chunk;
+    uint m = 0u;
+    for (uint j0 = 0; j0 < nch; j0 += SEL_WG) {
+        const uint j = j0 + lid;
+        uint a = 0u, e = 0u;
+        const long cs = (long)j * chunk;
+        if (j < nch && cs < n) {
+            const uint wa = sel_ld(tab + (size_t)j * TAB_WORDS + (bsel >> 1));
+            a = (bsel & 1u) ? wa >> 16 : wa & 0xffffu;
+            if (bsel > 0u) {
+                const uint we = sel_ld(tab + (size_t)j * TAB_WORDS + ((bsel - 1u) >> 1));
+                e = ((bsel - 1u) & 1u) ? we >> 16 : we & 0xffffu;
+            } else {
+                e = (uint)min((long)chunk, (long)n - cs);
+            }
+        }
+        uint tot;
+        const uint ex = sel_scan(e - a, s, &tot) + m;
+        if (j < nch) {
+            coff[j] = ex;
+            cst[j] = a;
+        }
+        m += tot;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    /* candidates in batches of CAND_LOCAL (one batch, read once, when they fit); passes
+     * 0 and 1: bits H1_SHIFT-1 .. 10, then 9 .. 0 (every candidate shares the top bits),
+     * pass 2: per-chunk counts of the candidates > T ([0, nch)) and == T ([SORT_MAX_CH,
+     * ..)) */
+    const uint nb = (m + CAND_LOCAL - 1u) / CAND_LOCAL;
+    uint prefix = bsel << H1_SHIFT, r = rank, T = 0u, take = 0u;
+    for (int pass = 0; pass < 3; pass++) {
+        for (uint i = lid; i < LO_BINS; i += SEL_WG)
+            lo[i] = 0u;
+        for (uint bi = 0; bi < nb; bi++) {
+            const uint i0 = bi * CAND_LOCAL, cnt = min(m - i0, (uint)CAND_LOCAL);
+            if (pass == 0 || nb > 1u) {
+                barrier(CLK_LOCAL_MEM_FENCE); /* cl free */
+                sel_runs_read(skeys, coff, cst, nch, uchunk, i0, cnt, cl);
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (uint k0 = 0; k0 < cnt; k0 += SEL_WG) { /* uniform trip count */
+                const uint i = k0 + lid;
+                const uint key = i < cnt ? cl[i] : 0u;
+                uint bin = SEL_NOBIN;
+                if (i < cnt && pass == 0)
+                    bin = (key >> 10) & (LO_BINS - 1u);
+                else if (i < cnt && pass == 1 && (key & 0xfffffc00u) == prefix)
+                    bin = key & (LO_BINS - 1u);
+                else if (i < cnt && pass == 2 && key >= T)
+                    bin = sel_run_of(coff, nch, i0 + i) + (key > T ? 0u : SORT_MAX_CH);
+                sel_hist_add(lo, bin);
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (pass < 2) {
+            sel_find_digit(lo, LO_BINS, r, s, res);
+            prefix |= res[0] << (pass == 0 ? 10u : 0u);
+            r = res[1];
+            T = prefix;
+            take = r;
+        }
+    }
+    /* output offsets: exclusive scans over the chunks */
+    uint gt_base = 0u, eq_base = 0u;
+    for (uint j0 = 0; j0 < nch; j0 += SEL_WG) {
+        const uint j = j0 + lid;
+        const int live = j < nch;
+        const uint cg = live ? cst[j] + lo[j] : 0u;
+        const uint ce = live ? lo[SORT_MAX_CH + j] : 0u;
+        uint tg, te;
+        const uint g_ex = sel_scan(cg, s, &tg) + gt_base;
+        const uint e_ex = sel_scan(ce, s, &te) + eq_base;
+        if (live) {
+            rcc[j * 2] = g_ex + min(e_ex, take);
+            rcc[j * 2 + 1] = e_ex;
+        }
+        gt_base += tg;
+        eq_base += te;
+    }
+    if (lid == 0) {
+        st[0] = T;
+        st[1] = take;
+        st[2] = (uint)c;
+        st[3] = 0u;
+        if (has_counts)
+            counts[c_off + b * c_sb + h * c_sh] = c;
     }
 }
 

@@ -15,22 +15,33 @@
 /* Rows up to this many tokens take select_row (one work-group per row, one launch)
  * unless a chunk length is forced ($CLKV_SELECT_ROW_MAX overrides it). A row streams
  * through one SM, so long rows go chunked. H100, clkv_evict_keep_set DropKV bf16 Hq 32 /
- * Hkv 8 D 128 (8 rows), keep-set stage alone, select_row vs the 3-kernel chunked
- * pipeline: 4K 17.4 vs 38.5 us, 8K 20.8 vs 38.1 us, 16K 33.9 vs 32.8 us; the whole call
- * at 16K with the chunked selection (pooling fused into it: only 64 work-groups pool)
- * 120.4 us against 118.0 us with score_finalize and the row kernel. The chunked pipeline's cost is
- * mostly fixed (its dependent global round trips), ~52 us at 128K. */
-#define ROW_MAX_LEN (1 << 15)
+ * Hkv 8 D 128 (8 rows), whole call, select_row (+ score_finalize) vs the 2-kernel
+ * chunked pipeline (pooling fused into it), one run: 8K 75.0 vs 78.8 us, 16K 117.4 vs
+ * 110.5 us, 32K 198.8 vs 163.1 us (keep-set alone 60.7 vs 27.8 us). */
+#define ROW_MAX_LEN (1 << 13)
 /* The chunked pipeline's counter histograms: at most this many rows (64 MiB of
  * counters); more rows take select_row. */
 #define CHUNKED_MAX_ROWS 4096
+/* The 2-kernel chunked pipeline (select_hist_sort + select_write, chunk = one tile)
+ * for rows of at most SORT_AUTO_CH chunks, the 3-kernel one (select_hist1, select_cand,
+ * select_write) for longer rows or a forced chunk length other than one tile.
+ * $CLKV_SELECT_KERNELS=2 takes the 2-kernel one up to SORT_MAX_CH chunks (its kernel's
+ * limit, SORT_MAX_CH in select.cl), =3 the 3-kernel one everywhere. H100,
+ * clkv_evict_keep_set DropKV bf16 Hq 32 / Hkv 8 D 128 (8 rows, 2048-token chunks), whole
+ * call, 2-kernel vs 3-kernel, one run: 32K 163.1 vs 166.1 us, 64K 272.0 vs 278.3 us,
+ * 128K 499.3 vs 472.3 us (466.1 with plain local atomics), 512K 1776.5 vs 1645.4 us: the
+ * 2-kernel first kernel's time grows with the row (65 us at 128K, 25 us at 16K). */
+#define SORT_MAX_CH 512
+#define SORT_AUTO_CH 32
+#define TAB_WORDS 2048 /* uints per (row, chunk) of select_hist_sort's bin-start table */
 
 typedef struct select_plan {
     int64_t B, H, N, rows;
     int max_len, K;
     int row_path, row_wg; /* select_row and its work-group size */
     int wg, chunk, nchunks;
-    size_t state_bytes, cc_bytes, cand_bytes;
+    int sort; /* the 2-kernel chunked pipeline (select_hist_sort) */
+    size_t state_bytes, cc_bytes, cand_bytes, tab_bytes;
 } select_plan;
 
 static clkv_status validate(clkv_context *ctx, const clkv_select_topk_args *a) {
@@ -74,6 +85,50 @@ static clkv_status validate(clkv_context *ctx, const clkv_select_topk_args *a) {
 }
 
 static int g_force_path = -1;
+
+/* clkv__select_profile's state */
+static int g_prof_on;
+static int g_prof_calls;
+static double g_prof_us[SELECT_PROF_KERNELS + 1];
+
+void clkv__select_profile(int on) {
+    g_prof_on = on != 0;
+    g_prof_calls = 0;
+    memset(g_prof_us, 0, sizeof g_prof_us);
+}
+
+int clkv__select_profile_take(double us[SELECT_PROF_KERNELS + 1]) {
+    const int calls = g_prof_calls;
+    memcpy(us, g_prof_us, sizeof g_prof_us);
+    g_prof_calls = 0;
+    memset(g_prof_us, 0, sizeof g_prof_us);
+    return calls;
+}
+
+/* Waits for the n profiled launches ev[0..n) and adds their times up (see
+ * clkv__select_profile); releases the events. */
+static clkv_status prof_add(clkv_context *ctx, cl_event *ev, int n) {
+    cl_int err = clWaitForEvents((cl_uint)n, ev);
+    cl_ulong first = 0, last = 0;
+    for (int i = 0; i < n && err == CL_SUCCESS; i++) {
+        cl_ulong t0 = 0, t1 = 0;
+        err = clGetEventProfilingInfo(ev[i], CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
+        if (err == CL_SUCCESS)
+            err = clGetEventProfilingInfo(ev[i], CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
+        if (err == CL_SUCCESS) {
+            g_prof_us[i < SELECT_PROF_KERNELS ? i : SELECT_PROF_KERNELS - 1] += (t1 - t0) * 1e-3;
+            first = i == 0 ? t0 : first;
+            last = t1;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        clReleaseEvent(ev[i]);
+    if (err != CL_SUCCESS)
+        return clkv__fail_cl(ctx, err, "select profiling events");
+    g_prof_us[SELECT_PROF_KERNELS] += (last - first) * 1e-3;
+    g_prof_calls++;
+    return CLKV_OK;
+}
 
 void clkv__select_force_path(int path) {
     g_force_path = path == 1 || path == 2 ? path : 0;
@@ -127,12 +182,22 @@ static void plan_launch(clkv_context *ctx, const clkv_select_topk_args *a, selec
     chunk = (chunk + tile - 1) / tile * tile;
     if (chunk < tile)
         chunk = tile;
+    /* the 2-kernel pipeline: one tile per chunk */
+    const int kernels = clkv__env_int("CLKV_SELECT_KERNELS", 0);
+    p->sort = kernels != 3 && (!chunk_forced || chunk == tile) &&
+              (len + tile - 1) / tile <= (kernels == 2 ? SORT_MAX_CH : SORT_AUTO_CH);
+    if (p->sort)
+        chunk = tile;
     p->chunk = (int)(chunk > INT32_MAX / 2 ? INT32_MAX / 2 / tile * tile : chunk);
     p->nchunks = (int)((len + p->chunk - 1) / p->chunk);
     p->state_bytes = clkv__ws_align((size_t)p->rows * STATE_WORDS * 4);
     p->cc_bytes = clkv__ws_align((size_t)p->rows * (size_t)p->nchunks * 2 * 4);
-    /* candidate lists ({key, index}): up to a whole row each (all scores equal) */
-    p->cand_bytes = clkv__ws_align((size_t)p->rows * (size_t)len * 8);
+    /* candidate lists ({key, index}): up to a whole row each (all scores equal); the
+     * 2-kernel pipeline: every chunk's keys, sorted by bin, and its bin-start table */
+    p->cand_bytes = clkv__ws_align(p->sort ? (size_t)p->rows * (size_t)p->nchunks * p->chunk * 4
+                                           : (size_t)p->rows * (size_t)len * 8);
+    p->tab_bytes =
+        p->sort ? clkv__ws_align((size_t)p->rows * (size_t)p->nchunks * TAB_WORDS * 4) : 0;
     /* one work-group per row: 512 lanes on a GPU (registers of 1024 would be tight) */
     int rwg = gpu ? 512 : 256;
     while ((uint64_t)rwg > ctx->info.max_work_group_size && rwg > 1)
@@ -160,7 +225,7 @@ clkv_status clkv_select_topk_workspace_size(clkv_context *ctx, const clkv_select
         return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "bytes: output pointer is NULL");
     select_plan p;
     plan_launch(ctx, args, &p);
-    *bytes = p.rows ? p.state_bytes + p.cc_bytes + p.cand_bytes : 0;
+    *bytes = p.rows ? p.state_bytes + p.cc_bytes + p.cand_bytes + p.tab_bytes : 0;
     return CLKV_OK;
 }
 
@@ -263,22 +328,36 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
     clkv__defs_int(&defs, "SELECT_SMALLEST", args->largest ? 0 : 1);
     clkv__defs_int(&defs, "PER_ITEM", PER_ITEM);
     clkv__defs_int(&defs, "FUSE_POOL", fuse != NULL);
+    /* Histogram increments and bin positions: warp-aggregated (match.any, NVIDIA) in the
+     * 2-kernel pipeline, plain local atomics in the 3-kernel one (H100 at 128K, 3-kernel:
+     * 472.3 vs 466.1 us per whole DropKV call, 512K 1645.4 vs 1628.5 us; the aggregation
+     * was measured in the 2-kernel one at 16K-64K only); $CLKV_SELECT_AGG=0 / 1 sets both.
+     * $CLKV_SELECT_HREAD=0: select_hist1's last work-group takes the row histogram with one
+     * atomic exchange per bin (before/after timings) */
+    clkv__defs_int(&defs, "SEL_AGG", clkv__env_int("CLKV_SELECT_AGG", p.sort) != 0);
+    clkv__defs_int(&defs, "SEL_HREAD", clkv__env_int("CLKV_SELECT_HREAD", 1) != 0);
+    /* $CLKV_SELECT_CG=0: volatile loads instead of ld.global.cg for what other work-groups
+     * of the launch wrote (NVIDIA) */
+    clkv__defs_int(&defs, "SEL_CG", clkv__env_int("CLKV_SELECT_CG", 1) != 0);
     if (fuse) {
         clkv__defs_int(&defs, "POOL", fuse->pool);
         clkv__defs_int(&defs, "POOL_K", fuse->pool_k);
     }
-    cl_kernel k_hist, k_cand, k_write;
-    if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_hist1", &k_hist)) ||
-        (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_cand", &k_cand)) ||
+    /* 2 kernels (select_hist_sort, select_write) or 3 (select_hist1, select_cand, ...) */
+    const char *k1_name = p.sort ? "select_hist_sort" : "select_hist1";
+    cl_kernel k_hist, k_cand = NULL, k_write;
+    if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, k1_name, &k_hist)) ||
+        (!p.sort && (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_cand", &k_cand))) ||
         (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_write", &k_write)))
         return st;
-    if ((st = clkv__check_local_mem(ctx, k_hist, "select_hist1", 0)) ||
-        (st = clkv__check_local_mem(ctx, k_cand, "select_cand", 0)) ||
+    if ((st = clkv__check_local_mem(ctx, k_hist, k1_name, 0)) ||
+        (!p.sort && (st = clkv__check_local_mem(ctx, k_cand, "select_cand", 0))) ||
         (st = clkv__check_local_mem(ctx, k_write, "select_write", 0)))
         return st;
     cl_mem ws, ctr;
     const size_t base = fuse ? clkv__ws_align(fuse->ws_base) : 0;
-    if ((st = clkv__workspace(ctx, base + p.state_bytes + p.cc_bytes + p.cand_bytes, &ws)) ||
+    if ((st = clkv__workspace(ctx, base + p.state_bytes + p.cc_bytes + p.cand_bytes + p.tab_bytes,
+                              &ws)) ||
         (st = clkv__counters(ctx, (size_t)p.rows * CTR_WORDS, &ctr)))
         return st;
     if (fuse && fuse->raw != ws) /* the raw rows lie in the workspace below `base` */
@@ -287,7 +366,8 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
     /* The scratch arrays live in the one workspace buffer, addressed by element offsets
      * (sub-buffers would need CL_DEVICE_MEM_BASE_ADDR_ALIGN alignment). */
     const cl_long st_off = (cl_long)(base / 4), cc_off = (cl_long)((base + p.state_bytes) / 4),
-                  cand_off = (cl_long)((base + p.state_bytes + p.cc_bytes) / 4);
+                  cand_off = (cl_long)((base + p.state_bytes + p.cc_bytes) / 4),
+                  tab_off = (cl_long)((base + p.state_bytes + p.cc_bytes + p.cand_bytes) / 4);
     const clkv_tensor *sc = &args->scores;
     const cl_mem s_buf = sc->buf, len_buf = args->lengths.buf, k_buf = args->k_per_row.buf,
                  i_buf = args->indices.buf, c_buf = args->counts.buf;
@@ -321,26 +401,38 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
     const cl_long raw_off = fuse ? fuse->raw_off : 0, row_len = fuse ? fuse->row_len : 0,
                   protect = fuse ? fuse->protect : 0;
     const cl_int L = fuse ? fuse->L : 0, W = fuse ? fuse->W : 0, excl = fuse ? fuse->excl : 0;
-    st = clkv__set_args(ctx, k_hist, "select_hist1", 32, CLKV_ARG(s_buf), CLKV_ARG(s_off),
-                        CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(len_buf),
-                        CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(k_buf),
-                        CLKV_ARG(k_off), CLKV_ARG(k_sb), CLKV_ARG(k_sh), CLKV_ARG(has_krow),
-                        CLKV_ARG(K), CLKV_ARG(ra.has), CLKV_ARG(ra.ratio_bits),
-                        CLKV_ARG(ra.ratio_f), CLKV_ARG(ra.budget), CLKV_ARG(ra.window),
-                        CLKV_ARG(ws), CLKV_ARG(st_off), CLKV_ARG(ctr), CLKV_ARG(chunk),
-                        CLKV_ARG(nchunks), CLKV_ARG(raw_buf), CLKV_ARG(raw_off), CLKV_ARG(row_len),
-                        CLKV_ARG(L), CLKV_ARG(W), CLKV_ARG(excl), CLKV_ARG(protect));
+    st = clkv__set_args(
+        ctx, k_hist, k1_name, 32, CLKV_ARG(s_buf), CLKV_ARG(s_off), CLKV_ARG(s_sb), CLKV_ARG(s_sh),
+        CLKV_ARG(H), CLKV_ARG(len_buf), CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len),
+        CLKV_ARG(k_buf), CLKV_ARG(k_off), CLKV_ARG(k_sb), CLKV_ARG(k_sh), CLKV_ARG(has_krow),
+        CLKV_ARG(K), CLKV_ARG(ra.has), CLKV_ARG(ra.ratio_bits), CLKV_ARG(ra.ratio_f),
+        CLKV_ARG(ra.budget), CLKV_ARG(ra.window), CLKV_ARG(ws), CLKV_ARG(st_off), CLKV_ARG(ctr),
+        CLKV_ARG(chunk), CLKV_ARG(nchunks), CLKV_ARG(raw_buf), CLKV_ARG(raw_off), CLKV_ARG(row_len),
+        CLKV_ARG(L), CLKV_ARG(W), CLKV_ARG(excl), CLKV_ARG(protect));
+    if (st == CLKV_OK && p.sort) { /* select_hist_sort's further arguments */
+        const size_t sz[8] = {sizeof cc_off, sizeof cand_off, sizeof tab_off, sizeof c_buf,
+                              sizeof c_off,  sizeof c_sb,     sizeof c_sh,    sizeof has_counts};
+        const void *const ptr[8] = {&cc_off, &cand_off, &tab_off, &c_buf,
+                                    &c_off,  &c_sb,     &c_sh,    &has_counts};
+        for (cl_uint i = 0; i < 8 && st == CLKV_OK; i++) {
+            const cl_int err = clSetKernelArg(k_hist, 32 + i, sz[i], ptr[i]);
+            if (err != CL_SUCCESS)
+                st = clkv__fail_cl(ctx, err, "clSetKernelArg(select_hist_sort)");
+        }
+    }
+    cl_event ev[3] = {NULL, NULL, NULL};
+    const int prof = g_prof_on, nk = p.sort ? 2 : 3;
     if (st == CLKV_OK)
-        st = clkv__launch(ctx, k_hist, "select_hist1", 2, hist_g, loc, 0, NULL);
-    if (st == CLKV_OK)
+        st = clkv__launch(ctx, k_hist, k1_name, 2, hist_g, loc, 0, prof ? &ev[0] : NULL);
+    if (st == CLKV_OK && !p.sort)
         st = clkv__set_args(ctx, k_cand, "select_cand", 21, CLKV_ARG(s_buf), CLKV_ARG(s_off),
                             CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(len_buf),
                             CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(ws),
                             CLKV_ARG(st_off), CLKV_ARG(cc_off), CLKV_ARG(cand_off), CLKV_ARG(ctr),
                             CLKV_ARG(chunk), CLKV_ARG(nchunks), CLKV_ARG(c_buf), CLKV_ARG(c_off),
                             CLKV_ARG(c_sb), CLKV_ARG(c_sh), CLKV_ARG(has_counts));
-    if (st == CLKV_OK)
-        st = clkv__launch(ctx, k_cand, "select_cand", 2, chunk_g, loc, 0, NULL);
+    if (st == CLKV_OK && !p.sort)
+        st = clkv__launch(ctx, k_cand, "select_cand", 2, chunk_g, loc, 0, prof ? &ev[1] : NULL);
     if (st == CLKV_OK)
         st = clkv__set_args(ctx, k_write, "select_write", 19, CLKV_ARG(s_buf), CLKV_ARG(s_off),
                             CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(ws),
@@ -349,6 +441,18 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
                             CLKV_ARG(chunk), CLKV_ARG(nchunks), CLKV_ARG(i_buf), CLKV_ARG(i_off),
                             CLKV_ARG(i_sb), CLKV_ARG(i_sh), CLKV_ARG(K));
     if (st == CLKV_OK)
-        st = clkv__launch(ctx, k_write, "select_write", 2, chunk_g, loc, 0, done);
+        st = clkv__launch(ctx, k_write, "select_write", 2, chunk_g, loc, 0,
+                          prof ? &ev[nk - 1] : done);
+    if (prof && st == CLKV_OK) {
+        if (done) {
+            clRetainEvent(ev[nk - 1]);
+            *done = ev[nk - 1];
+        }
+        st = prof_add(ctx, ev, nk);
+    } else if (prof) {
+        for (int i = 0; i < 3; i++)
+            if (ev[i])
+                clReleaseEvent(ev[i]);
+    }
     return st;
 }

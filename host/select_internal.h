@@ -43,4 +43,14 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
  * join), 0 for the one-work-group-per-row kernel. args must be valid. */
 int clkv__select_topk_chunked(clkv_context *ctx, const clkv_select_topk_args *args);
 
+/* Per-kernel device times of the chunked pipeline (bench --keep-kernels): while on, each
+ * chunked selection waits for its kernels (profiling events) and adds their durations
+ * up. on = 1 starts (and zeroes the sums), 0 stops. clkv__select_profile_take: the
+ * number of profiled calls, the summed microseconds of each of its SELECT_PROF_KERNELS
+ * kernels (unused slots 0), us[SELECT_PROF_KERNELS] the summed span from the first
+ * kernel's start to the last one's end; then zeroes the sums. Not thread-safe. */
+#define SELECT_PROF_KERNELS 3
+void clkv__select_profile(int on);
+int clkv__select_profile_take(double us[SELECT_PROF_KERNELS + 1]);
+
 #endif

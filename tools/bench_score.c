@@ -12,6 +12,7 @@
 #include "bench_util.h"
 #include "cli.h"
 #include "host/score_internal.h"
+#include "host/select_internal.h"
 #include "runtime/internal.h"
 #include "tool_data.h"
 
@@ -42,6 +43,9 @@ void usage_bench_score(FILE *f) {
             "  --ratio R           keep ratio (dropkv/evict)             (default 0.1)\n"
             "  --breakdown         dropkv/evict: also time each stage alone (window\n"
             "                      attention, scorer + pooling, keep-set), same layout\n"
+            "  --keep-kernels      dropkv/evict: device time of each chunked-selection\n"
+            "                      kernel (profiling events; full call and keep-set alone)\n"
+            "                      and the host time to enqueue one call\n"
             "  --iters N           back-to-back calls per timed batch     (default 20)\n"
             "  --repeats N         timed batches; the median is reported  (default 9)\n"
             "  --warmup N          untimed calls after the first          (default 3)\n"
@@ -57,7 +61,7 @@ void usage_bench_score(FILE *f) {
 }
 
 typedef struct sopts {
-    int full, breakdown;
+    int full, breakdown, keep_kernels;
     clkv_score_method method;
     int64_t batch[MAX_LIST], len[MAX_LIST];
     int nbatch, nlen;
@@ -133,6 +137,8 @@ static int parse_opts(int argc, char **argv, sopts *o) {
                 fprintf(stderr, "clkv: --ratio: '%s' is not a number in [0, 1]\n", v);
         } else if (strcmp(argv[i], "--breakdown") == 0) {
             o->breakdown = 1;
+        } else if (strcmp(argv[i], "--keep-kernels") == 0) {
+            o->keep_kernels = 1;
         } else if ((m = bench_common_option(argc, argv, &i, &common)) != 0) {
             bad = m < 0;
         } else {
@@ -168,6 +174,11 @@ typedef struct sresult {
     char error[256];
     double first_s, median_s, min_s;
     double stage_us[3]; /* --breakdown: attention, scorer + pooling, keep-set (medians) */
+    /* --keep-kernels, [0] full call, [1] keep-set alone: mean device us of each selection
+     * kernel and of their span (-1 calls: not the chunked path), host enqueue us per call */
+    double kern_us[2][SELECT_PROF_KERNELS + 1], host_us[2];
+    int kern_calls[2];
+    int64_t cand_min, cand_max; /* --keep-kernels: keys in the top-12-bit bin of rank c */
     uint64_t bytes;
     double floor_us, pct, gbps;
 } sresult;
@@ -193,6 +204,44 @@ static clkv_status time_batch(clkv_context *ctx, const sop *op, int n, double *p
     }
     clkv_status st = clkv_context_finish(ctx);
     *per = (tool_now() - t0) / (n > 0 ? n : 1);
+    return st;
+}
+
+/* The chunked selection's candidate count per row (keys in the top-12-bit bin holding
+ * rank c, c = min(k, L)) from the scores the full call left behind: min and max over
+ * the rows into r. */
+static clkv_status count_candidates(clkv_context *ctx, cl_mem scores, int64_t rows, int64_t L,
+                                    int64_t c, sresult *r) {
+    float *h = malloc((size_t)(rows * L) * sizeof *h);
+    uint32_t *bins = calloc(4096, sizeof *bins);
+    clkv_status st = h && bins ? tool_read(ctx, scores, h, (size_t)(rows * L) * sizeof *h)
+                               : clkv__fail(ctx, CLKV_ERR_OUT_OF_HOST_MEMORY, "scores: host copy");
+    r->cand_min = INT64_MAX;
+    r->cand_max = 0;
+    for (int64_t row = 0; row < rows && !st; row++) {
+        memset(bins, 0, 4096 * sizeof *bins);
+        for (int64_t i = 0; i < L; i++) {
+            uint32_t u;
+            memcpy(&u, &h[row * L + i], sizeof u);
+            uint32_t key = 0u; /* NaN */
+            if ((u & 0x7fffffffu) <= 0x7f800000u) {
+                u = u == 0x80000000u ? 0u : u;
+                key = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+            }
+            bins[key >> 20]++;
+        }
+        int64_t above = 0;
+        for (int bin = 4095; bin >= 0; bin--) {
+            if (above + bins[bin] >= c) {
+                r->cand_min = bins[bin] < r->cand_min ? bins[bin] : r->cand_min;
+                r->cand_max = bins[bin] > r->cand_max ? bins[bin] : r->cand_max;
+                break;
+            }
+            above += bins[bin];
+        }
+    }
+    free(h);
+    free(bins);
     return st;
 }
 
@@ -318,6 +367,31 @@ static void run_shape(clkv_context *ctx, const sopts *o, const tool_bandwidth *b
                 r->stage_us[sg] = tool_median(per, (int)o->repeats) * 1e6;
         }
     }
+    if (o->full && o->keep_kernels && !st)
+        st = count_candidates(ctx, b.scores, B * Hkv, L, op.evict.indices.dims[2], r);
+    for (int sg = 0; sg < 2 && o->full && o->keep_kernels && !st; sg++) {
+        clkv__evict_set_stages(sg ? CLKV__EVICT_KEEP : 0);
+        double h = 0.0;
+        const int n = (int)o->iters;
+        for (int i = 0; i < n && !st; i++) { /* host enqueue time, then the queue drained */
+            const double t0 = tool_now();
+            st = call(ctx, &op);
+            h += tool_now() - t0;
+            if (!st)
+                st = clkv_context_finish(ctx);
+        }
+        r->host_us[sg] = h / n * 1e6;
+        clkv__select_profile(1);
+        for (int i = 0; i < n && !st; i++)
+            st = call(ctx, &op);
+        double us[SELECT_PROF_KERNELS + 1];
+        const int calls = clkv__select_profile_take(us);
+        clkv__select_profile(0);
+        clkv__evict_set_stages(0);
+        r->kern_calls[sg] = calls;
+        for (int j = 0; j <= SELECT_PROF_KERNELS; j++)
+            r->kern_us[sg][j] = calls ? us[j] / calls : NAN;
+    }
     free_bufs(&b);
     if (st) {
         const char *msg = clkv_last_error(ctx);
@@ -425,6 +499,16 @@ static int bench_common(int argc, char **argv, int full, int force_dropkv) {
                        (long long)r.B, (long long)r.L, (long long)r.W, r.median_s * 1e6,
                        r.min_s * 1e6, (double)r.bytes * 1e-6, r.gbps, r.floor_us, r.pct,
                        r.first_s * 1e3);
+                if (o.keep_kernels && full)
+                    printf("      selection candidates per row: %lld .. %lld\n",
+                           (long long)r.cand_min, (long long)r.cand_max);
+                for (int sg = 0; sg < 2 && o.keep_kernels && full; sg++)
+                    printf("      %s: host enqueue %.2f us/call; selection kernels (%d calls) "
+                           "%.2f / %.2f / %.2f us (3-kernel: hist1 / cand / write, 2-kernel: "
+                           "hist_sort / write), "
+                           "span %.2f us\n",
+                           sg ? "keep-set alone" : "full call", r.host_us[sg], r.kern_calls[sg],
+                           r.kern_us[sg][0], r.kern_us[sg][1], r.kern_us[sg][2], r.kern_us[sg][3]);
                 if (o.breakdown && full)
                     printf("      stages alone: attention %.2f us, scorer + pooling %.2f us, "
                            "keep-set %.2f us (sum %.2f)\n",

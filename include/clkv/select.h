@@ -44,17 +44,23 @@ extern "C" {
  *
  * Algorithm: exact radix select on the f32 bit pattern mapped to an order-preserving
  * uint32, which yields the c-th best key T and the number of ties at T to take, then an
- * ordered compaction writing indices in position order. No sort. Rows of at most 32768
+ * ordered compaction writing indices in position order. No sort. Rows of at most 8192
  * tokens (max_length) run in ONE kernel, one work-group per row (three histogram passes
  * of 11/11/10 bits in local memory; the row is read 4 times). Longer rows are split over
- * many work-groups so a single long row fills the device, in three kernels: a histogram
- * of the top 12 key bits; the keys of the bin holding rank c appended to a candidate list
- * while the keys above it are counted per chunk, the row's last work-group to finish
- * resolving T and the ties among the candidates (two 10-bit passes, in local memory for
- * up to 4096 candidates) and the per-chunk output offsets; the compaction. The scores are
- * read 3 times, plus the candidates (the whole row when all scores are equal).
+ * many work-groups so a single long row fills the device. Up to 32 chunks of one tile
+ * (2048 tokens on a GPU, i.e. rows up to 64K tokens there), two kernels: per chunk a
+ * histogram of the top 12 key bits plus the chunk's keys sorted by that bin and a
+ * bin-start table, the row's last work-group to finish then resolving T and the ties
+ * among the keys of the bin holding rank c (read from each chunk's run; two 10-bit
+ * passes over local batches of 4096) and the per-chunk output offsets; the compaction.
+ * Longer rows, three kernels: the histogram; the keys of the bin holding rank c appended
+ * to a candidate list while the keys above it are counted per chunk, the row's last
+ * work-group resolving T, the ties and the offsets (in local memory for up to 4096
+ * candidates); the compaction. The scores are read 2 or 3 times, plus the candidates
+ * (the whole row when all scores are equal).
  * Scratch (state, per-chunk counts, candidate lists of up to a row each: 8 bytes per
- * token) comes from the context's workspace (see clkv_select_topk_workspace_size), the
+ * token; the 2-kernel path: 4 bytes per token of sorted keys plus 8 KiB of bin starts per
+ * chunk) comes from the context's workspace (see clkv_select_topk_workspace_size), the
  * row histograms from the context's zeroed counter buffer (returned to zero). Nothing
  * blocks.
  */
