@@ -1,7 +1,8 @@
-/* Decode attention (SPEC §1.1), flash-decoding: split-K partials + merge.
+/* Decode attention (SPEC §1.1), flash-decoding: split-K partials, merged by
+ * attention_decode_merge (attention_merge.cl).
  *
  * Build options (set by host/attention_decode.c):
- *   Q_DTYPE, KV_DTYPE, O_DTYPE  dtype codes of q, K/V, o
+ *   Q_DTYPE, KV_DTYPE           dtype codes of q, K/V
  *   HEAD_DIM                    D (64, 128, 256)
  *   GROUP                       query heads served per work-group (<= G, <= 8)
  *   EPL                         head-dim elements held per lane; TPR = D / EPL lanes
@@ -12,7 +13,6 @@
  *   CP_ASYNC, STAGES            NVIDIA only: stream K/V tiles of NRG * UNROLL rows into
  *                               shared memory with cp.async, STAGES tiles in flight, so
  *                               the bytes in flight do not depend on register pressure
- *   MERGE_WG, MAX_SPLITS        merge kernel work-group size; most splits per sequence
  *
  * Lengths: element b * len_sb + kvh * len_sh of `lengths` (len_sh = 0 for per-sequence
  * [B] lengths, the stride of the head dim for per-(sequence, KV head) [B, Hkv] lengths),
@@ -26,7 +26,6 @@
 
 #define KV_T CLKV_STORAGE(KV_DTYPE)
 #define Q_T CLKV_STORAGE(Q_DTYPE)
-#define O_T CLKV_STORAGE(O_DTYPE)
 
 /* TPR, NRG, RED_ROWS, VW, NCH, ELEM, UNROLL_LOOP and rows_merge_store */
 #include "decode_rows.cl"
@@ -217,78 +216,4 @@ attention_decode_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
     __local float red_acc[RED_ROWS * GROUP * HEAD_DIM];
     rows_merge_store(acc, m, l, rg, ln, red_ml, red_acc, ng, part_acc, part_ml,
                      ((long)b * Hq + h0) * num_splits + split, num_splits);
-}
-
-/* One work-group per (query head, sequence) combines the splits' (m, l, acc). The split
- * weights exp2(m_s - m*) / l* are computed once into local memory; then MERGE_WG / (D/4)
- * "split lanes" each sum a strided subset of the splits' acc rows with float4 loads, and
- * the lanes are added up in local memory. Every loop is short, so a single sequence with
- * hundreds of splits does not serialize on memory latency. */
-#define MERGE_Q (HEAD_DIM / 4)           /* float4 columns per acc row */
-#define MERGE_LANES (MERGE_WG / MERGE_Q) /* splits summed in parallel */
-
-__kernel __attribute__((reqd_work_group_size(MERGE_WG, 1, 1))) void
-attention_decode_merge(__global const float *part_acc, long ml_off, int num_splits, int Hq,
-                       __global O_T *o, long o_off, long o_sb, long o_sh, __global float *lse,
-                       long lse_off, long lse_sb, long lse_sh, int has_lse) {
-    __global const float *part_ml = part_acc + ml_off;
-    const int h = (int)get_group_id(0);
-    const int b = (int)get_group_id(1);
-    const int lid = (int)get_local_id(0);
-    const long base = ((long)b * Hq + h) * num_splits;
-    __local float weight[MAX_SPLITS];
-    __local float red[MERGE_WG];
-    __local float4 lanes[MERGE_LANES][MERGE_Q];
-
-    float mx = -INFINITY;
-    for (int s = lid; s < num_splits; s += MERGE_WG)
-        mx = fmax(mx, part_ml[(base + s) * 2]);
-    red[lid] = mx;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int span = MERGE_WG / 2; span > 0; span >>= 1) {
-        if (lid < span)
-            red[lid] = fmax(red[lid], red[lid + span]);
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    mx = red[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float sum = 0.0f;
-    for (int s = lid; s < num_splits; s += MERGE_WG) {
-        const float ms = part_ml[(base + s) * 2];
-        const float w = ms == -INFINITY ? 0.0f : exp2(ms - mx);
-        weight[s] = w;
-        sum += part_ml[(base + s) * 2 + 1] * w;
-    }
-    red[lid] = sum;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int span = MERGE_WG / 2; span > 0; span >>= 1) {
-        if (lid < span)
-            red[lid] += red[lid + span];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    sum = red[0];
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-
-    const int lane = lid / MERGE_Q, col = lid % MERGE_Q;
-    float4 a = (float4)(0.0f);
-    for (int s = lane; s < num_splits; s += MERGE_LANES) {
-        const float w = weight[s];
-        if (w != 0.0f)
-            a = fma((float4)(w), vload4(col, part_acc + (base + s) * HEAD_DIM), a);
-    }
-    lanes[lane][col] = a;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (lane == 0) {
-        for (int r = 1; r < MERGE_LANES; r++)
-            a += lanes[r][col];
-        a *= inv;
-        const long orow = o_off + (long)b * o_sb + (long)h * o_sh + col * 4;
-        CLKV_STORE(O_DTYPE)(o, orow, a.x);
-        CLKV_STORE(O_DTYPE)(o, orow + 1, a.y);
-        CLKV_STORE(O_DTYPE)(o, orow + 2, a.z);
-        CLKV_STORE(O_DTYPE)(o, orow + 3, a.w);
-    }
-    if (has_lse && lid == 0)
-        lse[lse_off + (long)b * lse_sb + (long)h * lse_sh] =
-            sum > 0.0f ? (mx + log2(sum)) * CLKV_LN2 : -INFINITY;
 }

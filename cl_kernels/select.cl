@@ -52,6 +52,13 @@
  * ld.global.cg on NVIDIA instead of volatile loads).
  */
 
+/* SEL_PIPE: the kernels a program holds (PoCL compiles every kernel of a program):
+ * 1 select_row, 2 select_hist_sort + select_write, 3 select_hist1 + select_cand +
+ * select_write, 0 (default) all of them. */
+#ifndef SEL_PIPE
+#define SEL_PIPE 0
+#endif
+
 #define BINS 2048 /* select_row: 11/11/10-bit passes */
 #define STATE_WORDS 8
 #define H1_BITS 12
@@ -276,6 +283,7 @@ inline void sel_pool_hist_tile(__global float *out, __global const float *rawrow
 }
 #endif
 
+#if SEL_PIPE == 0 || SEL_PIPE == 3
 /* Kernel 1: histogram of the top H1_BITS bits of the chunk's keys into the row's counter
  * histogram; the row's last work-group finds the bin of rank c (see the top).
  * FUSE_POOL (clkv_evict_keep_set): the scores are first computed from the scorer's raw
@@ -400,7 +408,9 @@ inline void sel_cand_hist(int use_local, __local const uint2 *cl, __global const
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 }
+#endif
 
+#if SEL_PIPE == 0 || SEL_PIPE == 3
 /* Kernel 2: per chunk, the keys above the row's bin (or, T final, > T and == T) into
  * cc[row][chunk] and the keys inside the bin appended to the row's candidate list
  * ({key, index} pairs); the row's last work-group then finds T and take among the
@@ -576,6 +586,7 @@ __kernel void select_cand(__global const float *scores, long s_off, long s_sb, l
             counts[c_off + b * c_sb + h * c_sh] = (int)st[2];
     }
 }
+#endif
 
 /* ---- select_hist_sort: the 2-kernel pipeline's first kernel (chunk = one tile) ---- */
 
@@ -648,6 +659,7 @@ inline void sel_runs_read(__global const uint *keys, __local const uint *coff,
     }
 }
 
+#if SEL_PIPE == 0 || SEL_PIPE == 2
 /* Kernel 1 of 2 (the host's choice for rows of at most SORT_MAX_CH chunks; chunk must be
  * SORT_TILE): per chunk, like select_hist1, the histogram of the top H1_BITS key bits
  * into the row's counter histogram; besides, the chunk's keys sorted by that bin,
@@ -877,6 +889,7 @@ __kernel void select_hist_sort(__global float *scores, long s_off, long s_sb, lo
             counts[c_off + b * c_sb + h * c_sh] = c;
     }
 }
+#endif
 
 /* Ordered compaction of [start, end) of a row: writes the indices of the keys > T and of
  * the first `take` ties at T (counting eq_before ties before start) at dst[out ..], in
@@ -924,6 +937,7 @@ inline void sel_write_range(__global const float *p, long start, long end, uint 
     }
 }
 
+#if SEL_PIPE != 1
 /* Ordered compaction: each work-group writes its chunk's selected indices at the
  * chunk's offset, in position order; then fills the row's slots [c, K) with -1.
  * Global: (nchunks * SEL_WG, rows). */
@@ -952,6 +966,9 @@ __kernel void select_write(__global const float *scores, long s_off, long s_sb, 
     for (long sl = (long)c + (long)g * SEL_WG + lid; sl < K; sl += (long)nchunks * SEL_WG)
         dst[sl] = -1;
 }
+#endif
+
+#if SEL_PIPE == 0 || SEL_PIPE == 1
 /* The whole selection of one row in one work-group (rows short enough that one
  * work-group streams them faster than the multi-kernel pipeline launches; host/select.c
  * decides): c = min(k_row, n), three radix passes over the row with a local histogram,
@@ -1008,3 +1025,4 @@ __kernel void select_row(__global const float *scores, long s_off, long s_sb, lo
     if (has_counts && lid == 0)
         counts[c_off + b * c_sb + h * c_sh] = c;
 }
+#endif

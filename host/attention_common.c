@@ -61,3 +61,21 @@ clkv_status clkv__attn_set_merge_args(clkv_context *ctx, cl_kernel km, cl_mem ws
                           CLKV_ARG(o_sb), CLKV_ARG(o_sh), CLKV_ARG(lse_buf), CLKV_ARG(lse_off),
                           CLKV_ARG(lse_sb), CLKV_ARG(lse_sh), CLKV_ARG(has_lse));
 }
+
+clkv_status clkv__attn_merge_kernel(clkv_context *ctx, clkv_dtype o_dtype, int64_t D,
+                                    cl_kernel *km) {
+    clkv_defs defs;
+    clkv__defs_init(&defs);
+    clkv__defs_int(&defs, "O_DTYPE", o_dtype);
+    clkv__defs_int(&defs, "HEAD_DIM", D);
+    clkv__defs_int(&defs, "MERGE_WG", CLKV_ATTN_MERGE_WG);
+    clkv__defs_int(&defs, "MAX_SPLITS", CLKV_ATTN_MERGE_MAX_SPLITS);
+    return clkv__get_kernel(ctx, "attention_merge.cl", &defs, "attention_decode_merge", km);
+}
+
+clkv_status clkv__attn_enqueue_merge(clkv_context *ctx, cl_kernel km, int64_t B, int64_t Hq,
+                                     cl_event *done) {
+    const size_t gm[2] = {(size_t)Hq * CLKV_ATTN_MERGE_WG, (size_t)B};
+    const size_t lm[2] = {CLKV_ATTN_MERGE_WG, 1};
+    return clkv__enqueue(ctx, km, "attention_decode_merge", 2, gm, lm, done);
+}

@@ -26,8 +26,21 @@ clkv_status clkv__attn_check_sizes(clkv_context *ctx, int64_t B, int64_t Hq, int
 /* The softmax scale is finite (CLKV_ERR_ARG_RANGE, names scale). */
 clkv_status clkv__attn_check_scale(clkv_context *ctx, float scale);
 
-/* Arguments of attention_decode_merge (cl_kernels/attention_decode.cl), the split merge
- * of every split-K partial kernel: the partials at ws (acc first, (m, l) pairs at ml_off
+/* The split merge of the split-K decode kernels (attention_decode_merge,
+ * cl_kernels/attention_merge.cl): work-groups of CLKV_ATTN_MERGE_WG, at most
+ * CLKV_ATTN_MERGE_MAX_SPLITS partial states per (sequence, query head). */
+#define CLKV_ATTN_MERGE_WG 256
+#define CLKV_ATTN_MERGE_MAX_SPLITS 1024
+
+/* The merge kernel for outputs of dtype o_dtype and head dim D (one program per pair). */
+clkv_status clkv__attn_merge_kernel(clkv_context *ctx, clkv_dtype o_dtype, int64_t D,
+                                    cl_kernel *km);
+
+/* Enqueue the merge over B sequences x Hq query heads (arguments set before). */
+clkv_status clkv__attn_enqueue_merge(clkv_context *ctx, cl_kernel km, int64_t B, int64_t Hq,
+                                     cl_event *done);
+
+/* Arguments of the merge kernel: the partials at ws (acc first, (m, l) pairs at ml_off
  * floats), `splits` per (sequence, query head), Hq heads, written to o [B, Hq, D] and,
  * when lse->buf is set, lse [B, Hq]. */
 clkv_status clkv__attn_set_merge_args(clkv_context *ctx, cl_kernel km, cl_mem ws, cl_long ml_off,

@@ -10,8 +10,6 @@
 
 #define KERNEL_FILE "attention_decode.cl"
 #define MAX_GROUP 8
-#define MERGE_WG 256
-#define MAX_SPLITS 1024 /* local weight table of the merge kernel */
 
 /* Everything the launch needs, derived from validated arguments. */
 typedef struct decode_plan {
@@ -174,8 +172,8 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_decode_ar
     }
     if (splits > len)
         splits = len;
-    if (splits > MAX_SPLITS)
-        splits = MAX_SPLITS;
+    if (splits > CLKV_ATTN_MERGE_MAX_SPLITS)
+        splits = CLKV_ATTN_MERGE_MAX_SPLITS;
     if (splits < 1)
         splits = 1;
     int64_t chunk = (len + splits - 1) / splits;
@@ -281,7 +279,6 @@ clkv_status clkv_attention_decode(clkv_context *ctx, const clkv_attention_decode
     clkv__defs_init(&defs);
     clkv__defs_int(&defs, "Q_DTYPE", args->q.dtype);
     clkv__defs_int(&defs, "KV_DTYPE", args->k.dtype);
-    clkv__defs_int(&defs, "O_DTYPE", args->o.dtype);
     clkv__defs_int(&defs, "HEAD_DIM", p.D);
     clkv__defs_int(&defs, "GROUP", p.group);
     clkv__defs_int(&defs, "EPL", p.epl);
@@ -290,11 +287,9 @@ clkv_status clkv_attention_decode(clkv_context *ctx, const clkv_attention_decode
     clkv__defs_int(&defs, "VEC_ALIGNED", p.vec_aligned);
     clkv__defs_int(&defs, "CP_ASYNC", p.cp_async);
     clkv__defs_int(&defs, "STAGES", p.cp_async ? p.stages : 0);
-    clkv__defs_int(&defs, "MERGE_WG", MERGE_WG);
-    clkv__defs_int(&defs, "MAX_SPLITS", MAX_SPLITS);
     cl_kernel kp, km;
     if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_decode_partial", &kp)) ||
-        (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_decode_merge", &km)))
+        (st = clkv__attn_merge_kernel(ctx, args->o.dtype, p.D, &km)))
         return st;
     cl_mem ws;
     if ((st = clkv__workspace(ctx, p.part_acc_bytes + p.part_ml_bytes, &ws)))
@@ -342,10 +337,7 @@ clkv_status clkv_attention_decode(clkv_context *ctx, const clkv_attention_decode
                   p.chunk);
         st = clkv__enqueue(ctx, kp, "attention_decode_partial", 3, gp, lp, NULL);
     }
-    if (st == CLKV_OK) {
-        const size_t gm[2] = {(size_t)p.Hq * MERGE_WG, (size_t)p.B};
-        const size_t lm[2] = {MERGE_WG, 1};
-        st = clkv__enqueue(ctx, km, "attention_decode_merge", 2, gm, lm, done);
-    }
+    if (st == CLKV_OK)
+        st = clkv__attn_enqueue_merge(ctx, km, p.B, p.Hq, done);
     return st;
 }

@@ -14,10 +14,7 @@
 #define MMA_FILE "attention_quant_mma.cl"
 #define MMA_HEADS 4 /* query heads per work-group of the tensor-core kernel */
 #define MMA_WARPS 4 /* warps (= splits) per work-group of the tensor-core kernel */
-#define MERGE_FILE "attention_decode.cl"
 #define MAX_GROUP 8
-#define MERGE_WG 256
-#define MAX_SPLITS 1024 /* the merge kernel's local weight table */
 
 typedef struct quant_plan {
     int64_t B, Hq, Hkv, G, D;
@@ -140,8 +137,8 @@ static void plan_mma(const clkv_quant_cache *c, const clkv_attention_quant_decod
     }
     if (splits > len)
         splits = len;
-    if (splits > MAX_SPLITS * MMA_WARPS)
-        splits = MAX_SPLITS * MMA_WARPS;
+    if (splits > CLKV_ATTN_MERGE_MAX_SPLITS * MMA_WARPS)
+        splits = CLKV_ATTN_MERGE_MAX_SPLITS * MMA_WARPS;
     if (splits < 1)
         splits = 1;
     int64_t chunk = (len + splits - 1) / splits;
@@ -193,8 +190,8 @@ static void plan_cuda(const clkv_quant_cache *c, const clkv_attention_quant_deco
     }
     if (splits > len)
         splits = len;
-    if (splits > MAX_SPLITS)
-        splits = MAX_SPLITS;
+    if (splits > CLKV_ATTN_MERGE_MAX_SPLITS)
+        splits = CLKV_ATTN_MERGE_MAX_SPLITS;
     if (splits < 1)
         splits = 1;
     int64_t chunk = (len + splits - 1) / splits;
@@ -226,28 +223,6 @@ static void plan_launch(const clkv_quant_cache *c, const clkv_attention_quant_de
     if (mma == 2 &&
         (int64_t)p->splits * p->B * p->Hkv * p->nhg < (int64_t)c->ctx->info.compute_units)
         plan_mma(c, a, p);
-}
-
-/* The merge kernel of decode attention, built for this output dtype and head dim (the
- * partial kernel of that file is compiled with its portable one-lane-per-row settings
- * and never launched). */
-static clkv_status get_merge(clkv_context *ctx, clkv_dtype o_dtype, int64_t D, cl_kernel *km) {
-    clkv_defs defs;
-    clkv__defs_init(&defs);
-    clkv__defs_int(&defs, "Q_DTYPE", CLKV_F32);
-    clkv__defs_int(&defs, "KV_DTYPE", CLKV_F32);
-    clkv__defs_int(&defs, "O_DTYPE", o_dtype);
-    clkv__defs_int(&defs, "HEAD_DIM", D);
-    clkv__defs_int(&defs, "GROUP", 1);
-    clkv__defs_int(&defs, "EPL", D);
-    clkv__defs_int(&defs, "WG_SIZE", 64);
-    clkv__defs_int(&defs, "UNROLL", 1);
-    clkv__defs_int(&defs, "VEC_ALIGNED", 0);
-    clkv__defs_int(&defs, "CP_ASYNC", 0);
-    clkv__defs_int(&defs, "STAGES", 0);
-    clkv__defs_int(&defs, "MERGE_WG", MERGE_WG);
-    clkv__defs_int(&defs, "MAX_SPLITS", MAX_SPLITS);
-    return clkv__get_kernel(ctx, MERGE_FILE, &defs, "attention_decode_merge", km);
 }
 
 static clkv_status check_common(clkv_quant_cache *cache,
@@ -303,7 +278,7 @@ clkv_status clkv_attention_quant_decode(clkv_quant_cache *cache,
     }
     cl_kernel kp, km;
     if ((st = clkv__get_kernel(ctx, p.mma ? MMA_FILE : KERNEL_FILE, &defs, kname, &kp)) ||
-        (st = get_merge(ctx, args->o.dtype, p.D, &km)))
+        (st = clkv__attn_merge_kernel(ctx, args->o.dtype, p.D, &km)))
         return st;
     if ((st = clkv__check_local_mem(ctx, kp, kname, 0)) ||
         (st = clkv__check_local_mem(ctx, km, "attention_decode_merge", 0)))
@@ -341,7 +316,5 @@ clkv_status clkv_attention_quant_decode(clkv_quant_cache *cache,
     const size_t lp[3] = {(size_t)p.wg, 1, 1};
     if ((st = clkv__enqueue(ctx, kp, kname, 3, gp, lp, NULL)))
         return st;
-    const size_t gm[2] = {(size_t)p.Hq * MERGE_WG, (size_t)p.B};
-    const size_t lm[2] = {MERGE_WG, 1};
-    return clkv__enqueue(ctx, km, "attention_decode_merge", 2, gm, lm, done);
+    return clkv__attn_enqueue_merge(ctx, km, p.B, p.Hq, done);
 }

@@ -9,10 +9,7 @@
 #include "runtime/internal.h"
 
 #define KERNEL_FILE "attention_sparse.cl"
-#define MERGE_FILE "attention_decode.cl"
 #define MAX_GROUP 8
-#define MERGE_WG 256    /* as host/attention_decode.c: the merge kernel is shared */
-#define MAX_SPLITS 1024 /* the merge kernel's local weight table */
 #define MAX_HASH_SLOTS 8192
 
 typedef struct sparse_plan {
@@ -186,8 +183,8 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_sparse_ar
     const int64_t max_splits = (len + tile - 1) / tile;
     if (splits > max_splits)
         splits = max_splits;
-    if (splits > MAX_SPLITS)
-        splits = MAX_SPLITS;
+    if (splits > CLKV_ATTN_MERGE_MAX_SPLITS)
+        splits = CLKV_ATTN_MERGE_MAX_SPLITS;
     if (splits < 1)
         splits = 1;
     int64_t chunk = (len + splits - 1) / splits;
@@ -222,29 +219,6 @@ clkv_status clkv_attention_sparse_workspace_size(clkv_context *ctx,
     return CLKV_OK;
 }
 
-/* The decode merge kernel, built with defines that select its portable variant. */
-static clkv_status get_merge_kernel(clkv_context *ctx, const clkv_attention_sparse_args *a,
-                                    const sparse_plan *p, cl_kernel *km) {
-    clkv_defs defs;
-    clkv__defs_init(&defs);
-    /* The merge kernel depends on O_DTYPE and HEAD_DIM only; the partial kernel's
-     * options are fixed so every (o dtype, D) shares one program. */
-    clkv__defs_int(&defs, "Q_DTYPE", CLKV_F32);
-    clkv__defs_int(&defs, "KV_DTYPE", CLKV_F32);
-    clkv__defs_int(&defs, "O_DTYPE", a->o.dtype);
-    clkv__defs_int(&defs, "HEAD_DIM", p->D);
-    clkv__defs_int(&defs, "GROUP", 1);
-    clkv__defs_int(&defs, "EPL", p->D);
-    clkv__defs_int(&defs, "WG_SIZE", 16);
-    clkv__defs_int(&defs, "UNROLL", 1);
-    clkv__defs_int(&defs, "VEC_ALIGNED", 0);
-    clkv__defs_int(&defs, "CP_ASYNC", 0);
-    clkv__defs_int(&defs, "STAGES", 0);
-    clkv__defs_int(&defs, "MERGE_WG", MERGE_WG);
-    clkv__defs_int(&defs, "MAX_SPLITS", MAX_SPLITS);
-    return clkv__get_kernel(ctx, MERGE_FILE, &defs, "attention_decode_merge", km);
-}
-
 clkv_status clkv_attention_sparse(clkv_context *ctx, const clkv_attention_sparse_args *args,
                                   cl_event *done) {
     clkv_status st = check_common(ctx, args);
@@ -270,7 +244,7 @@ clkv_status clkv_attention_sparse(clkv_context *ctx, const clkv_attention_sparse
     clkv__defs_int(&defs, "SEL_ROWS", p.sel);
     cl_kernel kp, km;
     if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_sparse_partial", &kp)) ||
-        (st = get_merge_kernel(ctx, args, &p, &km)))
+        (st = clkv__attn_merge_kernel(ctx, args->o.dtype, p.D, &km)))
         return st;
     cl_mem ws;
     if ((st = clkv__workspace(ctx, p.part_acc_bytes + p.part_ml_bytes, &ws)))
@@ -328,10 +302,7 @@ clkv_status clkv_attention_sparse(clkv_context *ctx, const clkv_attention_sparse
                   p.vec_aligned, p.hash_slots, p.sel, p.splits, p.chunk);
         st = clkv__enqueue(ctx, kp, "attention_sparse_partial", 3, gp, lp, NULL);
     }
-    if (st == CLKV_OK) {
-        const size_t gm[2] = {(size_t)p.Hq * MERGE_WG, (size_t)p.B};
-        const size_t lm[2] = {MERGE_WG, 1};
-        st = clkv__enqueue(ctx, km, "attention_decode_merge", 2, gm, lm, done);
-    }
+    if (st == CLKV_OK)
+        st = clkv__attn_enqueue_merge(ctx, km, p.B, p.Hq, done);
     return st;
 }

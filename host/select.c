@@ -257,6 +257,7 @@ static clkv_status launch_row(clkv_context *ctx, const clkv_select_topk_args *ar
     clkv__defs_int(&defs, "SEL_WG", p->row_wg);
     clkv__defs_int(&defs, "SELECT_SMALLEST", args->largest ? 0 : 1);
     clkv__defs_int(&defs, "PER_ITEM", ROW_PER_ITEM);
+    clkv__defs_int(&defs, "SEL_PIPE", 1);
     cl_kernel kr;
     clkv_status st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_row", &kr);
     if (st == CLKV_OK)
@@ -328,17 +329,20 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
     clkv__defs_int(&defs, "SELECT_SMALLEST", args->largest ? 0 : 1);
     clkv__defs_int(&defs, "PER_ITEM", PER_ITEM);
     clkv__defs_int(&defs, "FUSE_POOL", fuse != NULL);
+    clkv__defs_int(&defs, "SEL_PIPE", p.sort ? 2 : 3);
     /* Histogram increments and bin positions: warp-aggregated (match.any, NVIDIA) in the
      * 2-kernel pipeline, plain local atomics in the 3-kernel one (H100 at 128K, 3-kernel:
      * 472.3 vs 466.1 us per whole DropKV call, 512K 1645.4 vs 1628.5 us; the aggregation
      * was measured in the 2-kernel one at 16K-64K only); $CLKV_SELECT_AGG=0 / 1 sets both.
      * $CLKV_SELECT_HREAD=0: select_hist1's last work-group takes the row histogram with one
      * atomic exchange per bin (before/after timings) */
-    clkv__defs_int(&defs, "SEL_AGG", clkv__env_int("CLKV_SELECT_AGG", p.sort) != 0);
     clkv__defs_int(&defs, "SEL_HREAD", clkv__env_int("CLKV_SELECT_HREAD", 1) != 0);
-    /* $CLKV_SELECT_CG=0: volatile loads instead of ld.global.cg for what other work-groups
-     * of the launch wrote (NVIDIA) */
-    clkv__defs_int(&defs, "SEL_CG", clkv__env_int("CLKV_SELECT_CG", 1) != 0);
+    if (ctx->info.nvidia_ptx) { /* only NVIDIA's paths read them: no extra programs elsewhere */
+        clkv__defs_int(&defs, "SEL_AGG", clkv__env_int("CLKV_SELECT_AGG", p.sort) != 0);
+        /* $CLKV_SELECT_CG=0: volatile loads instead of ld.global.cg for what other
+         * work-groups of the launch wrote */
+        clkv__defs_int(&defs, "SEL_CG", clkv__env_int("CLKV_SELECT_CG", 1) != 0);
+    }
     if (fuse) {
         clkv__defs_int(&defs, "POOL", fuse->pool);
         clkv__defs_int(&defs, "POOL_K", fuse->pool_k);

@@ -37,17 +37,8 @@ static clkv_context *context_with_cache(const char *sub) {
 /* The -D set of a decode-attention program that no other test builds (tag). */
 static void probe_defs(long tag, clkv_defs *defs) {
     clkv__defs_init(defs);
-    clkv__defs_int(defs, "Q_DTYPE", 0);
-    clkv__defs_int(defs, "KV_DTYPE", 2);
     clkv__defs_int(defs, "O_DTYPE", 0);
     clkv__defs_int(defs, "HEAD_DIM", 64);
-    clkv__defs_int(defs, "GROUP", 1);
-    clkv__defs_int(defs, "EPL", 64);
-    clkv__defs_int(defs, "WG_SIZE", 16);
-    clkv__defs_int(defs, "UNROLL", 1);
-    clkv__defs_int(defs, "VEC_ALIGNED", 0);
-    clkv__defs_int(defs, "CP_ASYNC", 0);
-    clkv__defs_int(defs, "STAGES", 0);
     clkv__defs_int(defs, "MERGE_WG", 64);
     clkv__defs_int(defs, "MAX_SPLITS", 64);
     clkv__defs_int(defs, "CLKV_TEST_TAG", tag);
@@ -57,13 +48,13 @@ static void get_probe_kernel(clkv_context *ctx, long tag, cl_kernel *k) {
     clkv_defs defs;
     probe_defs(tag, &defs);
     TU_CHECK_OK(ctx,
-                clkv__get_kernel(ctx, "attention_decode.cl", &defs, "attention_decode_merge", k));
+                clkv__get_kernel(ctx, "attention_merge.cl", &defs, "attention_decode_merge", k));
 }
 
 static void probe_path(clkv_context *ctx, long tag, char *path, size_t cap) {
     clkv_defs defs;
     probe_defs(tag, &defs);
-    assert_int_equal(clkv__disk_cache_path(ctx, "attention_decode.cl", &defs, path, cap), 0);
+    assert_int_equal(clkv__disk_cache_path(ctx, "attention_merge.cl", &defs, path, cap), 0);
 }
 
 static clkv_cache_stats stats(clkv_context *ctx) {
@@ -84,21 +75,12 @@ static void test_memory_hit_and_option_order(void **state) {
     clkv_defs defs;
     clkv__defs_init(&defs);
     clkv__defs_int(&defs, "CLKV_TEST_TAG", 1);
-    clkv__defs_int(&defs, "MERGE_WG", 64);
     clkv__defs_int(&defs, "MAX_SPLITS", 64);
-    clkv__defs_int(&defs, "VEC_ALIGNED", 0);
-    clkv__defs_int(&defs, "CP_ASYNC", 0);
-    clkv__defs_int(&defs, "STAGES", 0);
-    clkv__defs_int(&defs, "UNROLL", 1);
-    clkv__defs_int(&defs, "WG_SIZE", 16);
-    clkv__defs_int(&defs, "EPL", 64);
-    clkv__defs_int(&defs, "GROUP", 1);
+    clkv__defs_int(&defs, "MERGE_WG", 64);
     clkv__defs_int(&defs, "HEAD_DIM", 64);
     clkv__defs_int(&defs, "O_DTYPE", 0);
-    clkv__defs_int(&defs, "KV_DTYPE", 2);
-    clkv__defs_int(&defs, "Q_DTYPE", 0);
     TU_CHECK_OK(ctx,
-                clkv__get_kernel(ctx, "attention_decode.cl", &defs, "attention_decode_merge", &k2));
+                clkv__get_kernel(ctx, "attention_merge.cl", &defs, "attention_decode_merge", &k2));
     clkv_cache_stats s2 = stats(ctx);
     assert_ptr_equal(k1, k2);
     assert_int_equal(s2.memory_hits, s1.memory_hits + 1);
@@ -182,7 +164,7 @@ static void test_disk_cache_off(void **state) {
     char path[1200];
     clkv_defs defs;
     clkv__defs_init(&defs);
-    assert_int_equal(clkv__disk_cache_path(ctx, "attention_decode.cl", &defs, path, sizeof path),
+    assert_int_equal(clkv__disk_cache_path(ctx, "attention_merge.cl", &defs, path, sizeof path),
                      -1);
     clkv_context_destroy(ctx);
 }
