@@ -1,6 +1,6 @@
 /* Fused decode attention over a quantized KV cache (include/clkv/quant_cache.h): the
  * split-K partial kernel. The splits are combined by attention_decode_merge
- * (cl_kernels/attention_decode.cl), whose partial layout this kernel writes:
+ * (cl_kernels/attention_merge.cl), whose partial layout this kernel writes:
  * part_acc[((b*Hq + h)*num_splits + split)*D + d], part_ml at ml_off + 2*idx = (m, l) with
  * base-2 logits.
  *

@@ -1,5 +1,5 @@
 /* Sparse decode attention (SPEC §1.3): split-K partials over an attended token SET; the
- * partials are merged by attention_decode_merge (attention_decode.cl), so they use its
+ * partials are merged by attention_decode_merge (attention_merge.cl), so they use its
  * layout: acc [B, Hq, splits, D] then (m, l) pairs [B, Hq, splits, 2], base-2 logits.
  *
  * Build options (set by host/attention_sparse.c):
