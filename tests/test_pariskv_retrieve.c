@@ -1600,6 +1600,16 @@ static void test_index_bad_inputs(void **state) {
                   "ctx", NULL, NULL, "prefill_kv ctx NULL");
     expect_reject(clkv_pariskv_index_prefill_kv(g_ctx, NULL, &c.k, &c.v, lens), CLKV_ERR_ARG_NULL,
                   "index", NULL, NULL, "prefill_kv index NULL");
+    expect_reject(clkv_pariskv_index_prefill_kv(g_ctx, ix, NULL, &c.v, lens), CLKV_ERR_ARG_NULL,
+                  "k", NULL, NULL, "prefill_kv k NULL");
+    expect_reject(clkv_pariskv_index_prefill_kv(g_ctx, ix, &c.k, &c.v, NULL), CLKV_ERR_ARG_NULL,
+                  "lengths", NULL, NULL, "prefill_kv lengths NULL");
+    {
+        clkv_tensor vf16 = c.v;
+        vf16.dtype = F16;
+        expect_reject(clkv_pariskv_index_prefill_kv(g_ctx, ix, &c.k, &vf16, lens),
+                      CLKV_ERR_ARG_DTYPE, "v", NULL, NULL, "prefill_kv v not the store's dtype");
+    }
     TU_CHECK_OK(g_ctx, clkv_pariskv_index_prefill_kv(g_ctx, ix, &c.k, &c.v, lens));
     {
         clkv_pariskv_step_args s2 = sb;
