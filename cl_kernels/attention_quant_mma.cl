@@ -14,43 +14,52 @@
  *
  * A warp walks its token range in tiles of 16 tokens (a tile lies in one key group and is
  * all quantized or all residual: n_quant is a multiple of GQ >= 16 and splits start at
- * multiples of 16). Codes become mma operands directly: code c of b bits placed in the top
- * mantissa bits of bf16 1.0 reads x = 1 + c / 2^b (exact), and with S = 2^b s the
- * dequantised value c s + m is x S + (m - S) (the factoring of attention_quant.cl).
- *   Keys: S^T (16 tokens x 8 columns) = X (tokens x channels) * B, B[c][col] = q'_c S_c of
- *     the column's head, q' = q * scale * log2(e). B depends on the key group, so a warp
- *     forms it in local memory whenever its tile enters a new group, with the group's
- *     logit constant sum_c q'_c m_c - sum_c r_c (r_c = the value of q'_c S_c the bf16
- *     hi/lo operand holds) summed in f32 over the warp and added to the product: the
- *     product's sum_c 1 * r_c cancels exactly, so only the (c / 2^b) r_c terms carry the
- *     operand's rounding.
- *   Values: O^T (16 channels x 8 columns) += X^T (channels x tokens) * B,
- *     B[t][col] = p_t S_t,group of the column's head; the minimum term sum_t p_t (m - S)_t
- *     is summed per (group, head) on the CUDA cores.
+ * multiples of 16). Codes become mma operands directly, with few instructions (a gather
+ * of one byte from two words, at most a rotation, one mask):
+ *   Keys: S^T (16 tokens x 8 columns) = X (tokens x channels) * B. A lane's code c,
+ *     masked in place inside a 16-bit half (bit p = 0..6), is the f16 subnormal
+ *     c 2^(p - 24), exact (the tensor cores take subnormal operands); B[c][col] =
+ *     q'_c s_c 2^-sg of the column's head (q' = q * scale * log2(e)), with sg per (group,
+ *     head) from the exponents of max |q'| and of the group's max s so that |B| < 2^15
+ *     (f16 range). A warp forms B in local memory whenever its tile enters a new key
+ *     group; a logit is product * 2^(24 - p + sg) + sum_c q'_c m_c (summed in f32 over the
+ *     warp), with no cancellation.
+ *   Values: O^T (16 channels x 8 columns) += X^T (channels x tokens) * B, B[t][col] =
+ *     p_t s_t,group of the column's head (bf16: p s may exceed the f16 range). Codes are
+ *     bf16 x = 1 + c 2^(p - 7) (p = 2 / 4 for 2-bit rows g / g + 8, 0 / 3 for 4-bit): a
+ *     row's value is (acc - sum_t B_t) 2^(7 - p) + sum_t p_t m_t, the two sums per (value
+ *     group, head) on the CUDA cores, sum_t B_t from the operand as it is held, so the
+ *     unit part cancels exactly.
  *   The 8 columns of every product are the 4 query heads of the work-group (G <= 4 per
- *     head group) as a bf16 high part (columns 0-3, the f32 value truncated to bf16) and
- *     the bf16-rounded rest (columns 4-7): a product keeps ~16 significant bits of q'S and
- *     p S (relative error <= 2^-16 per term; within the tolerance of 16-bit outputs, not of
- *     f32 outputs, which stay on the CUDA-core kernel). The two column halves are added
- *     after each product.
- * Row orders inside a tile (free for mma, chosen so one code word serves a lane's rows):
+ *     head group) as a high part (columns 0-3) and the rounded rest (columns 4-7): f16
+ *     round + f16 rest for keys (~22 significant bits), bf16 truncation + bf16 rest for
+ *     values (~16 bits; within the tolerance of 16-bit outputs, not of f32 outputs, which
+ *     stay on the CUDA-core kernel). The two column halves are added after each product.
+ * Row orders (free for mma, chosen so a lane reads few shared-memory bytes):
  *   key rows g, g + 8 = tokens 2g, 2g + 1 (2-bit: codes 2g, 2g + 1 of a word) or g, g + 8
- *   (4-bit: code g of two word rows); value rows g, g + 8 = channels 2g, 2g + 1 (2-bit) or
- *   g, g + 8 (4-bit) of a 16-channel m-tile. Key k-steps: lane t owns channels 4t .. 4t + 3
- *   of a 16-channel step (one 16-byte load of code words); value k = token of the tile.
+ *   (4-bit: code g of two word rows); key k-steps: lane t owns channels 4t .. 4t + 3 of a
+ *   16-channel step (one 16-byte load of code words). Value m-tile t lies in value group
+ *   t / VGT and its rows g, g + 8 are channels VCH(t, g) + 0 / 1, so that lane group g
+ *   reads one run of its value group's codes per token (one word at 2-bit groups of 128
+ *   instead of the whole 32-byte row); value k = token of the tile. In a stage the value
+ *   codes of token t start SKW(t) chunks late so these reads hit distinct banks (an
+ *   unskewed layout had 2- and 4-way bank conflicts and cost 10 % / 40 % of the 2- / 4-bit
+ *   time).
  * Residual tiles (16-bit or f32 tokens, fewer than n_r per sequence) are computed on the
- * CUDA cores into the same fragments. The online softmax works on the fragments (a lane
- * holds two tokens of two heads; maxima by shuffles over the 8 row lanes, only when a
- * logit exceeds the running maximum by more than LAZY_M).
+ * CUDA cores into the same fragments (values scaled by 2^(p - 7) like the codes' rows).
+ * The online softmax works on the fragments (a lane holds two tokens of two heads; maxima
+ * by shuffles over the 8 row lanes, only when a logit exceeds the running maximum by more
+ * than LAZY_M).
  *
- * Cost (earlier measurement, H200, 2-bit, G = 4, groups of 16): about 700 warp
- * instructions per 16-token tile, of which ~45 % form the bf16 hi/lo operands (q'S per
- * key group, p S per token and value group) and ~25 % turn codes into operands. ptxas
- * (sm_90a, D 128, f16 metadata, NST 4): 118 registers at 2-bit groups of 16, 96 at 2-bit
- * groups of 128 (5 work-groups per SM), 168 at 4-bit groups of 32. The kernel is issue-
- * and latency-bound at 20-50 % of the read bandwidth (H100), not bandwidth-bound. A
- * variant stepping two tiles per iteration (two independent key products, one softmax
- * per 32 tokens) measured 2-10 % slower on the H100 and was dropped. */
+ * Cost (H100, D 128, G 4, B 8, 128K tokens, groups of 128; ptxas sm_90: 128 registers,
+ * 4 work-groups per SM): about 380 warp instructions per 16-token tile in the steady
+ * state (16 mma). Streaming the same bytes with no arithmetic takes ~65 % of the kernel's
+ * time; local-memory reads, registers per thread (96-136), stages in flight (2-4) and
+ * work-group counts changed the time by less than 3 % each, so the rest is instruction
+ * issue and per-tile latency. A variant stepping two tiles per iteration (two independent
+ * key products, one softmax per 32 tokens) measured 2-10 % slower on the H100 and was
+ * dropped; so was keeping the key operand's fragments in registers (+10 %, register
+ * pressure). */
 
 #define HP 4 /* query heads per work-group */
 #define NWARP 4
@@ -92,7 +101,13 @@
 #define VC_N (HEAD_DIM * VBITS / 8)
 #define VM_N (DG * MSZ)
 #define KM_N (HEAD_DIM * MSZ / 16)
-#define STG_N (KC_N + VC_N + 2 * VM_N + 2 * KM_N)
+/* In a stage the value codes of token t start SKW(t) chunks late, so that the reads of
+ * the tokens 2 ft + c (ft = 0..3) by one warp hit distinct banks. */
+#define SKW(t) (VW4 == 1 ? 0 : 2 * ((t) / (8 / VW4)))
+#define VC_SP (VC_N + SKW(15))     /* chunks of the skewed value codes */
+#define VM_OFF (KC_N + VC_SP)      /* value scales, then minima */
+#define KM_OFF (VM_OFF + 2 * VM_N) /* key scales, then minima of the tile's group */
+#define STG_N (KM_OFF + 2 * KM_N)
 
 typedef CLKV_STORAGE(Q_DTYPE) q_t;
 typedef CLKV_STORAGE(RES_DTYPE) res_t;
@@ -112,8 +127,26 @@ inline uint gather(uint x, uint y, uint sel) {
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(y), "r"(sel));
     return d;
 }
-#define CODES2(u, rot) ((rotate((u), (rot)) & 0x00600060u) | BF16_ONE2)
-#define CODES4(u, rot) ((rotate((u), (rot)) & 0x00780078u) | BF16_ONE2)
+/* (a & m) | o in one LOP3 (the compiler splits it in two when m and o are both
+ * immediates) */
+inline uint and_or(uint a, uint m, uint o) {
+    uint d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(m), "r"(o));
+    return d;
+}
+/* value codes as bf16 1 + c 2^(p - 7): p = 2 / 4 (2-bit rows g / g + 8), 0 / 3 (4-bit) */
+#define VCODE2_A(r) and_or((r), 0x000C000Cu, BF16_ONE2)
+#define VCODE2_B(r) and_or((r), 0x00300030u, BF16_ONE2)
+#define VCODE4(u) and_or((u), 0x00780078u, BF16_ONE2)
+
+/* 2^e as a float, e clamped to the normal range */
+inline float pow2i(int e) {
+    return as_float((uint)(clamp(e, -126, 127) + 127) << 23);
+}
+/* unbiased exponent of x >= 0 (-127 for 0 and subnormals) */
+inline int expo(float x) {
+    return (int)(as_uint(x) >> 23) - 127;
+}
 
 /* f32 split for the column halves: part 0 the bf16 truncation, part 1 the rest */
 inline float split_part(float y, int part) {
@@ -141,35 +174,100 @@ inline float shfl(float x, int m) {
 #else
 #define KROW_TOK(r) (r)
 #endif
+/* Value product rows: m-tile t lies in value group t / VGT; its rows g and g + 8 are the
+ * channels VCH(t, g) and VCH(t, g) + 1. Lane group g so holds, per token and value group,
+ * one run of LBITS code bits (LCH channels): NWT words per token instead of whole rows. */
+#define VGT (GQ / 16)           /* m-tiles per value group */
+#define LCH (GQ / 8)            /* channels of a value group per lane group */
+#define LBITS (LCH * VBITS)     /* their code bits per token: 4 .. 64 */
+#define NWG ((LBITS + 31) / 32) /* words of them */
+#define WPG (GQ * VBITS / 32)   /* words of a value group per token */
+#define NWT (DG * NWG)          /* words per token a lane reads */
+#define VCH(t, g) (((t) / VGT) * GQ + (g)*LCH + 2 * ((t) % VGT))
 #if VBITS == 2
-#define VROW_CH(r) ((r) < 8 ? 2 * (r) : 2 * ((r)-8) + 1)
+#define VFA 32.0f /* 2^(7 - p): row g's codes at bits 2-3 of the bf16 operand */
+#define VFB 8.0f  /* row g + 8's at bits 4-5 */
 #else
-#define VROW_CH(r) (r)
+#define VFA 128.0f /* bits 0-3 */
+#define VFB 16.0f  /* bits 3-6 */
 #endif
 
-/* Copy the quantized data of the tile at token `base` into stage st (the key metadata
- * only when with_km): 16-byte cp.async chunks, lane-strided. */
-inline void issue_tile(__local uint4 *st, int lane, int base, int with_km, __global const uint *kcb,
-                       __global const meta_t *ksb, __global const meta_t *kmb,
-                       __global const uint *vcb, __global const meta_t *vsb,
-                       __global const meta_t *vmb) {
-    __global const uchar *src = (__global const uchar *)(kcb + (long)(base / KP) * HEAD_DIM);
-    for (int i = lane; i < KC_N; i += 32)
-        clkv_cp_async16(st + i, src + 16 * i);
-    src = (__global const uchar *)(vcb + (long)base * NW);
-    for (int i = lane; i < VC_N; i += 32)
-        clkv_cp_async16(st + KC_N + i, src + 16 * i);
-    __global const uchar *s0 = (__global const uchar *)(vsb + (long)base * DG);
-    __global const uchar *s1 = (__global const uchar *)(vmb + (long)base * DG);
-    for (int i = lane; i < 2 * VM_N; i += 32)
-        clkv_cp_async16(st + KC_N + VC_N + i, i < VM_N ? s0 + 16 * i : s1 + 16 * (i - VM_N));
-    if (with_km) {
-        s0 = (__global const uchar *)(ksb + (long)(base / GQ) * HEAD_DIM);
-        s1 = (__global const uchar *)(kmb + (long)(base / GQ) * HEAD_DIM);
-        for (int i = lane; i < 2 * KM_N; i += 32)
-            clkv_cp_async16(st + KC_N + VC_N + 2 * VM_N + i,
-                            i < KM_N ? s0 + 16 * i : s1 + 16 * (i - KM_N));
+/* The copies of one tile (16-byte cp.async chunks): chunk i of a tile is key codes
+ * (i < KC_N), value codes, value scales, value minima; in global memory each of the four is
+ * contiguous per tile and the next tile's lies one fixed stride further. Lane l copies the
+ * chunks l, l + 32, ... of every tile: per such round a source pointer at tile 0 and the
+ * per-tile stride, set up once, so a copy costs one 64-bit multiply-add. */
+#define TILE_N (KC_N + VC_N + 2 * VM_N)
+#define NRND ((TILE_N + 31) / 32)
+typedef struct copy_plan {
+    __global const uchar *src[NRND];
+    uint stride[NRND];
+    int dst[NRND]; /* stage chunk */
+} copy_plan;
+
+inline void plan_copies(copy_plan *cp, int lane, __global const uint *kcb, __global const uint *vcb,
+                        __global const meta_t *vsb, __global const meta_t *vmb) {
+    UNROLL
+    for (int r = 0; r < NRND; r++) {
+        const int i = lane + 32 * r;
+        __global const uchar *s = (__global const uchar *)kcb + 16 * i;
+        uint n = KC_N;
+        int d = i;
+        if (i >= KC_N + VC_N + VM_N) {
+            s = (__global const uchar *)vmb + 16 * (i - KC_N - VC_N - VM_N);
+            n = VM_N;
+            d = i - KC_N - VC_N + VM_OFF;
+        } else if (i >= KC_N + VC_N) {
+            s = (__global const uchar *)vsb + 16 * (i - KC_N - VC_N);
+            n = VM_N;
+            d = i - KC_N - VC_N + VM_OFF;
+        } else if (i >= KC_N) {
+            s = (__global const uchar *)vcb + 16 * (i - KC_N);
+            n = VC_N;
+            d = i + SKW((i - KC_N) / VW4);
+        }
+        cp->src[r] = s;
+        cp->stride[r] = 16 * n;
+        cp->dst[r] = d;
     }
+}
+
+/* Copy tile `tile` (tokens 16 tile ..) into stage st, and the key metadata of its group
+ * when with_km. */
+inline void issue_tile(__local uint4 *st, int lane, const copy_plan *cp, int tile, int with_km,
+                       __global const meta_t *ksb, __global const meta_t *kmb) {
+    UNROLL
+    for (int r = 0; r < NRND; r++)
+        if (TILE_N % 32 == 0 || r < NRND - 1 || lane + 32 * r < TILE_N)
+            clkv_cp_async16(st + cp->dst[r], cp->src[r] + (ulong)tile * cp->stride[r]);
+    if (with_km) {
+        const long g = (long)tile * 16 / GQ * HEAD_DIM;
+        __global const uchar *s0 = (__global const uchar *)(ksb + g);
+        __global const uchar *s1 = (__global const uchar *)(kmb + g);
+        for (int i = lane; i < 2 * KM_N; i += 32)
+            clkv_cp_async16(st + KM_OFF + i, i < KM_N ? s0 + 16 * i : s1 + 16 * (i - KM_N));
+    }
+}
+
+/* The value words of token tok that a lane of word offset lw0 reads: vw[G * NWG + j] is
+ * word j of its run in value group G. */
+inline void load_vwords(uint *vw, __local const uint4 *st, int tok, int lw0) {
+    __local const uint4 *row4 = st + KC_N + tok * VW4 + SKW(tok);
+#if NWT == NW /* every word (2-bit, groups of 16): whole rows, a chunk when first used */
+    (void)row4;
+#elif NWG == 2
+    __local const uint *row = (__local const uint *)row4;
+    UNROLL
+    for (int G = 0; G < DG; G++) {
+        const uint2 x = *(__local const uint2 *)(row + G * WPG + lw0);
+        vw[2 * G] = x.x, vw[2 * G + 1] = x.y;
+    }
+#else
+    __local const uint *row = (__local const uint *)row4;
+    UNROLL
+    for (int G = 0; G < DG; G++)
+        vw[G] = row[G * WPG + lw0];
+#endif
 }
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_quant_mma_partial(
@@ -183,7 +281,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     __local float psm[NWARP][16 * HP];     /* probabilities of the tile [token][head] */
     __local float fsm[NWARP][HP];          /* rescale factors of the tile per head */
     __local float4 vsm[NWARP][2][4 * DG];  /* value S and m - S [token][group] */
-    __local float csm[NWARP][HP * DG];     /* minimum terms at the end */
+    __local float csm[NWARP][2][HP * DG];  /* value minimum and unit terms at the end */
+    __local int qex[NWARP][HP];            /* exponent of max |q'| per head */
     __local float4 qsm4[HP][HEAD_DIM / 4]; /* q' of the work-group's heads */
     __local uint4 stg[NWARP][NST][STG_N];  /* tiles in flight */
 
@@ -236,11 +335,34 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     /* code gathering constants (see gather): byte g / 2 of x and y, rotations */
     const uint gsel = (uint)(fg >> 1) | (uint)((fg >> 1) + 4) << 8;
     const uint odd = (uint)(fg & 1);
-    const uint rot_a = odd ? 1u : 5u, rot_b = odd ? 31u : 3u; /* 2-bit codes 2g, 2g + 1 */
-    const uint rot_4 = odd ? 31u : 3u;                        /* 4-bit code g */
+    /* key codes: the lane's code of row g (g + 8) sits at bit kpa (kpb) of each gathered
+     * half; masked alone it is the f16 subnormal c 2^(kp - 24) */
+    const int kpa = 4 * (int)odd, kpb = KBITS == 2 ? kpa + 2 : kpa;
+    const uint kcm_a = ((KBITS == 2 ? 3u : 15u) << kpa) * 0x10001u;
+    const uint kcm_b = KBITS == 2 ? kcm_a << 2 : kcm_a;
+    /* value codes: the lane's run of each group starts at bit lbo of word lw0 (+ the
+     * group's words); the gather selector of its first byte; 2-bit codes at a nibble's
+     * bits 0-3 are rotated left by 2, at bits 4-7 right by 2 */
+    const int lbo = (fg * LBITS) % 32, lw0 = (fg * LBITS) / 32;
+    const uint vsel0 = (uint)(lbo / 8) | (uint)(lbo / 8 + 4) << 8;
+    const uint vrot2 = (lbo % 8) ? 30u : 2u;
+
+    /* exponent of max |q'| per head (scales the key operand into the f16 range) */
+    UNROLL
+    for (int h = 0; h < HP; h++) {
+        float mx = 0.0f;
+        UNROLL
+        for (int j = 0; j < CPL; j++)
+            mx = fmax(mx, fabs(qsm[h][lane * CPL + j]));
+        UNROLL
+        for (int o = 1; o < 32; o <<= 1)
+            mx = fmax(mx, shfl(mx, o));
+        if (lane == 0)
+            qex[wid][h] = expo(mx);
+    }
 
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-    float acc[NMT][4], cmv[DG];
+    float acc[NMT][4], cmv[DG], cms[DG];
     UNROLL
     for (int t = 0; t < NMT; t++)
         UNROLL
@@ -248,16 +370,19 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
         acc[t][i] = 0.0f;
     UNROLL
     for (int g = 0; g < DG; g++)
-        cmv[g] = 0.0f;
-    int kgrp = -1;                /* key group whose operand is in bs */
-    float kc0 = 0.0f, kc1 = 0.0f; /* its logit constants of heads ha, ha + 1 */
+        cmv[g] = cms[g] = 0.0f;
+    int kgrp = -1;                          /* key group whose operand is in bs */
+    float kc0 = 0.0f, kc1 = 0.0f;           /* its logit constants of heads ha, ha + 1 */
+    float kf[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* and the product scale of each C element */
 
     const int ntiles = end > start ? (end - start + 15) / 16 : 0;
+    copy_plan cp;
+    plan_copies(&cp, lane, kcb, vcb, vsb, vmb);
     UNROLL
     for (int i = 0; i < NST - 1; i++) {
         const int bi = start + 16 * i;
         if (i < ntiles && bi < nq)
-            issue_tile(stg[wid][i], lane, bi, i == 0 || bi % GQ == 0, kcb, ksb, kmb, vcb, vsb, vmb);
+            issue_tile(stg[wid][i], lane, &cp, bi / 16, i == 0 || bi % GQ == 0, ksb, kmb);
         clkv_cp_async_commit(); /* empty groups keep the count uniform */
     }
     for (int it = 0; it < ntiles; it++) {
@@ -265,44 +390,53 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
         {
             const int ia = it + NST - 1, ba = start + 16 * ia;
             if (ia < ntiles && ba < nq)
-                issue_tile(stg[wid][ia % NST], lane, ba, ia == 0 || ba % GQ == 0, kcb, ksb, kmb,
-                           vcb, vsb, vmb);
+                issue_tile(stg[wid][ia % NST], lane, &cp, ba / 16, ia == 0 || ba % GQ == 0, ksb,
+                           kmb);
             clkv_cp_async_commit();
         }
         CLKV_CP_ASYNC_WAIT(NST - 1); /* this lane's copies of tile it have landed */
         clkv_warp_sync();            /* and every lane's */
         __local const uint4 *st = stg[wid][it % NST];
         const int quant = base < nq;
+        uint vw[4][NWT]; /* the lane's value words of tokens tkk[k] */
         float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (quant) {
-            /* ---- value metadata as f32 S and m - S ---- */
-            __local const meta_t *vmr = (__local const meta_t *)(st + KC_N + VC_N);
+#if NWT <= 2
+            UNROLL
+            for (int k = 0; k < 4; k++)
+                load_vwords(vw[k], st, 2 * ft + (k & 1) + 8 * (k >> 1), lw0);
+#endif
+            /* ---- value metadata ---- */
+            __local const meta_t *vmr = (__local const meta_t *)(st + VM_OFF);
             for (int e = lane; e < 16 * DG; e += 32) {
-                const float S = LOAD_META_L(vmr, e) * (float)(1 << VBITS);
-                vss[e] = S;
-                vms[e] = LOAD_META_L(vmr, 16 * DG + e) - S;
+                vss[e] = LOAD_META_L(vmr, e);
+                vms[e] = LOAD_META_L(vmr, 16 * DG + e);
             }
-            /* ---- the key operand of this group (q' S hi/lo) and its constant ----
-             * The constant sum_c q'_c m_c - sum_c r_c, with r_c = hi + lo the value of q'_c S_c
-             * the operand holds, is summed in f32 over the warp: with the rows' 1 in
-             * x = 1 + c / 2^b it cancels the operand's own rounding, so a logit carries the
-             * hi/lo error only on its (c / 2^b) q'S terms. */
+            /* ---- the key operand of this group and its constants ----
+             * B[c][head] = q'_c s_c 2^-sg (f16 high part, f16 rest), sg per head from the
+             * exponents of max |q'| and of the group's max s so that |B| < 2^15; the logit
+             * constant sum_c q'_c m_c is summed in f32 over the warp. */
             const int grp = base / GQ;
             if (grp != kgrp) {
                 kgrp = grp;
-                __local const meta_t *kmr = (__local const meta_t *)(st + KC_N + VC_N + 2 * VM_N);
-                float cz[HP];
-                UNROLL
-                for (int h = 0; h < HP; h++)
-                    cz[h] = 0.0f;
-                float S[CPL], M[CPL];
+                __local const meta_t *kmr = (__local const meta_t *)(st + KM_OFF);
+                float S[CPL], M[CPL], smax = 0.0f;
                 UNROLL
                 for (int j = 0; j < CPL; j++) {
-                    S[j] = LOAD_META_L(kmr, lane * CPL + j) * (float)(1 << KBITS);
+                    S[j] = LOAD_META_L(kmr, lane * CPL + j);
                     M[j] = LOAD_META_L(kmr, HEAD_DIM + lane * CPL + j);
+                    smax = fmax(smax, S[j]);
                 }
                 UNROLL
+                for (int o = 1; o < 32; o <<= 1)
+                    smax = fmax(smax, shfl(smax, o));
+                const int es = expo(smax);
+                float cz[HP];
+                int sg[HP];
+                UNROLL
                 for (int h = 0; h < HP; h++) {
+                    sg[h] = clamp(qex[wid][h] + es - 13, -100, 100);
+                    const float inv = pow2i(-sg[h]);
                     /* q' of the lane's channels lane * CPL + j (re-read: fewer live registers) */
                     float qk[CPL];
 #if CPL == 4
@@ -312,16 +446,16 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                     const float2 q2 = ((__local const float2 *)qsm4[h])[lane];
                     qk[0] = q2.x, qk[1] = q2.y;
 #endif
+                    cz[h] = 0.0f;
                     UNROLL
                     for (int j = 0; j < CPL; j += 2) {
-                        const float y0 = qk[j] * S[j], y1 = qk[j + 1] * S[j + 1];
-                        const float h0 = split_part(y0, 0), h1 = split_part(y1, 0);
-                        const uint lo = clkv_bf16x2_rn(y0 - h0, y1 - h1);
+                        uint hi, lo;
+                        clkv_split16x2_1(qk[j] * S[j] * inv, qk[j + 1] * S[j + 1] * inv, &hi, &lo);
                         const int e = lane * CPL + j;
-                        bs32[(h * LDB + e) / 2] = clkv_bf16x2_rn(h0, h1); /* exact */
+                        bs32[(h * LDB + e) / 2] = hi;
                         bs32[((h + 4) * LDB + e) / 2] = lo;
-                        cz[h] = fma(qk[j], M[j], cz[h]) - (h0 + as_float(lo << 16));
-                        cz[h] = fma(qk[j + 1], M[j + 1], cz[h]) - (h1 + as_float(lo & 0xffff0000u));
+                        cz[h] = fma(qk[j], M[j], cz[h]);
+                        cz[h] = fma(qk[j + 1], M[j + 1], cz[h]);
                     }
                 }
                 UNROLL
@@ -331,6 +465,11 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                     cz[h] += shfl(cz[h], o);
                 kc0 = (ft & 1) ? cz[2] : cz[0]; /* heads ha, ha + 1 of the C fragments */
                 kc1 = (ft & 1) ? cz[3] : cz[1];
+                const int s0 = (ft & 1) ? sg[2] : sg[0], s1 = (ft & 1) ? sg[3] : sg[1];
+                kf[0] = pow2i(24 - kpa + s0);
+                kf[1] = pow2i(24 - kpa + s1);
+                kf[2] = pow2i(24 - kpb + s0);
+                kf[3] = pow2i(24 - kpb + s1);
                 clkv_warp_sync();
             }
 
@@ -345,22 +484,22 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
 #if KBITS == 2
                 const uint u01 = gather(w0.x, w0.y, gsel);
                 const uint u23 = gather(w0.z, w0.w, gsel);
-                a0 = CODES2(u01, rot_a), a1 = CODES2(u01, rot_b);
-                a2 = CODES2(u23, rot_a), a3 = CODES2(u23, rot_b);
+                a0 = u01 & kcm_a, a1 = u01 & kcm_b;
+                a2 = u23 & kcm_a, a3 = u23 & kcm_b;
 #else
                 const uint4 w1 = st[HEAD_DIM / 4 + 4 * s + ft];
-                a0 = CODES4(gather(w0.x, w0.y, gsel), rot_4);
-                a1 = CODES4(gather(w1.x, w1.y, gsel), rot_4);
-                a2 = CODES4(gather(w0.z, w0.w, gsel), rot_4);
-                a3 = CODES4(gather(w1.z, w1.w, gsel), rot_4);
+                a0 = gather(w0.x, w0.y, gsel) & kcm_a;
+                a1 = gather(w1.x, w1.y, gsel) & kcm_a;
+                a2 = gather(w0.z, w0.w, gsel) & kcm_a;
+                a3 = gather(w1.z, w1.w, gsel) & kcm_a;
 #endif
                 const uint2 bf = bcol[4 * s];
-                clkv_mma_bf16(d[s & 1], a0, a1, a2, a3, bf.x, bf.y);
+                clkv_mma_f16(d[s & 1], a0, a1, a2, a3, bf.x, bf.y);
             }
             UNROLL
             for (int i = 0; i < 4; i++) {
                 const float x = d[0][i] + d[1][i];
-                z[i] = x + shfl(x, 2) + ((i & 1) ? kc1 : kc0);
+                z[i] = fma(x + shfl(x, 2), kf[i], (i & 1) ? kc1 : kc0);
             }
         } else {
             /* ---- residual logits on the CUDA cores (lanes of column part 0) ---- */
@@ -438,8 +577,10 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 acc[t][3] *= f1;
             }
             UNROLL
-            for (int g = 0; g < DG; g++)
+            for (int g = 0; g < DG; g++) {
                 cmv[g] *= fb;
+                cms[g] *= fb;
+            }
         }
         if (quant) {
             float pk[4];
@@ -449,12 +590,16 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 tkk[k] = 2 * ft + (k & 1) + 8 * (k >> 1);
                 pk[k] = ps[tkk[k] * HP + hb];
             }
+#if NWT > 2
+            UNROLL
+            for (int k = 0; k < 4; k++)
+                load_vwords(vw[k], st, tkk[k], lw0);
+#endif
             uint vb0 = 0u, vb1 = 0u;
             float vS[4][4], vM[4][4];
-            uint4 vw[4];
             UNROLL
             for (int t = 0; t < NMT; t++) {
-                if ((16 * t) % GQ == 0) { /* a new value group: B = p S (hi/lo), min terms */
+                if ((16 * t) % GQ == 0) { /* a new value group: B = p s (hi/lo), sums */
                     const int grp = (16 * t) / GQ;
 #if DG % 4 == 0
                     if (grp % 4 == 0) { /* S, m - S of the lane's tokens, groups grp .. +3 */
@@ -481,40 +626,35 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                     }
                     vb0 = clkv_bf16x2_rn(r[0], r[1]);
                     vb1 = clkv_bf16x2_rn(r[2], r[3]);
+                    /* the unit part of x adds the operand as it is held */
+                    cms[grp] += (as_float(vb0 << 16) + as_float(vb0 & 0xffff0000u)) +
+                                (as_float(vb1 << 16) + as_float(vb1 & 0xffff0000u));
                 }
-                /* value words of tokens 2t, 2t+1, 2t+8, 2t+9 (one 16-byte load serves 4
-                 * m-tiles at 2 bits, 2 at 4 bits) */
-                if (t % (VBITS == 2 ? 4 : 2) == 0) {
+                /* codes of rows g, g + 8 (channels VCH(t, g) + 0 / 1) of tokens tkk[k] */
+                const int tt = t % VGT;
+                const int wi = (t / VGT) * NWG + (LBITS >= 32 ? 2 * tt * VBITS / 32 : 0);
+                const uint sel = LBITS >= 32 ? (uint)((2 * tt * VBITS) % 32 / 8) * 0x0101u + 0x0400u
+                                             : vsel0 + (uint)(2 * tt * VBITS / 8) * 0x0101u;
+#if NWT == NW
+                if (t % 4 == 0) {
                     UNROLL
-                    for (int k = 0; k < 4; k++)
-                        vw[k] = st[KC_N + tkk[k] * (NW / 4) + (VBITS == 2 ? t / 4 : t / 2)];
+                    for (int k = 0; k < 4; k++) {
+                        const uint4 x = st[KC_N + tkk[k] * VW4 + SKW(tkk[k]) + t / 4];
+                        vw[k][t] = x.x, vw[k][t + 1] = x.y, vw[k][t + 2] = x.z, vw[k][t + 3] = x.w;
+                    }
                 }
-                uint w[4][2];
-                UNROLL
-                for (int k = 0; k < 4; k++) {
-#if VBITS == 2
-                    const uint4 v4 = vw[k];
-                    w[k][0] = (t % 4) == 0   ? v4.x
-                              : (t % 4) == 1 ? v4.y
-                              : (t % 4) == 2 ? v4.z
-                                             : v4.w;
-#else
-                    const uint4 v4 = vw[k];
-                    w[k][0] = (t % 2) == 0 ? v4.x : v4.z;
-                    w[k][1] = (t % 2) == 0 ? v4.y : v4.w;
 #endif
-                }
+                const uint u01 = gather(vw[0][wi], vw[1][wi], sel);
+                const uint u23 = gather(vw[2][wi], vw[3][wi], sel);
                 uint a0, a1, a2, a3;
 #if VBITS == 2
-                const uint u01 = gather(w[0][0], w[1][0], gsel);
-                const uint u23 = gather(w[2][0], w[3][0], gsel);
-                a0 = CODES2(u01, rot_a), a1 = CODES2(u01, rot_b);
-                a2 = CODES2(u23, rot_a), a3 = CODES2(u23, rot_b);
+                const uint rot = LBITS >= 8 ? ((4 * tt) % 8 ? 30u : 2u) : vrot2;
+                const uint r01 = rotate(u01, rot), r23 = rotate(u23, rot);
+                a0 = VCODE2_A(r01), a1 = VCODE2_B(r01);
+                a2 = VCODE2_A(r23), a3 = VCODE2_B(r23);
 #else
-                a0 = CODES4(gather(w[0][0], w[1][0], gsel), rot_4);
-                a1 = CODES4(gather(w[0][1], w[1][1], gsel), rot_4);
-                a2 = CODES4(gather(w[2][0], w[3][0], gsel), rot_4);
-                a3 = CODES4(gather(w[2][1], w[3][1], gsel), rot_4);
+                a0 = and_or(u01, 0x000F000Fu, BF16_ONE2), a1 = VCODE4(u01 >> 1);
+                a2 = and_or(u23, 0x000F000Fu, BF16_ONE2), a3 = VCODE4(u23 >> 1);
 #endif
                 clkv_mma_bf16(acc[t], a0, a1, a2, a3, vb0, vb1);
             }
@@ -523,15 +663,17 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
             const int nt = min(16, end - base);
             for (int k = 0; k < nt; k++) {
                 const float q0 = ps[k * HP + ha], q1 = ps[k * HP + ha + 1];
+                const float q0a = q0 * (1.0f / VFA), q1a = q1 * (1.0f / VFA);
+                const float q0b = q0 * (1.0f / VFB), q1b = q1 * (1.0f / VFB);
                 __global const res_t *row = vrb + (long)(base + k - nq) * HEAD_DIM;
                 UNROLL
                 for (int t = 0; t < NMT; t++) {
-                    const float xa = LOAD_RES(row, 16 * t + VROW_CH(fg));
-                    const float xb = LOAD_RES(row, 16 * t + VROW_CH(fg + 8));
-                    acc[t][0] = fma(q0, xa, acc[t][0]);
-                    acc[t][1] = fma(q1, xa, acc[t][1]);
-                    acc[t][2] = fma(q0, xb, acc[t][2]);
-                    acc[t][3] = fma(q1, xb, acc[t][3]);
+                    const float xa = LOAD_RES(row, VCH(t, fg));
+                    const float xb = LOAD_RES(row, VCH(t, fg) + 1);
+                    acc[t][0] = fma(q0a, xa, acc[t][0]);
+                    acc[t][1] = fma(q1a, xa, acc[t][1]);
+                    acc[t][2] = fma(q0b, xb, acc[t][2]);
+                    acc[t][3] = fma(q1b, xb, acc[t][3]);
                 }
             }
         }
@@ -552,11 +694,16 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
         acc[t][i] += shfl(acc[t][i], 2);
     UNROLL
     for (int g = 0; g < DG; g++) {
-        float c = cmv[g];
+        float c = cmv[g], u = cms[g];
         c += shfl(c, 1);
         c += shfl(c, 2);
-        if (ft == 0 && pb == 0)
-            csm[wid][hb * DG + g] = c;
+        u += shfl(u, 1);
+        u += shfl(u, 2);
+        u += shfl(u, 16); /* both operand parts */
+        if (ft == 0 && pb == 0) {
+            csm[wid][0][hb * DG + g] = c;
+            csm[wid][1][hb * DG + g] = u;
+        }
     }
     clkv_warp_sync(); /* csm written; every lane is past its last read of bs and ps */
     /* the warp's state into its own key-operand and probability space: xs[head][channel]
@@ -568,9 +715,10 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
             const int h = ha + e;
             UNROLL
             for (int t = 0; t < NMT; t++) {
-                const int ca = 16 * t + VROW_CH(fg), cb = 16 * t + VROW_CH(fg + 8);
-                xs[h * HEAD_DIM + ca] = acc[t][e] + csm[wid][h * DG + ca / GQ];
-                xs[h * HEAD_DIM + cb] = acc[t][2 + e] + csm[wid][h * DG + cb / GQ];
+                const int ca = VCH(t, fg), cb = ca + 1;
+                const int ga = h * DG + ca / GQ, gb = h * DG + cb / GQ;
+                xs[h * HEAD_DIM + ca] = (acc[t][e] - csm[wid][1][ga]) * VFA + csm[wid][0][ga];
+                xs[h * HEAD_DIM + cb] = (acc[t][2 + e] - csm[wid][1][gb]) * VFB + csm[wid][0][gb];
             }
             if (fg == 0) {
                 ps[2 * h] = e ? m1 : m0;

@@ -58,16 +58,17 @@ static const mma_knobs *knobs(void) {
 }
 
 /* The tensor-core kernel applies on NVIDIA (inline PTX) to D 64 / 128, 2- or 4-bit keys
- * and values and a 16-bit o: its products keep ~16 significant bits of q*s and p*s (bf16
- * high part + bf16 rest), within the tolerance of 16-bit outputs but not of f32 ones.
+ * and values and a 16-bit o: its products keep ~22 significant bits of q*s (f16 high part
+ * + f16 rest) and ~16 of p*s (bf16 + bf16), within the tolerance of 16-bit outputs but not
+ * of f32 ones.
  * Returns 0 where it does not apply, 1 where it is taken, 2 where it is taken only when the
- * CUDA-core kernel would leave the device underfilled (plan_launch). Measured (Hq 32 /
- * Hkv 8, D 128, B 1 and 8, 32K and 128K tokens): it wins with 2-bit keys and values at
- * every group size and with groups of 64+ tokens / channels (little per-group operand
- * work); 4-bit codes with groups of 16 or 32 run faster on the CUDA cores (H100: up to
- * 1.3x at B = 8) except at B = 1, 32K, where the CUDA-core kernel's 2048-token splits give
- * fewer work-groups than compute units (H100: 76 -> 60 us at groups of 16, 73 -> 47 us at
- * groups of 32). */
+ * CUDA-core kernel would leave the device underfilled (plan_launch). Measured (H100, Hq 32
+ * / Hkv 8, D 128, B 1 and 8, 32K and 128K tokens): it wins with 2-bit keys and values at
+ * every group size and with groups of 32+ tokens / channels (4-bit, groups of 32: 35.5 /
+ * 105.6 / 217.3 / 633.8 us at B 1 32K / B 1 128K / B 8 32K / B 8 128K against 34.7 / 163.8
+ * / 271.6 / 1005.1 on the CUDA cores); 4-bit codes with groups of 16 are mixed (B 8 32K
+ * 328 vs 286 us, B 8 128K 937 vs 1071) and stay on the CUDA cores except where those
+ * would leave the device underfilled. */
 static int use_mma(const clkv_quant_cache *c, const clkv_attention_quant_decode_args *a) {
     const clkv_quant_cache_create_args *cfg = &c->cfg;
     const int bits_ok =
@@ -76,7 +77,7 @@ static int use_mma(const clkv_quant_cache *c, const clkv_attention_quant_decode_
         (cfg->head_dim != 64 && cfg->head_dim != 128) ||
         (a->o.dtype != CLKV_F16 && a->o.dtype != CLKV_BF16))
         return 0;
-    const int faster = (cfg->k_bits == 2 && cfg->v_bits == 2) || cfg->group >= 64;
+    const int faster = (cfg->k_bits == 2 && cfg->v_bits == 2) || cfg->group >= 32;
     return faster || knobs()->enabled == 2 ? 1 : 2;
 }
 

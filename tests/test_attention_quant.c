@@ -39,6 +39,7 @@ typedef struct acase {
     float scale;
     int wg; /* CLKV_QUANT_WG for the cache (GPU work-group sizes on this device); 0: default */
     int per_step; /* check after the prefill and after every decode step */
+    float kmag;   /* keys scaled by this (0: 1) */
 } acase;
 
 /* name, B, Hq, Hkv, D, k_bits, v_bits, group, n_r, residual, meta, q, o dtypes,
@@ -46,49 +47,55 @@ typedef struct acase {
 /* clang-format off */
 static const acase k_cases[] = {
     {"gqa32_8_d128_k2v2_g16", 2, 32, 8, 128, 2, 2, 16, 128,
-     CLKV_F16, CLKV_F16, CLKV_BF16, CLKV_F32, {300, 0}, 2, 1, 0, 0.0f, 0, 0},
+     CLKV_F16, CLKV_F16, CLKV_BF16, CLKV_F32, {300, 0}, 2, 1, 0, 0.0f, 0, 0, 0.0f},
     {"gqa14_2_d64_k4v4_g32", 3, 14, 2, 64, 4, 4, 32, 64,
-     CLKV_BF16, CLKV_F32, CLKV_F16, CLKV_BF16, {1, 200, 64}, 1, 1, 0, 0.0f, 0, 0},
+     CLKV_BF16, CLKV_F32, CLKV_F16, CLKV_BF16, {1, 200, 64}, 1, 1, 0, 0.0f, 0, 0, 0.0f},
     {"mha8_8_d256_k8v8_g64", 2, 8, 8, 256, 8, 8, 64, 128,
-     CLKV_F32, CLKV_F16, CLKV_F32, CLKV_F16, {129, 0}, 0, 0, 0, 0.0f, 0, 0},
+     CLKV_F32, CLKV_F16, CLKV_F32, CLKV_F16, {129, 0}, 0, 0, 0, 0.0f, 0, 0, 0.0f},
     {"gqa8_2_d128_k4v2_g128_splits5", 1, 8, 2, 128, 4, 2, 128, 128,
-     CLKV_F16, CLKV_F16, CLKV_F32, CLKV_F32, {700}, 3, 1, 5, 0.0f, 0, 0},
+     CLKV_F16, CLKV_F16, CLKV_F32, CLKV_F32, {700}, 3, 1, 5, 0.0f, 0, 0, 0.0f},
     {"gqa4_1_d128_k2v2_long_auto", 1, 4, 1, 128, 2, 2, 16, 128,
-     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_F32, {4999}, 1, 1, 0, 0.0f, 0, 0},
+     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_F32, {4999}, 1, 1, 0, 0.0f, 0, 0, 0.0f},
     {"gqa16_1_d64_k2v4_g16_nhg2", 2, 16, 1, 64, 2, 4, 16, 32,
-     CLKV_F16, CLKV_F32, CLKV_F32, CLKV_F32, {90, 33}, 2, 1, 3, 0.3f, 0, 0},
+     CLKV_F16, CLKV_F32, CLKV_F32, CLKV_F32, {90, 33}, 2, 1, 3, 0.3f, 0, 0, 0.0f},
     {"gqa4_2_d256_k8v2_g32_residual_only", 2, 4, 2, 256, 8, 2, 32, 128,
-     CLKV_BF16, CLKV_F16, CLKV_F16, CLKV_BF16, {100, 1}, 1, 1, 0, 0.0f, 0, 0},
+     CLKV_BF16, CLKV_F16, CLKV_F16, CLKV_BF16, {100, 1}, 1, 1, 0, 0.0f, 0, 0, 0.0f},
     {"all_empty", 2, 8, 2, 64, 2, 2, 16, 32,
-     CLKV_F16, CLKV_F16, CLKV_F32, CLKV_F32, {0, 0}, 0, 1, 0, 0.0f, 0, 0},
+     CLKV_F16, CLKV_F16, CLKV_F32, CLKV_F32, {0, 0}, 0, 1, 0, 0.0f, 0, 0, 0.0f},
     {"wg128_gqa32_8_d128_k2v4_g32", 2, 32, 8, 128, 2, 4, 32, 128,
-     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_F32, {1000, 517}, 1, 1, 0, 0.0f, 128, 0},
+     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_F32, {1000, 517}, 1, 1, 0, 0.0f, 128, 0, 0.0f},
     {"wg256_gqa8_4_d256_k4v8_g16", 1, 8, 4, 256, 4, 8, 16, 64,
-     CLKV_F16, CLKV_F32, CLKV_F16, CLKV_F32, {1500}, 2, 1, 0, 0.0f, 256, 0},
+     CLKV_F16, CLKV_F32, CLKV_F16, CLKV_F32, {1500}, 2, 1, 0, 0.0f, 256, 0, 0.0f},
     {"wg256_gqa8_1_d64_k8v2_g64_splits7_ktok4", 3, 8, 1, 64, 8, 2, 64, 64,
-     CLKV_F32, CLKV_F16, CLKV_F32, CLKV_F32, {640, 0, 77}, 1, 1, 7, 0.0f, 256, 0},
+     CLKV_F32, CLKV_F16, CLKV_F32, CLKV_F32, {640, 0, 77}, 1, 1, 7, 0.0f, 256, 0, 0.0f},
     {"decode_loop_gqa8_2_d128_k2v2_g16_nr32", 3, 8, 2, 128, 2, 2, 16, 32,
-     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_F32, {30, 1, 63}, 5, 1, 0, 0.0f, 0, 1},
+     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_F32, {30, 1, 63}, 5, 1, 0, 0.0f, 0, 1, 0.0f},
     /* 16-bit o, D 64/128, 2-bit codes or 4-bit codes with groups of 64+, or 4-bit codes
      * with smaller groups in launches too small for the CUDA-core kernel to fill the
      * device: the tensor-core kernel on NVIDIA (CLKV_LOG=1 logs "tensor-core" per call) */
     {"mma_gqa32_8_d128_k2v2_g16", 2, 32, 8, 128, 2, 2, 16, 128,
-     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_BF16, {3000, 1500}, 1, 1, 0, 0.0f, 0, 0},
+     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_BF16, {3000, 1500}, 1, 1, 0, 0.0f, 0, 0, 0.0f},
     {"mma_gqa8_1_d64_k4v2_g64_nhg2", 3, 8, 1, 64, 4, 2, 64, 64,
-     CLKV_F16, CLKV_F32, CLKV_F16, CLKV_F16, {700, 0, 129}, 2, 1, 0, 0.0f, 0, 0},
+     CLKV_F16, CLKV_F32, CLKV_F16, CLKV_F16, {700, 0, 129}, 2, 1, 0, 0.0f, 0, 0, 0.0f},
     {"mma_gqa6_2_d128_k2v4_g128_splits9", 1, 6, 2, 128, 2, 4, 128, 128,
-     CLKV_F16, CLKV_F16, CLKV_F32, CLKV_BF16, {1000}, 1, 1, 9, 0.2f, 0, 0},
+     CLKV_F16, CLKV_F16, CLKV_F32, CLKV_BF16, {1000}, 1, 1, 9, 0.2f, 0, 0, 0.0f},
     {"mma_gqa16_4_d128_k4v4_g64_mixed", 4, 16, 4, 128, 4, 4, 64, 128,
-     CLKV_F32, CLKV_F16, CLKV_BF16, CLKV_F16, {2048, 1, 0, 333}, 1, 1, 0, 0.0f, 0, 0},
+     CLKV_F32, CLKV_F16, CLKV_BF16, CLKV_F16, {2048, 1, 0, 333}, 1, 1, 0, 0.0f, 0, 0, 0.0f},
     {"mma_gqa4_1_d128_k2v2_g16_long", 1, 4, 1, 128, 2, 2, 16, 128,
-     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_F16, {20000}, 1, 1, 0, 0.0f, 0, 0},
+     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_F16, {20000}, 1, 1, 0, 0.0f, 0, 0, 0.0f},
     {"mma_decode_loop_gqa4_2_d64_k2v2_g16_nr16", 2, 8, 2, 64, 2, 2, 16, 16,
-     CLKV_F16, CLKV_F16, CLKV_F16, CLKV_BF16, {47, 16}, 3, 1, 0, 0.0f, 0, 1},
+     CLKV_F16, CLKV_F16, CLKV_F16, CLKV_BF16, {47, 16}, 3, 1, 0, 0.0f, 0, 1, 0.0f},
     {"mma_decode_loop_gqa4_1_d64_k4v4_g64_nr64", 1, 4, 1, 64, 4, 4, 64, 64,
-     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_F16, {62}, 3, 1, 0, 0.0f, 0, 1},
+     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_F16, {62}, 3, 1, 0, 0.0f, 0, 1, 0.0f},
     /* (cases are appended: a case's random stream is its index) */
     {"mma_small_gqa8_2_d128_k4v4_g16", 1, 8, 2, 128, 4, 4, 16, 128,
-     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_BF16, {900}, 1, 1, 0, 0.0f, 0, 0},
+     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_BF16, {900}, 1, 1, 0, 0.0f, 0, 0, 0.0f},
+    /* key operand scaling into the f16 range: tiny keys with a large scale, huge keys
+     * with a tiny scale (logits of ordinary size either way) */
+    {"mma_tiny_keys_gqa8_2_d128_k2v2_g32", 1, 8, 2, 128, 2, 2, 32, 128,
+     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_F16, {700}, 1, 1, 0, 400.0f, 0, 0, 1e-3f},
+    {"mma_huge_keys_gqa4_1_d64_k4v2_g64", 2, 4, 1, 64, 4, 2, 64, 64,
+     CLKV_F16, CLKV_F32, CLKV_F16, CLKV_BF16, {500, 260}, 1, 1, 0, 2e-4f, 0, 0, 3e3f},
 };
 /* clang-format on */
 
@@ -114,11 +121,11 @@ static void read_state(clkv_quant_cache *cache, ref_qcache *s) {
 }
 
 static void append_random(clkv_quant_cache *cache, tu_rng *r, int64_t B, int64_t H, int64_t D,
-                          int64_t n, const int32_t *counts) {
+                          int64_t n, const int32_t *counts, float kmag) {
     const size_t nx = (size_t)(B * H * n * D);
     float *k = tu_malloc(nx * 4), *v = tu_malloc(nx * 4);
     for (size_t i = 0; i < nx; i++) {
-        k[i] = (float)(0.3 + 0.01 * (double)(i % (size_t)D) + tu_rng_normal(r));
+        k[i] = (float)((0.3 + 0.01 * (double)(i % (size_t)D) + tu_rng_normal(r)) * kmag);
         v[i] = (float)tu_rng_normal(r);
     }
     clkv_quant_cache_append_args a = CLKV_QUANT_CACHE_APPEND_ARGS_INIT;
@@ -244,11 +251,11 @@ static void run_case(const acase *c, uint64_t stream) {
         step[b] = c->prefill[b] > 0;
     }
     if (maxp > 0)
-        append_random(cache, &rng, B, Hkv, D, maxp, c->prefill);
+        append_random(cache, &rng, B, Hkv, D, maxp, c->prefill, c->kmag != 0.0f ? c->kmag : 1.0f);
     if (c->per_step)
         check_attention(cache, c, &rng, len, 1);
     for (int s = 0; s < c->decode_steps; s++) {
-        append_random(cache, &rng, B, Hkv, D, 1, step);
+        append_random(cache, &rng, B, Hkv, D, 1, step, c->kmag != 0.0f ? c->kmag : 1.0f);
         for (int64_t b = 0; b < B; b++)
             len[b] += step[b];
         if (c->per_step) {

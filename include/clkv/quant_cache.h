@@ -194,17 +194,18 @@ clkv_status clkv_quant_cache_append(clkv_quant_cache *cache,
  * compute units and the cache's host-side length bound. Scratch comes from the context
  * workspace. (Tuning knob, read when a cache is created, not API: CLKV_QUANT_WG = 64,
  * 128 or 256 sets the work-group size of this kernel; default 128 on GPUs, 64 else.)
- * On NVIDIA GPUs (inline PTX) a tensor-core kernel (mma.sync m16n8k16 bf16, codes turned
- * into operands in registers, cp.async staging) replaces the partial kernel when D is 64
- * or 128, o is f16 or bf16, and the codes are 2-bit, or 4-bit with a group of 64 or more,
- * or 4-bit with smaller groups when the CUDA-core kernel would launch fewer work-groups
- * than compute units (where it measured faster). It serves up to 4 query heads per read of
- * the codes (G > 4 reads them ceil(G/4) times), each warp is one split (the split count is
- * padded to a multiple of 4 with empty splits; the 4 warps of a work-group merge their
- * states before the merge kernel), and its products keep about 16 significant bits of q*s
- * and p*s (bf16 high part + bf16 rest; the logits' per-group constant is summed in f32):
- * within the tolerances of 16-bit outputs, which is why f32 outputs always take the
- * CUDA-core kernel. Knobs read once per process (tuning and tests, not API):
+ * On NVIDIA GPUs (inline PTX) a tensor-core kernel (mma.sync m16n8k16, f16 for keys and
+ * bf16 for values, codes turned into operands in registers, cp.async staging) replaces the
+ * partial kernel when D is 64 or 128, o is f16 or bf16, and the codes are 2-bit, or 4-bit
+ * with a group of 32 or more, or 4-bit in groups of 16 when the CUDA-core kernel would
+ * launch fewer work-groups than compute units (where it measured faster). It serves up to
+ * 4 query heads per read of the codes (G > 4 reads them ceil(G/4) times), each warp is one
+ * split (the split count is padded to a multiple of 4 with empty splits; the 4 warps of a
+ * work-group merge their states before the merge kernel), and its products keep about 22
+ * significant bits of q*s (f16 high part + f16 rest, scaled by a power of two per key
+ * group) and 16 of p*s (bf16 high part + bf16 rest; per-group sums in f32): within the
+ * tolerances of 16-bit outputs, which is why f32 outputs always take the CUDA-core
+ * kernel. Knobs read once per process (tuning and tests, not API):
  * CLKV_QUANT_MMA = 0 disables it, 2 takes it wherever it applies,
  * CLKV_QUANT_MMA_WARPS (automatic splits aim at this many warps per compute unit, default
  * 64), CLKV_QUANT_MMA_MINTOK (shortest automatic split, default 256 tokens),
