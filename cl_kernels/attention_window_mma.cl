@@ -87,6 +87,130 @@ inline float quad_sum(float x) {
 }
 
 /* Copy key rows [first, first + KT) of K and V into one stage (see clkv_issue_kv_tile). */
+/* One tile's online-softmax step on the C fragments (rows a = g and b = g + 8 of a lane):
+ * mx_a / mx_b are the tile's row maxima over this lane's logits s (base 2, -inf where
+ * masked); the running maxima m move to the row maxima, l and acc are rescaled, and s
+ * becomes exp2(s - m) with its sums added to l. ex2.approx (native_exp2): ~2 ulp,
+ * exp2(-inf) = 0. */
+inline void frag_softmax(float s[NST][4], float acc[NNT][4], float mx_a, float mx_b, float *m_a,
+                         float *m_b, float *l_a, float *l_b) {
+    mx_a = fmax(quad_max(mx_a), *m_a);
+    mx_b = fmax(quad_max(mx_b), *m_b);
+    const float base_a = mx_a == -INFINITY ? 0.0f : mx_a;
+    const float base_b = mx_b == -INFINITY ? 0.0f : mx_b;
+    const float al_a = native_exp2(*m_a - base_a), al_b = native_exp2(*m_b - base_b);
+    *m_a = mx_a;
+    *m_b = mx_b;
+    float la = *l_a * al_a, lb = *l_b * al_b;
+    UNROLL
+    for (int n = 0; n < NNT; n++) {
+        acc[n][0] *= al_a;
+        acc[n][1] *= al_a;
+        acc[n][2] *= al_b;
+        acc[n][3] *= al_b;
+    }
+    UNROLL
+    for (int n = 0; n < NST; n++) {
+        s[n][0] = native_exp2(s[n][0] - base_a);
+        s[n][1] = native_exp2(s[n][1] - base_a);
+        s[n][2] = native_exp2(s[n][2] - base_b);
+        s[n][3] = native_exp2(s[n][3] - base_b);
+        la += s[n][0] + s[n][1];
+        lb += s[n][2] + s[n][3];
+    }
+    *l_a = la;
+    *l_b = lb;
+}
+
+/* acc += P V over the warp's KW keys of a stage: k-step kk covers keys 16 kk .. 16 kk + 15,
+ * P from the exponentiated fragments s (16-bit high part, with P_LO also the rest), V rows
+ * from the stage's V tile vs by ldmatrix.trans at (v_row, v_col). */
+inline void frag_pv(float acc[NNT][4], float s[NST][4], __local const ushort *vs, int v_row,
+                    int v_col) {
+    UNROLL
+    for (int kk = 0; kk < KW / 16; kk++) {
+        uint ph[4];
+#if P_LO
+        uint pl[4];
+        split16x2(s[2 * kk][0], s[2 * kk][1], &ph[0], &pl[0]);
+        split16x2(s[2 * kk][2], s[2 * kk][3], &ph[1], &pl[1]);
+        split16x2(s[2 * kk + 1][0], s[2 * kk + 1][1], &ph[2], &pl[2]);
+        split16x2(s[2 * kk + 1][2], s[2 * kk + 1][3], &ph[3], &pl[3]);
+#else
+        ph[0] = round16x2(s[2 * kk][0], s[2 * kk][1]);
+        ph[1] = round16x2(s[2 * kk][2], s[2 * kk][3]);
+        ph[2] = round16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        ph[3] = round16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#endif
+        UNROLL
+        for (int n = 0; n < NNT; n += 2) {
+            uint bf[4];
+            ldmatrix4_trans(bf, vs + (v_row + kk * 16) * LDH + n * 8 + v_col);
+            mma16816(acc[n], ph[0], ph[1], ph[2], ph[3], bf[0], bf[1]);
+            mma16816(acc[n + 1], ph[0], ph[1], ph[2], ph[3], bf[2], bf[3]);
+#if P_LO
+            mma16816(acc[n], pl[0], pl[1], pl[2], pl[3], bf[0], bf[1]);
+            mma16816(acc[n + 1], pl[0], pl[1], pl[2], pl[3], bf[2], bf[3]);
+#endif
+        }
+    }
+}
+
+/* The first half of combining the NWK key warps of a row block: each warp's (m, l) of its
+ * rows la = local row of fragment row a, la + 8 into wm / wl, and its accumulators scaled
+ * to the rows' common maximum into cmb [NWK][QT][HEAD_DIM] (the stage area). Work-group
+ * barriers inside: every work-item calls it. */
+inline void warps_to_local(__local float (*wm)[QT], __local float (*wl)[QT], __local float *cmb,
+                           float acc[NNT][4], float m_a, float m_b, float l_a, float l_b, int la,
+                           int wk, int ft) {
+    l_a = quad_sum(l_a);
+    l_b = quad_sum(l_b);
+    const int lb = la + 8;
+    if (ft == 0) {
+        wm[wk][la] = m_a;
+        wm[wk][lb] = m_b;
+        wl[wk][la] = l_a;
+        wl[wk][lb] = l_b;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float ms_a = -INFINITY, ms_b = -INFINITY;
+    UNROLL
+    for (int i = 0; i < NWK; i++) {
+        ms_a = fmax(ms_a, wm[i][la]);
+        ms_b = fmax(ms_b, wm[i][lb]);
+    }
+    const float f_a = m_a == -INFINITY ? 0.0f : exp2(m_a - ms_a);
+    const float f_b = m_b == -INFINITY ? 0.0f : exp2(m_b - ms_b);
+    UNROLL
+    for (int n = 0; n < NNT; n++) {
+        const int col = n * 8 + 2 * ft;
+        vstore2((float2)(acc[n][0] * f_a, acc[n][1] * f_a), 0,
+                cmb + ((long)wk * QT + la) * HEAD_DIM + col);
+        vstore2((float2)(acc[n][2] * f_b, acc[n][3] * f_b), 0,
+                cmb + ((long)wk * QT + lb) * HEAD_DIM + col);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+/* The second half for local row r, columns 4 c4 .. 4 c4 + 3: the row's state over the NWK
+ * warps, (*ms, *l) and the returned unnormalized accumulator (scaled to 2^*ms). */
+inline float4 local_row_state(__local const float (*wm)[QT], __local const float (*wl)[QT],
+                              __local const float *cmb, int r, int c4, float *ms, float *l) {
+    float mx = -INFINITY, sum = 0.0f;
+    for (int i = 0; i < NWK; i++)
+        mx = fmax(mx, wm[i][r]);
+    float4 x = (float4)(0.0f);
+    for (int i = 0; i < NWK; i++) {
+        const float mw = wm[i][r];
+        if (mw != -INFINITY)
+            sum += wl[i][r] * exp2(mw - mx);
+        x += vload4(c4, cmb + ((long)i * QT + r) * HEAD_DIM);
+    }
+    *ms = mx;
+    *l = sum;
+    return x;
+}
+
 inline void issue_tile(__local uint4 *sk, __local uint4 *sv, __global const KV_T *k,
                        __global const KV_T *v, long kb, long vb, long k_sl, long v_sl, int first,
                        int end, int lid) {
@@ -231,61 +355,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
                     mx_b = fmax(mx_b, x);
             }
         }
-        mx_a = fmax(quad_max(mx_a), m_a);
-        mx_b = fmax(quad_max(mx_b), m_b);
-        const float base_a = mx_a == -INFINITY ? 0.0f : mx_a;
-        const float base_b = mx_b == -INFINITY ? 0.0f : mx_b;
-        /* ex2.approx (native_exp2): ~2 ulp, exp2(-inf) = 0 */
-        const float al_a = native_exp2(m_a - base_a), al_b = native_exp2(m_b - base_b);
-        m_a = mx_a;
-        m_b = mx_b;
-        l_a *= al_a;
-        l_b *= al_b;
-        UNROLL
-        for (int n = 0; n < NNT; n++) {
-            acc[n][0] *= al_a;
-            acc[n][1] *= al_a;
-            acc[n][2] *= al_b;
-            acc[n][3] *= al_b;
-        }
-        UNROLL
-        for (int n = 0; n < NST; n++) {
-            s[n][0] = native_exp2(s[n][0] - base_a);
-            s[n][1] = native_exp2(s[n][1] - base_a);
-            s[n][2] = native_exp2(s[n][2] - base_b);
-            s[n][3] = native_exp2(s[n][3] - base_b);
-            l_a += s[n][0] + s[n][1];
-            l_b += s[n][2] + s[n][3];
-        }
-
-        /* acc += P V: k-step kk covers the warp's keys 16 kk .. 16 kk + 15 */
-        UNROLL
-        for (int kk = 0; kk < KW / 16; kk++) {
-            uint ph[4];
-#if P_LO
-            uint pl[4];
-            split16x2(s[2 * kk][0], s[2 * kk][1], &ph[0], &pl[0]);
-            split16x2(s[2 * kk][2], s[2 * kk][3], &ph[1], &pl[1]);
-            split16x2(s[2 * kk + 1][0], s[2 * kk + 1][1], &ph[2], &pl[2]);
-            split16x2(s[2 * kk + 1][2], s[2 * kk + 1][3], &ph[3], &pl[3]);
-#else
-            ph[0] = round16x2(s[2 * kk][0], s[2 * kk][1]);
-            ph[1] = round16x2(s[2 * kk][2], s[2 * kk][3]);
-            ph[2] = round16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            ph[3] = round16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#endif
-            UNROLL
-            for (int n = 0; n < NNT; n += 2) {
-                uint bf[4];
-                ldmatrix4_trans(bf, vs + (v_row + kk * 16) * LDH + n * 8 + v_col);
-                mma16816(acc[n], ph[0], ph[1], ph[2], ph[3], bf[0], bf[1]);
-                mma16816(acc[n + 1], ph[0], ph[1], ph[2], ph[3], bf[2], bf[3]);
-#if P_LO
-                mma16816(acc[n], pl[0], pl[1], pl[2], pl[3], bf[0], bf[1]);
-                mma16816(acc[n + 1], pl[0], pl[1], pl[2], pl[3], bf[2], bf[3]);
-#endif
-            }
-        }
+        frag_softmax(s, acc, mx_a, mx_b, &m_a, &m_b, &l_a, &l_b);
+        frag_pv(acc, s, vs, v_row, v_col);
         barrier(CLK_LOCAL_MEM_FENCE); /* the stage may be refilled */
     }
 #if KV_ALIGNED
@@ -293,34 +364,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
 #endif
 
     /* Combine the NWK warps of each row block: m* = max m_w, l* = sum 2^(m_w - m*) l_w. */
-    l_a = quad_sum(l_a);
-    l_b = quad_sum(l_b);
-    const int la = wq * 16 + fg, lb = la + 8; /* local rows */
-    if (ft == 0) {
-        wm[wk][la] = m_a;
-        wm[wk][lb] = m_b;
-        wl[wk][la] = l_a;
-        wl[wk][lb] = l_b;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float ms_a = -INFINITY, ms_b = -INFINITY;
-    UNROLL
-    for (int i = 0; i < NWK; i++) {
-        ms_a = fmax(ms_a, wm[i][la]);
-        ms_b = fmax(ms_b, wm[i][lb]);
-    }
-    const float f_a = m_a == -INFINITY ? 0.0f : exp2(m_a - ms_a);
-    const float f_b = m_b == -INFINITY ? 0.0f : exp2(m_b - ms_b);
     __local float *cmb = (__local float *)smem; /* [NWK][QT][HEAD_DIM] */
-    UNROLL
-    for (int n = 0; n < NNT; n++) {
-        const int col = n * 8 + 2 * ft;
-        vstore2((float2)(acc[n][0] * f_a, acc[n][1] * f_a), 0,
-                cmb + ((long)wk * QT + la) * HEAD_DIM + col);
-        vstore2((float2)(acc[n][2] * f_b, acc[n][3] * f_b), 0,
-                cmb + ((long)wk * QT + lb) * HEAD_DIM + col);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
+    warps_to_local(wm, wl, cmb, acc, m_a, m_b, l_a, l_b, wq * 16 + fg, wk, ft);
 
     /* Row-wise results: final (one split) or this split's partial state. */
     for (int e = lid; e < QT * (HEAD_DIM / 4); e += WG_SIZE) {
@@ -328,16 +373,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
         const int R = r0 + r;
         if (R >= rows)
             continue;
-        float ms = -INFINITY, l = 0.0f;
-        for (int i = 0; i < NWK; i++)
-            ms = fmax(ms, wm[i][r]);
-        float4 x = (float4)(0.0f);
-        for (int i = 0; i < NWK; i++) {
-            const float mw = wm[i][r];
-            if (mw != -INFINITY)
-                l += wl[i][r] * exp2(mw - ms);
-            x += vload4(c4, cmb + ((long)i * QT + r) * HEAD_DIM);
-        }
+        float ms, l;
+        float4 x = local_row_state(wm, wl, cmb, r, c4, &ms, &l);
         const int tpos = R / G, h = kvh * G + R % G;
         if (direct) {
             x *= l > 0.0f ? 1.0f / l : 0.0f;
@@ -627,108 +664,22 @@ inline void lf_attend(LF_ATT_PARAMS, int qtile, int split, int bh, __local uint4
                 }
             }
         }
-        mx_a = fmax(quad_max(mx_a), m_a);
-        mx_b = fmax(quad_max(mx_b), m_b);
-        const float base_a = mx_a == -INFINITY ? 0.0f : mx_a;
-        const float base_b = mx_b == -INFINITY ? 0.0f : mx_b;
-        const float al_a = native_exp2(m_a - base_a), al_b = native_exp2(m_b - base_b);
-        m_a = mx_a;
-        m_b = mx_b;
-        l_a *= al_a;
-        l_b *= al_b;
-        UNROLL
-        for (int n = 0; n < NNT; n++) {
-            acc[n][0] *= al_a;
-            acc[n][1] *= al_a;
-            acc[n][2] *= al_b;
-            acc[n][3] *= al_b;
-        }
-        UNROLL
-        for (int n = 0; n < NST; n++) {
-            s[n][0] = native_exp2(s[n][0] - base_a);
-            s[n][1] = native_exp2(s[n][1] - base_a);
-            s[n][2] = native_exp2(s[n][2] - base_b);
-            s[n][3] = native_exp2(s[n][3] - base_b);
-            l_a += s[n][0] + s[n][1];
-            l_b += s[n][2] + s[n][3];
-        }
-
-        /* acc += P V */
-        UNROLL
-        for (int kk = 0; kk < KW / 16; kk++) {
-            uint ph[4];
-#if P_LO
-            uint pl[4];
-            split16x2(s[2 * kk][0], s[2 * kk][1], &ph[0], &pl[0]);
-            split16x2(s[2 * kk][2], s[2 * kk][3], &ph[1], &pl[1]);
-            split16x2(s[2 * kk + 1][0], s[2 * kk + 1][1], &ph[2], &pl[2]);
-            split16x2(s[2 * kk + 1][2], s[2 * kk + 1][3], &ph[3], &pl[3]);
-#else
-            ph[0] = round16x2(s[2 * kk][0], s[2 * kk][1]);
-            ph[1] = round16x2(s[2 * kk][2], s[2 * kk][3]);
-            ph[2] = round16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            ph[3] = round16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#endif
-            UNROLL
-            for (int n = 0; n < NNT; n += 2) {
-                uint bf[4];
-                ldmatrix4_trans(bf, vs + (v_row + kk * 16) * LDH + n * 8 + v_col);
-                mma16816(acc[n], ph[0], ph[1], ph[2], ph[3], bf[0], bf[1]);
-                mma16816(acc[n + 1], ph[0], ph[1], ph[2], ph[3], bf[2], bf[3]);
-#if P_LO
-                mma16816(acc[n], pl[0], pl[1], pl[2], pl[3], bf[0], bf[1]);
-                mma16816(acc[n + 1], pl[0], pl[1], pl[2], pl[3], bf[2], bf[3]);
-#endif
-            }
-        }
+        frag_softmax(s, acc, mx_a, mx_b, &m_a, &m_b, &l_a, &l_b);
+        frag_pv(acc, s, vs, v_row, v_col);
         barrier(CLK_LOCAL_MEM_FENCE); /* the stage may be refilled */
     }
     CLKV_CP_ASYNC_WAIT(0); /* no copy may land in the combine area */
 
     /* Combine the NWK warps of each row block, then this split's partial state per row. */
-    l_a = quad_sum(l_a);
-    l_b = quad_sum(l_b);
-    const int la = wq * 16 + fg, lb = la + 8; /* local rows */
-    if (ft == 0) {
-        wm[wk][la] = m_a;
-        wm[wk][lb] = m_b;
-        wl[wk][la] = l_a;
-        wl[wk][lb] = l_b;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float ms_a = -INFINITY, ms_b = -INFINITY;
-    UNROLL
-    for (int i = 0; i < NWK; i++) {
-        ms_a = fmax(ms_a, wm[i][la]);
-        ms_b = fmax(ms_b, wm[i][lb]);
-    }
-    const float f_a = m_a == -INFINITY ? 0.0f : exp2(m_a - ms_a);
-    const float f_b = m_b == -INFINITY ? 0.0f : exp2(m_b - ms_b);
     __local float *cmb = (__local float *)smem; /* [NWK][QT][HEAD_DIM] */
-    UNROLL
-    for (int n = 0; n < NNT; n++) {
-        const int col = n * 8 + 2 * ft;
-        vstore2((float2)(acc[n][0] * f_a, acc[n][1] * f_a), 0,
-                cmb + ((long)wk * QT + la) * HEAD_DIM + col);
-        vstore2((float2)(acc[n][2] * f_b, acc[n][3] * f_b), 0,
-                cmb + ((long)wk * QT + lb) * HEAD_DIM + col);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
+    warps_to_local(wm, wl, cmb, acc, m_a, m_b, l_a, l_b, wq * 16 + fg, wk, ft);
     for (int e = lid; e < QT * (HEAD_DIM / 4); e += WG_SIZE) {
         const int r = e / (HEAD_DIM / 4), c4 = e % (HEAD_DIM / 4);
         const int R = r0 + r;
         if (R >= rows)
             continue;
-        float ms = -INFINITY, l = 0.0f;
-        for (int i = 0; i < NWK; i++)
-            ms = fmax(ms, wm[i][r]);
-        float4 x = (float4)(0.0f);
-        for (int i = 0; i < NWK; i++) {
-            const float mw = wm[i][r];
-            if (mw != -INFINITY)
-                l += wl[i][r] * exp2(mw - ms);
-            x += vload4(c4, cmb + ((long)i * QT + r) * HEAD_DIM);
-        }
+        float ms, l;
+        float4 x = local_row_state(wm, wl, cmb, r, c4, &ms, &l);
         const long idx = ((long)b * Hq + kvh * G + R) * num_splits + split;
         vstore4(x, 0, ws + idx * HEAD_DIM + c4 * 4);
         if (c4 == 0) {
