@@ -179,13 +179,7 @@ attention_decode_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
             valid[u] = j < end;
             const long row = kb + (long)(valid[u] ? j : start) * k_sl;
             float d[GROUP];
-            for (int g = 0; g < GROUP; g++)
-                d[g] = 0.0f;
-            for (int e = 0; e < EPL; e++) {
-                const float kx = CLKV_LOAD(KV_DTYPE)(k, row + e);
-                for (int g = 0; g < GROUP; g++)
-                    d[g] = fma(qr[g][e], kx, d[g]);
-            }
+            rows_dot_lane(qr, k, row, d);
             for (int g = 0; g < GROUP; g++)
                 s[u][g] = valid[u] ? d[g] : -INFINITY;
         }
@@ -198,12 +192,7 @@ attention_decode_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
 #if TPR > 1
             rows_acc_chunks(acc, p, vr[u]);
 #else
-            const long row = vb + (long)(valid[u] ? base + u * NRG + rg : start) * v_sl;
-            for (int e = 0; e < EPL; e++) {
-                const float vx = CLKV_LOAD(KV_DTYPE)(v, row + e);
-                for (int g = 0; g < GROUP; g++)
-                    acc[g][e] = fma(p[g], vx, acc[g][e]);
-            }
+            rows_acc_lane(acc, p, v, vb + (long)(valid[u] ? base + u * NRG + rg : start) * v_sl);
 #endif
         }
 #if CP_ASYNC

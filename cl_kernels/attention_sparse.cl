@@ -339,13 +339,7 @@ attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
                 __global const KV_T *kp = SP_KP(sels[u]);
                 const long krow = SP_KROW(rows[u], sels[u]);
                 float d[GROUP];
-                for (int g = 0; g < GROUP; g++)
-                    d[g] = 0.0f;
-                for (int e = 0; e < EPL; e++) {
-                    const float kx = CLKV_LOAD(KV_DTYPE)(kp, krow + e);
-                    for (int g = 0; g < GROUP; g++)
-                        d[g] = fma(qr[g][e], kx, d[g]);
-                }
+                rows_dot_lane(qr, kp, krow, d);
                 for (int g = 0; g < GROUP; g++)
                     s[u][g] = valid[u] ? d[g] : -INFINITY;
             }
@@ -358,13 +352,7 @@ attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
 #if TPR > 1
                 rows_acc_chunks(acc, p, vr[u]);
 #else
-                __global const KV_T *vp = SP_VP(sels[u]);
-                const long vrow = SP_VROW(rows[u], sels[u]);
-                for (int e = 0; e < EPL; e++) {
-                    const float vx = CLKV_LOAD(KV_DTYPE)(vp, vrow + e);
-                    for (int g = 0; g < GROUP; g++)
-                        acc[g][e] = fma(p[g], vx, acc[g][e]);
-                }
+                rows_acc_lane(acc, p, SP_VP(sels[u]), SP_VROW(rows[u], sels[u]));
 #endif
             }
         }

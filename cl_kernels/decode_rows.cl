@@ -87,7 +87,29 @@ inline void rows_probs(const float *s, int valid, const float *m, float *l, floa
     }
 }
 
-#if TPR > 1
+#if TPR == 1
+/* One lane per row: d[g] = <q row g, K row> for the row at element `row` of k. */
+inline void rows_dot_lane(float qr[GROUP][EPL], __global const CLKV_STORAGE(KV_DTYPE) * k, long row,
+                          float *d) {
+    for (int g = 0; g < GROUP; g++)
+        d[g] = 0.0f;
+    for (int e = 0; e < EPL; e++) {
+        const float kx = CLKV_LOAD(KV_DTYPE)(k, row + e);
+        for (int g = 0; g < GROUP; g++)
+            d[g] = fma(qr[g][e], kx, d[g]);
+    }
+}
+
+/* One lane per row: acc[g] += p[g] * V row, the row at element `row` of v. */
+inline void rows_acc_lane(float acc[GROUP][EPL], const float *p,
+                          __global const CLKV_STORAGE(KV_DTYPE) * v, long row) {
+    for (int e = 0; e < EPL; e++) {
+        const float vx = CLKV_LOAD(KV_DTYPE)(v, row + e);
+        for (int g = 0; g < GROUP; g++)
+            acc[g][e] = fma(p[g], vx, acc[g][e]);
+    }
+}
+#else
 /* acc[g] += p[g] * V row, the row held as the lane's NCH 16-byte chunks (raw KV_DTYPE) */
 inline void rows_acc_chunks(float acc[GROUP][EPL], const float *p, const uint4 *vr) {
     UNROLL_LOOP
