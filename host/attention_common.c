@@ -79,3 +79,30 @@ clkv_status clkv__attn_enqueue_merge(clkv_context *ctx, cl_kernel km, int64_t B,
     const size_t lm[2] = {CLKV_ATTN_MERGE_WG, 1};
     return clkv__enqueue(ctx, km, "attention_decode_merge", 2, gm, lm, done);
 }
+
+clkv_status clkv__attn_set_qkv_args(clkv_context *ctx, cl_kernel kernel, const char *label,
+                                    const clkv_tensor *q, const clkv_tensor *k,
+                                    const clkv_tensor *v) {
+    const cl_long q_off = clkv__elem_offset(q), q_sb = q->strides[0], q_sh = q->strides[1];
+    const cl_long k_off = clkv__elem_offset(k), k_sb = k->strides[0], k_sh = k->strides[1],
+                  k_sl = k->strides[2];
+    const cl_long v_off = clkv__elem_offset(v), v_sb = v->strides[0], v_sh = v->strides[1],
+                  v_sl = v->strides[2];
+    return clkv__set_args(ctx, kernel, label, CLKV_ATTN_QKV_NARGS, CLKV_ARG(q->buf),
+                          CLKV_ARG(q_off), CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(k->buf),
+                          CLKV_ARG(k_off), CLKV_ARG(k_sb), CLKV_ARG(k_sh), CLKV_ARG(k_sl),
+                          CLKV_ARG(v->buf), CLKV_ARG(v_off), CLKV_ARG(v_sb), CLKV_ARG(v_sh),
+                          CLKV_ARG(v_sl));
+}
+
+void clkv__attn_rows_defs(clkv_defs *defs, clkv_dtype q_dtype, clkv_dtype kv_dtype, int64_t D,
+                          int group, int epl, int wg, int unroll, int vec_aligned) {
+    clkv__defs_int(defs, "Q_DTYPE", q_dtype);
+    clkv__defs_int(defs, "KV_DTYPE", kv_dtype);
+    clkv__defs_int(defs, "HEAD_DIM", D);
+    clkv__defs_int(defs, "GROUP", group);
+    clkv__defs_int(defs, "EPL", epl);
+    clkv__defs_int(defs, "WG_SIZE", wg);
+    clkv__defs_int(defs, "UNROLL", unroll);
+    clkv__defs_int(defs, "VEC_ALIGNED", vec_aligned);
+}

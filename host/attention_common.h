@@ -47,4 +47,18 @@ clkv_status clkv__attn_set_merge_args(clkv_context *ctx, cl_kernel km, cl_mem ws
                                       cl_int splits, cl_int Hq, const clkv_tensor *o,
                                       const clkv_tensor *lse);
 
+/* The first CLKV_ATTN_QKV_NARGS arguments of the split-K decode kernels over a [B, H, L, D]
+ * cache (attention_decode_partial, attention_sparse_partial): q [B, Hq, D] as (buffer,
+ * element offset, batch stride, head stride), then k and v [B, Hkv, L, D] as (buffer,
+ * offset, batch, head and row strides). */
+#define CLKV_ATTN_QKV_NARGS 14
+clkv_status clkv__attn_set_qkv_args(clkv_context *ctx, cl_kernel kernel, const char *label,
+                                    const clkv_tensor *q, const clkv_tensor *k,
+                                    const clkv_tensor *v);
+
+/* The build options of those kernels' row-group layout (cl_kernels/decode_rows.cl):
+ * Q_DTYPE, KV_DTYPE, HEAD_DIM, GROUP, EPL, WG_SIZE, UNROLL, VEC_ALIGNED. */
+void clkv__attn_rows_defs(clkv_defs *defs, clkv_dtype q_dtype, clkv_dtype kv_dtype, int64_t D,
+                          int group, int epl, int wg, int unroll, int vec_aligned);
+
 #endif /* CLKV_HOST_ATTENTION_COMMON_H */

@@ -187,10 +187,8 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_decode_ar
 }
 
 static clkv_status check_common(clkv_context *ctx, const clkv_attention_decode_args *args) {
-    if (!ctx)
-        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
-    if (!args)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    if (!ctx || !args)
+        return clkv__fail_entry(ctx, args);
     return validate(ctx, args);
 }
 
@@ -277,14 +275,8 @@ clkv_status clkv_attention_decode(clkv_context *ctx, const clkv_attention_decode
 
     clkv_defs defs;
     clkv__defs_init(&defs);
-    clkv__defs_int(&defs, "Q_DTYPE", args->q.dtype);
-    clkv__defs_int(&defs, "KV_DTYPE", args->k.dtype);
-    clkv__defs_int(&defs, "HEAD_DIM", p.D);
-    clkv__defs_int(&defs, "GROUP", p.group);
-    clkv__defs_int(&defs, "EPL", p.epl);
-    clkv__defs_int(&defs, "WG_SIZE", p.wg);
-    clkv__defs_int(&defs, "UNROLL", p.unroll);
-    clkv__defs_int(&defs, "VEC_ALIGNED", p.vec_aligned);
+    clkv__attn_rows_defs(&defs, args->q.dtype, args->k.dtype, p.D, p.group, p.epl, p.wg, p.unroll,
+                         p.vec_aligned);
     clkv__defs_int(&defs, "CP_ASYNC", p.cp_async);
     clkv__defs_int(&defs, "STAGES", p.cp_async ? p.stages : 0);
     cl_kernel kp, km;
@@ -298,12 +290,6 @@ clkv_status clkv_attention_decode(clkv_context *ctx, const clkv_attention_decode
     /* Both partial arrays live in the workspace: acc first, then (m, l) pairs. */
     const cl_long ml_off = (cl_long)(p.part_acc_bytes / 4);
 
-    const cl_long q_off = clkv__elem_offset(&args->q), q_sb = args->q.strides[0],
-                  q_sh = args->q.strides[1];
-    const cl_long k_off = clkv__elem_offset(&args->k), k_sb = args->k.strides[0],
-                  k_sh = args->k.strides[1], k_sl = args->k.strides[2];
-    const cl_long v_off = clkv__elem_offset(&args->v), v_sb = args->v.strides[0],
-                  v_sh = args->v.strides[1], v_sl = args->v.strides[2];
     const cl_mem len_buf = args->lengths.buf;
     /* lengths [B] or [B, Hkv]: element b * len_sb + kvh * len_sh (len_sh = 0 for [B]). */
     const cl_long len_off = len_buf ? clkv__elem_offset(&args->lengths) : 0,
@@ -312,14 +298,13 @@ clkv_status clkv_attention_decode(clkv_context *ctx, const clkv_attention_decode
     const cl_int has_len = len_buf != NULL, max_len = p.max_len, Hq = (cl_int)p.Hq, G = (cl_int)p.G,
                  nhg = p.nhg, chunk = p.chunk, splits = p.splits;
     const cl_float scale_log2 = p.scale * 1.4426950408889634f;
-    st = clkv__set_args(ctx, kp, "attention_decode_partial", 28, CLKV_ARG(args->q.buf),
-                        CLKV_ARG(q_off), CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(args->k.buf),
-                        CLKV_ARG(k_off), CLKV_ARG(k_sb), CLKV_ARG(k_sh), CLKV_ARG(k_sl),
-                        CLKV_ARG(args->v.buf), CLKV_ARG(v_off), CLKV_ARG(v_sb), CLKV_ARG(v_sh),
-                        CLKV_ARG(v_sl), CLKV_ARG(len_buf), CLKV_ARG(len_off), CLKV_ARG(len_sb),
-                        CLKV_ARG(len_sh), CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(Hq),
-                        CLKV_ARG(G), CLKV_ARG(nhg), CLKV_ARG(chunk), CLKV_ARG(splits),
-                        CLKV_ARG(scale_log2), CLKV_ARG(ws), CLKV_ARG(ml_off));
+    st = clkv__attn_set_qkv_args(ctx, kp, "attention_decode_partial", &args->q, &args->k, &args->v);
+    if (st == CLKV_OK)
+        st = clkv__set_args_at(ctx, kp, "attention_decode_partial", CLKV_ATTN_QKV_NARGS, 14,
+                               CLKV_ARG(len_buf), CLKV_ARG(len_off), CLKV_ARG(len_sb),
+                               CLKV_ARG(len_sh), CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(Hq),
+                               CLKV_ARG(G), CLKV_ARG(nhg), CLKV_ARG(chunk), CLKV_ARG(splits),
+                               CLKV_ARG(scale_log2), CLKV_ARG(ws), CLKV_ARG(ml_off));
     if (st == CLKV_OK)
         st = clkv__attn_set_merge_args(ctx, km, ws, ml_off, splits, Hq, &args->o, &args->lse);
     /* Both kernels pass the local-memory check before either is enqueued. */
