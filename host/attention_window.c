@@ -350,10 +350,8 @@ int clkv__window_uses_tensor_cores(clkv_context *ctx, const clkv_attention_windo
 }
 
 static clkv_status check_common(clkv_context *ctx, const clkv_attention_window_args *args) {
-    if (!ctx)
-        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
-    if (!args)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    if (!ctx || !args)
+        return clkv__fail_entry(ctx, args);
     return validate(ctx, args);
 }
 

@@ -179,10 +179,8 @@ static void plan_launch(clkv_context *ctx, const clkv_budget_adakv_args *a, ada_
 }
 
 static clkv_status check_common(clkv_context *ctx, const clkv_budget_adakv_args *args) {
-    if (!ctx)
-        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
-    if (!args)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    if (!ctx || !args)
+        return clkv__fail_entry(ctx, args);
     return validate(ctx, args);
 }
 

@@ -218,10 +218,8 @@ static clkv_status launch_copy(clkv_context *ctx, const clkv_tensor *src, const 
 }
 
 clkv_status clkv_compact_kv(clkv_context *ctx, const clkv_compact_kv_args *args, cl_event *done) {
-    if (!ctx)
-        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
-    if (!args)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    if (!ctx || !args)
+        return clkv__fail_entry(ctx, args);
     clkv_status st = validate(ctx, args);
     if (st != CLKV_OK)
         return st;

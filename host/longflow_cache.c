@@ -74,10 +74,8 @@ static clkv_status alloc_fill(clkv_longflow_cache *c, cl_mem *out, size_t bytes,
 clkv_status clkv_longflow_cache_create(clkv_context *ctx,
                                        const clkv_longflow_cache_create_args *args,
                                        clkv_longflow_cache **out) {
-    if (!ctx)
-        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
-    if (!args)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    if (!ctx || !args)
+        return clkv__fail_entry(ctx, args);
     if (!out)
         return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "out: output pointer is NULL");
     clkv_status st = validate_create(ctx, args);

@@ -263,12 +263,8 @@ static clkv_status plan(clkv_context *ctx, const clkv_minikv_prefill_args *a, pr
 clkv_status clkv_minikv_prefill_workspace_size(clkv_context *ctx,
                                                const clkv_minikv_prefill_args *args,
                                                size_t *bytes) {
-    if (!ctx)
-        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
-    if (!args)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
-    if (!bytes)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "bytes: output pointer is NULL");
+    if (!ctx || !args || !bytes)
+        return clkv__fail_ws_entry(ctx, args, bytes);
     prefill_steps s;
     size_t total = 0;
     clkv_status st = plan(ctx, args, &s, &total);
@@ -315,10 +311,8 @@ static clkv_status launch_prep(clkv_context *ctx, cl_kernel kn, const clkv_minik
 
 clkv_status clkv_minikv_prefill(clkv_context *ctx, const clkv_minikv_prefill_args *args,
                                 cl_event *done) {
-    if (!ctx)
-        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
-    if (!args)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    if (!ctx || !args)
+        return clkv__fail_entry(ctx, args);
     prefill_steps s;
     size_t total = 0;
     clkv_status st = plan(ctx, args, &s, &total);

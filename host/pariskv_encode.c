@@ -160,10 +160,8 @@ static clkv_status validate_encode(clkv_context *ctx, const clkv_pariskv_encode_
 
 clkv_status clkv_pariskv_encode(clkv_context *ctx, const clkv_pariskv_encode_args *args,
                                 cl_event *done) {
-    if (!ctx)
-        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
-    if (!args)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    if (!ctx || !args)
+        return clkv__fail_entry(ctx, args);
     clkv_status st = validate_encode(ctx, args);
     if (st != CLKV_OK)
         return st;
@@ -282,10 +280,8 @@ static clkv_status validate_query(clkv_context *ctx, const clkv_pariskv_query_ar
 
 clkv_status clkv_pariskv_query_transform(clkv_context *ctx, const clkv_pariskv_query_args *args,
                                          cl_event *done) {
-    if (!ctx)
-        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
-    if (!args)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    if (!ctx || !args)
+        return clkv__fail_entry(ctx, args);
     clkv_status st = validate_query(ctx, args);
     if (st != CLKV_OK)
         return st;

@@ -224,12 +224,8 @@ static clkv_status validate_search(clkv_context *ctx, const clkv_pariskv_search_
 clkv_status clkv_pariskv_search_workspace_size(clkv_context *ctx,
                                                const clkv_pariskv_search_args *args,
                                                size_t *bytes) {
-    if (!ctx)
-        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
-    if (!args)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
-    if (!bytes)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "bytes: output pointer is NULL");
+    if (!ctx || !args || !bytes)
+        return clkv__fail_ws_entry(ctx, args, bytes);
     pkv_search_plan p;
     clkv_status st = validate_search(ctx, args, &p);
     if (st == CLKV_OK)
@@ -239,10 +235,8 @@ clkv_status clkv_pariskv_search_workspace_size(clkv_context *ctx,
 
 static clkv_status search_impl(clkv_context *ctx, const clkv_pariskv_search_args *args,
                                cl_event *done, cl_event *ev) {
-    if (!ctx)
-        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
-    if (!args)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    if (!ctx || !args)
+        return clkv__fail_entry(ctx, args);
     pkv_search_plan p;
     clkv_status st = validate_search(ctx, args, &p);
     if (st != CLKV_OK)

@@ -181,10 +181,8 @@ static clkv_status launch_op(clkv_context *ctx, const qop *op, const clkv_tensor
 }
 
 static clkv_status check_ctx_args(clkv_context *ctx, const void *args) {
-    if (!ctx)
-        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
-    if (!args)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    if (!ctx || !args)
+        return clkv__fail_entry(ctx, args);
     return CLKV_OK;
 }
 

@@ -127,10 +127,8 @@ static clkv_status zero_state(clkv_quant_cache *c, cl_event *done) {
 
 clkv_status clkv_quant_cache_create(clkv_context *ctx, const clkv_quant_cache_create_args *args,
                                     clkv_quant_cache **out) {
-    if (!ctx)
-        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
-    if (!args)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    if (!ctx || !args)
+        return clkv__fail_entry(ctx, args);
     if (!out)
         return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "out: output pointer is NULL");
     clkv_status st = validate_create(ctx, args);

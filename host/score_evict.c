@@ -156,12 +156,8 @@ static clkv_status plan(clkv_context *ctx, const clkv_evict_args *e, evict_steps
 
 clkv_status clkv_evict_keep_set_workspace_size(clkv_context *ctx, const clkv_evict_args *args,
                                                size_t *bytes) {
-    if (!ctx)
-        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
-    if (!args)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
-    if (!bytes)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "bytes: output pointer is NULL");
+    if (!ctx || !args || !bytes)
+        return clkv__fail_ws_entry(ctx, args, bytes);
     evict_steps s;
     size_t total = 0;
     clkv_status st = plan(ctx, args, &s, &total);
@@ -189,10 +185,8 @@ void clkv__evict_set_stages(int mask) {
 }
 
 clkv_status clkv_evict_keep_set(clkv_context *ctx, const clkv_evict_args *args, cl_event *done) {
-    if (!ctx)
-        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
-    if (!args)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    if (!ctx || !args)
+        return clkv__fail_entry(ctx, args);
     evict_steps s;
     size_t total = 0;
     clkv_status st = plan(ctx, args, &s, &total);

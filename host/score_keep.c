@@ -117,10 +117,8 @@ static size_t total_bytes(const keep_plan *p) {
 
 clkv_status clkv_keep_set_workspace_size(clkv_context *ctx, const clkv_keep_set_args *args,
                                          size_t *bytes) {
-    if (!ctx)
-        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
-    if (!args)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    if (!ctx || !args)
+        return clkv__fail_entry(ctx, args);
     keep_plan p;
     clkv_status st = validate(ctx, args, &p);
     if (st)
@@ -166,10 +164,8 @@ int clkv__keep_set_chunked(clkv_context *ctx, const clkv_keep_set_args *args) {
 
 static clkv_status keep_set(clkv_context *ctx, const clkv_keep_set_args *args,
                             const clkv__select_fuse *fuse, cl_event *done) {
-    if (!ctx)
-        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
-    if (!args)
-        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    if (!ctx || !args)
+        return clkv__fail_entry(ctx, args);
     keep_plan p;
     clkv_status st = validate(ctx, args, &p);
     if (st)

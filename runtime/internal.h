@@ -68,6 +68,12 @@ struct clkv_context {
 clkv_status clkv__fail(clkv_context *ctx, clkv_status status, const char *fmt, ...)
     CLKV_PRINTF(3, 4);
 
+/* The failure of a public entry point called with ctx, its argument struct or (workspace
+ * queries) its bytes output NULL: CLKV_ERR_ARG_NULL naming the first one that is NULL
+ * ("ctx", "args", "bytes"). Call only when one of them is NULL. */
+clkv_status clkv__fail_entry(clkv_context *ctx, const void *args);
+clkv_status clkv__fail_ws_entry(clkv_context *ctx, const void *args, const size_t *bytes);
+
 /* Record "what: CL_ERROR_NAME (code)" for an OpenCL failure and return `err`. */
 clkv_status clkv__fail_cl(clkv_context *ctx, cl_int err, const char *what);
 

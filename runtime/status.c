@@ -124,6 +124,22 @@ clkv_status clkv__fail(clkv_context *ctx, clkv_status status, const char *fmt, .
     return status;
 }
 
+clkv_status clkv__fail_entry(clkv_context *ctx, const void *args) {
+    if (!ctx)
+        return clkv__fail(NULL, CLKV_ERR_ARG_NULL, "ctx: context is NULL");
+    if (!args)
+        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "args: argument struct is NULL");
+    return clkv__fail(ctx, CLKV_ERR_INTERNAL, "clkv__fail_entry called with ctx and args set");
+}
+
+clkv_status clkv__fail_ws_entry(clkv_context *ctx, const void *args, const size_t *bytes) {
+    if (!ctx || !args)
+        return clkv__fail_entry(ctx, args);
+    if (!bytes)
+        return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "bytes: output pointer is NULL");
+    return clkv__fail(ctx, CLKV_ERR_INTERNAL, "clkv__fail_ws_entry called with nothing NULL");
+}
+
 clkv_status clkv__fail_cl(clkv_context *ctx, cl_int err, const char *what) {
     return clkv__fail(ctx, err, "%s: %s (%d)", what, clkv_status_string(err), (int)err);
 }
