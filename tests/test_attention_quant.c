@@ -378,28 +378,9 @@ static void test_validation(void **state) {
     clkv_quant_cache_destroy(cache);
 }
 
-static int group_setup(void **state) {
-    (void)state;
-    return tu_group_setup((void **)&g_ctx);
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    return tu_group_teardown((void **)&g_ctx);
-}
-
 int main(void) {
-    enum { NC = sizeof k_cases / sizeof k_cases[0] };
-    struct CMUnitTest tests[NC + 1];
-    memset(tests, 0, sizeof tests);
-    printf("[ seed     ] 0x%016" PRIx64 " (set CLKV_TEST_SEED to change)\n", tu_seed(DEFAULT_SEED));
-    tests[0].name = "validation";
-    tests[0].test_func = test_validation;
-    for (int i = 0; i < NC; i++) {
-        tests[i + 1].name = k_cases[i].name;
-        tests[i + 1].test_func = test_case;
-        tests[i + 1].initial_state = (void *)&k_cases[i];
-    }
-    return _cmocka_run_group_tests("test_attention_quant", tests, NC + 1, group_setup,
-                                   group_teardown);
+    tu_suite s = {0};
+    tu_suite_add(&s, "validation", test_validation, NULL);
+    TU_SUITE_ADD_CASES(&s, k_cases, test_case);
+    return tu_suite_run(&s, "test_attention_quant", &g_ctx, DEFAULT_SEED);
 }

@@ -101,18 +101,6 @@ static const scase g_cases[] = {
 static clkv_context *g_ctx;
 static double g_total_seconds;
 
-static int group_setup(void **state) {
-    (void)state;
-    g_ctx = NULL;
-    return tu_group_setup((void **)&g_ctx) != 0 ? -1 : 0;
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    printf("[ timing   ] attention sparse cases: %.2f s in total\n", g_total_seconds);
-    return tu_group_teardown((void **)&g_ctx);
-}
-
 /* Fill one (b, kv head) row of NI idx entries for a sequence of n tokens. */
 static void gen_idx(tu_rng *r, idx_mode mode, int64_t n, int64_t L, int64_t sink, int64_t local,
                     int32_t *out, int64_t NI) {
@@ -753,33 +741,17 @@ static void test_bad_inputs(void **state) {
     tu_set_case("%s", "");
 }
 
+static void print_timing(void) {
+    printf("[ timing   ] attention sparse cases: %.2f s in total\n", g_total_seconds);
+}
+
 int main(void) {
-    struct CMUnitTest *tests = (struct CMUnitTest *)calloc(N_CASES + 4, sizeof *tests);
-    size_t n = 0;
-    if (tests == NULL) {
-        return 1;
-    }
-    printf("[ seed     ] 0x%016" PRIx64 " (set CLKV_TEST_SEED to change)\n", tu_seed(DEFAULT_SEED));
-    tests[n].name = "reference_set";
-    tests[n].test_func = test_reference_set;
-    n++;
-    for (size_t i = 0; i < N_CASES; i++) {
-        tests[n].name = g_cases[i].name;
-        tests[n].test_func = run_case;
-        tests[n].initial_state = (void *)&g_cases[i];
-        n++;
-    }
-    tests[n].name = "dedupe_order_invariant";
-    tests[n].test_func = test_dedupe_order_invariant;
-    n++;
-    tests[n].name = "multilane_portable";
-    tests[n].test_func = test_multilane;
-    n++;
-    tests[n].name = "bad_inputs";
-    tests[n].test_func = test_bad_inputs;
-    n++;
-    const int rc =
-        _cmocka_run_group_tests("attention_sparse", tests, n, group_setup, group_teardown);
-    free(tests);
-    return rc;
+    tu_suite s = {0};
+    tu_suite_add(&s, "reference_set", test_reference_set, NULL);
+    TU_SUITE_ADD_CASES(&s, g_cases, run_case);
+    tu_suite_add(&s, "dedupe_order_invariant", test_dedupe_order_invariant, NULL);
+    tu_suite_add(&s, "multilane_portable", test_multilane, NULL);
+    tu_suite_add(&s, "bad_inputs", test_bad_inputs, NULL);
+    s.at_end = print_timing;
+    return tu_suite_run(&s, "attention_sparse", &g_ctx, DEFAULT_SEED);
 }

@@ -139,21 +139,6 @@ static const wcase g_cases[] = {
 static clkv_context *g_ctx;
 static double g_total_seconds;
 
-static int group_setup(void **state) {
-    (void)state;
-    g_ctx = NULL;
-    if (tu_group_setup((void **)&g_ctx) != 0) {
-        return -1;
-    }
-    return 0;
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    printf("[ timing   ] attention window cases: %.2f s in total\n", g_total_seconds);
-    return tu_group_teardown((void **)&g_ctx);
-}
-
 static const char *data_name(data_mode m) {
     switch (m) {
     case DATA_RANDOM:
@@ -771,31 +756,16 @@ static void test_bad_inputs(void **state) {
     bad_fixture_release();
 }
 
+static void print_timing(void) {
+    printf("[ timing   ] attention window cases: %.2f s in total\n", g_total_seconds);
+}
+
 int main(void) {
-    struct CMUnitTest *tests;
-    size_t n = 0;
-    int rc;
-    tests = (struct CMUnitTest *)calloc(N_CASES + 3, sizeof *tests);
-    if (tests == NULL) {
-        return 1;
-    }
-    printf("[ seed     ] 0x%016" PRIx64 " (set CLKV_TEST_SEED to change)\n", tu_seed(DEFAULT_SEED));
-    tests[n].name = "reference_selfcheck";
-    tests[n].test_func = test_reference_selfcheck;
-    n++;
-    tests[n].name = "bad_inputs";
-    tests[n].test_func = test_bad_inputs;
-    n++;
-    for (size_t i = 0; i < N_CASES; i++) {
-        tests[n].name = g_cases[i].name;
-        tests[n].test_func = run_case;
-        tests[n].initial_state = (void *)&g_cases[i];
-        n++;
-    }
-    tests[n].name = "repeatable_and_split_invariant";
-    tests[n].test_func = test_repeatable;
-    n++;
-    rc = _cmocka_run_group_tests("attention_window", tests, n, group_setup, group_teardown);
-    free(tests);
-    return rc;
+    tu_suite s = {0};
+    tu_suite_add(&s, "reference_selfcheck", test_reference_selfcheck, NULL);
+    tu_suite_add(&s, "bad_inputs", test_bad_inputs, NULL);
+    TU_SUITE_ADD_CASES(&s, g_cases, run_case);
+    tu_suite_add(&s, "repeatable_and_split_invariant", test_repeatable, NULL);
+    s.at_end = print_timing;
+    return tu_suite_run(&s, "attention_window", &g_ctx, DEFAULT_SEED);
 }

@@ -42,17 +42,6 @@ static const gcase g_cases[] = {
 
 static clkv_context *g_ctx;
 
-static int group_setup(void **state) {
-    (void)state;
-    g_ctx = NULL;
-    return tu_group_setup((void **)&g_ctx) != 0 ? -1 : 0;
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    return tu_group_teardown((void **)&g_ctx);
-}
-
 /* A [B, H, T, D] window view (rows [t0, t0 + T)) of a [B, H, L, D] cache descriptor. */
 static clkv_tensor window(clkv_tensor t, int64_t t0, int64_t T) {
     t.offset += (uint64_t)t0 * (uint64_t)t.strides[2] * tu_dtype_size(t.dtype);
@@ -402,21 +391,10 @@ static void test_bad_write_gather(void **state) {
 }
 
 int main(void) {
-    struct CMUnitTest tests[N_CASES + 3];
-    size_t n = 0;
-    printf("[ seed     ] 0x%016" PRIx64 " (set CLKV_TEST_SEED to change)\n", tu_seed(DEFAULT_SEED));
-    for (size_t i = 0; i < N_CASES; i++) {
-        memset(&tests[n], 0, sizeof tests[n]);
-        tests[n].name = g_cases[i].name;
-        tests[n].test_func = run_case;
-        tests[n].initial_state = (void *)&g_cases[i];
-        n++;
-    }
-    const struct CMUnitTest extra[3] = {cmocka_unit_test(test_auto_mode),
-                                        cmocka_unit_test(test_bad_create),
-                                        cmocka_unit_test(test_bad_write_gather)};
-    for (int i = 0; i < 3; i++) {
-        tests[n++] = extra[i];
-    }
-    return _cmocka_run_group_tests("gather_rows", tests, n, group_setup, group_teardown);
+    tu_suite s = {0};
+    TU_SUITE_ADD_CASES(&s, g_cases, run_case);
+    tu_suite_add(&s, "test_auto_mode", test_auto_mode, NULL);
+    tu_suite_add(&s, "test_bad_create", test_bad_create, NULL);
+    tu_suite_add(&s, "test_bad_write_gather", test_bad_write_gather, NULL);
+    return tu_suite_run(&s, "gather_rows", &g_ctx, DEFAULT_SEED);
 }

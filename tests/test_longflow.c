@@ -48,16 +48,6 @@
 
 static clkv_context *g_ctx;
 
-static int group_setup(void **state) {
-    (void)state;
-    return tu_group_setup((void **)&g_ctx);
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    return tu_group_teardown((void **)&g_ctx);
-}
-
 typedef enum load_mode {
     LOAD_NONE = 0, /* start from the empty cache */
     LOAD_PLAIN,    /* prompt tokens 0..n-1 into slots 0..n-1 */
@@ -967,21 +957,10 @@ static void test_load_from_topk(void **state) {
 }
 
 int main(void) {
-    struct CMUnitTest tests[64];
-    size_t nt = 0;
-    printf("[ seed     ] 0x%016" PRIx64 " (set CLKV_TEST_SEED to change)\n", tu_seed(DEFAULT_SEED));
-    memset(tests, 0, sizeof tests);
-    tests[nt].name = "bad_inputs";
-    tests[nt++].test_func = test_bad_inputs;
-    tests[nt].name = "load_from_topk";
-    tests[nt++].test_func = test_load_from_topk;
-    tests[nt].name = "fill_order_and_protection";
-    tests[nt++].test_func = test_fill_order_and_protection;
-    for (size_t i = 0; i < N_CASES; i++) {
-        tests[nt].name = g_cases[i].name;
-        tests[nt].test_func = run_case;
-        tests[nt].initial_state = (void *)&g_cases[i];
-        nt++;
-    }
-    return _cmocka_run_group_tests("longflow", tests, nt, group_setup, group_teardown);
+    tu_suite s = {0};
+    tu_suite_add(&s, "bad_inputs", test_bad_inputs, NULL);
+    tu_suite_add(&s, "load_from_topk", test_load_from_topk, NULL);
+    tu_suite_add(&s, "fill_order_and_protection", test_fill_order_and_protection, NULL);
+    TU_SUITE_ADD_CASES(&s, g_cases, run_case);
+    return tu_suite_run(&s, "longflow", &g_ctx, DEFAULT_SEED);
 }

@@ -36,16 +36,6 @@
 
 static clkv_context *g_ctx;
 
-static int group_setup(void **state) {
-    (void)state;
-    return tu_group_setup((void **)&g_ctx);
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    return tu_group_teardown((void **)&g_ctx);
-}
-
 /* ------------------------------------------------------------------------------------ */
 /* Prefill cases                                                                        */
 /* ------------------------------------------------------------------------------------ */
@@ -897,33 +887,13 @@ static void test_load_validation(void **state) {
 }
 
 int main(void) {
-    enum {
-        NP = sizeof k_cases / sizeof k_cases[0],
-        NM = sizeof k_mma_cases / sizeof k_mma_cases[0],
-        NE = sizeof k_e2e / sizeof k_e2e[0]
-    };
-    struct CMUnitTest tests[NP + NM + NE + 4];
-    memset(tests, 0, sizeof tests);
-    printf("[ seed     ] 0x%016" PRIx64 " (set CLKV_TEST_SEED to change)\n", tu_seed(DEFAULT_SEED));
-    int n = 0;
-    tests[n].name = "budgets", tests[n++].test_func = test_budgets;
-    tests[n].name = "prefill_validation", tests[n++].test_func = test_prefill_validation;
-    tests[n].name = "load_validation", tests[n++].test_func = test_load_validation;
-    tests[n].name = "ties_lower_index_wins", tests[n++].test_func = test_ties;
-    for (int i = 0; i < NP; i++) {
-        tests[n].name = k_cases[i].name;
-        tests[n].test_func = test_prefill;
-        tests[n++].initial_state = (void *)&k_cases[i];
-    }
-    for (int i = 0; i < NM; i++) {
-        tests[n].name = k_mma_cases[i].name;
-        tests[n].test_func = test_prefill_mma;
-        tests[n++].initial_state = (void *)&k_mma_cases[i];
-    }
-    for (int i = 0; i < NE; i++) {
-        tests[n].name = k_e2e[i].name;
-        tests[n].test_func = test_e2e;
-        tests[n++].initial_state = (void *)&k_e2e[i];
-    }
-    return _cmocka_run_group_tests("test_minikv", tests, (size_t)n, group_setup, group_teardown);
+    tu_suite s = {0};
+    tu_suite_add(&s, "budgets", test_budgets, NULL);
+    tu_suite_add(&s, "prefill_validation", test_prefill_validation, NULL);
+    tu_suite_add(&s, "load_validation", test_load_validation, NULL);
+    tu_suite_add(&s, "ties_lower_index_wins", test_ties, NULL);
+    TU_SUITE_ADD_CASES(&s, k_cases, test_prefill);
+    TU_SUITE_ADD_CASES(&s, k_mma_cases, test_prefill_mma);
+    TU_SUITE_ADD_CASES(&s, k_e2e, test_e2e);
+    return tu_suite_run(&s, "test_minikv", &g_ctx, DEFAULT_SEED);
 }

@@ -35,17 +35,6 @@
 
 static clkv_context *g_ctx;
 
-static int group_setup(void **state) {
-    (void)state;
-    g_ctx = NULL;
-    return tu_group_setup((void **)&g_ctx) != 0 ? -1 : 0;
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    return tu_group_teardown((void **)&g_ctx);
-}
-
 /* ------------------------------------------------------------------------------------ */
 /* Levels and signs (host)                                                              */
 /* ------------------------------------------------------------------------------------ */
@@ -984,34 +973,14 @@ static void test_empty(void **state) {
 #define N_QCASES (sizeof g_qcases / sizeof g_qcases[0])
 
 int main(void) {
-    struct CMUnitTest *tests = (struct CMUnitTest *)calloc(N_ECASES + N_QCASES + 8, sizeof *tests);
-    size_t n = 0;
-    if (!tests)
-        return 1;
-    printf("[ seed     ] 0x%016" PRIx64 " (set CLKV_TEST_SEED to change)\n", tu_seed(DEFAULT_SEED));
-    tests[n].name = "levels_lloyd_max";
-    tests[n++].test_func = test_levels;
-    tests[n].name = "levels_default_published";
-    tests[n++].test_func = test_levels_default;
-    tests[n].name = "signs_splitmix64";
-    tests[n++].test_func = test_signs;
-    tests[n].name = "rotation_orthogonal";
-    tests[n++].test_func = test_rotation_orthogonal;
-    for (size_t i = 0; i < N_QCASES; i++) {
-        tests[n].name = g_qcases[i].name;
-        tests[n].test_func = run_query_case;
-        tests[n++].initial_state = (void *)&g_qcases[i];
-    }
-    for (size_t i = 0; i < N_ECASES; i++) {
-        tests[n].name = g_ecases[i].name;
-        tests[n].test_func = run_encode_case;
-        tests[n++].initial_state = (void *)&g_ecases[i];
-    }
-    tests[n].name = "empty_work";
-    tests[n++].test_func = test_empty;
-    tests[n].name = "bad_inputs";
-    tests[n++].test_func = test_bad_inputs;
-    const int rc = _cmocka_run_group_tests("pariskv_encode", tests, n, group_setup, group_teardown);
-    free(tests);
-    return rc;
+    tu_suite s = {0};
+    tu_suite_add(&s, "levels_lloyd_max", test_levels, NULL);
+    tu_suite_add(&s, "levels_default_published", test_levels_default, NULL);
+    tu_suite_add(&s, "signs_splitmix64", test_signs, NULL);
+    tu_suite_add(&s, "rotation_orthogonal", test_rotation_orthogonal, NULL);
+    TU_SUITE_ADD_CASES(&s, g_qcases, run_query_case);
+    TU_SUITE_ADD_CASES(&s, g_ecases, run_encode_case);
+    tu_suite_add(&s, "empty_work", test_empty, NULL);
+    tu_suite_add(&s, "bad_inputs", test_bad_inputs, NULL);
+    return tu_suite_run(&s, "pariskv_encode", &g_ctx, DEFAULT_SEED);
 }

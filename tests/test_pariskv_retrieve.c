@@ -35,17 +35,6 @@
 
 static clkv_context *g_ctx;
 
-static int group_setup(void **state) {
-    (void)state;
-    g_ctx = NULL;
-    return tu_group_setup((void **)&g_ctx) != 0 ? -1 : 0;
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    return tu_group_teardown((void **)&g_ctx);
-}
-
 static cl_command_queue queue(void) {
     return clkv_context_queue(g_ctx);
 }
@@ -1628,33 +1617,16 @@ static void test_index_bad_inputs(void **state) {
 #define N_SCASES (sizeof g_scases / sizeof g_scases[0])
 
 int main(void) {
-    struct CMUnitTest tests[N_SCASES + 16];
-    memset(tests, 0, sizeof tests);
-    size_t n = 0;
-    printf("[ seed     ] 0x%016llx (set CLKV_TEST_SEED to change)\n",
-           (unsigned long long)tu_seed(DEFAULT_SEED));
-    tests[n].name = "plan_tiers";
-    tests[n++].test_func = test_plan;
-    for (size_t i = 0; i < N_SCASES; i++) {
-        tests[n].name = g_scases[i].name;
-        tests[n].test_func = run_search_case;
-        tests[n++].initial_state = (void *)&g_scases[i];
-    }
-    tests[n].name = "search_ties";
-    tests[n++].test_func = test_search_ties;
-    tests[n].name = "search_variants";
-    tests[n++].test_func = test_search_variants;
-    tests[n].name = "index_steps";
-    tests[n++].test_func = test_index_steps;
-    tests[n].name = "index_offload";
-    tests[n++].test_func = test_index_offload;
-    tests[n].name = "plan_bad_inputs";
-    tests[n++].test_func = test_plan_bad_inputs;
-    tests[n].name = "search_bad_inputs";
-    tests[n++].test_func = test_search_bad_inputs;
-    tests[n].name = "index_bad_inputs";
-    tests[n++].test_func = test_index_bad_inputs;
-    tests[n].name = "index_recall";
-    tests[n++].test_func = test_index_recall;
-    return _cmocka_run_group_tests("pariskv_retrieve", tests, n, group_setup, group_teardown);
+    tu_suite s = {0};
+    tu_suite_add(&s, "plan_tiers", test_plan, NULL);
+    TU_SUITE_ADD_CASES(&s, g_scases, run_search_case);
+    tu_suite_add(&s, "search_ties", test_search_ties, NULL);
+    tu_suite_add(&s, "search_variants", test_search_variants, NULL);
+    tu_suite_add(&s, "index_steps", test_index_steps, NULL);
+    tu_suite_add(&s, "index_offload", test_index_offload, NULL);
+    tu_suite_add(&s, "plan_bad_inputs", test_plan_bad_inputs, NULL);
+    tu_suite_add(&s, "search_bad_inputs", test_search_bad_inputs, NULL);
+    tu_suite_add(&s, "index_bad_inputs", test_index_bad_inputs, NULL);
+    tu_suite_add(&s, "index_recall", test_index_recall, NULL);
+    return tu_suite_run(&s, "pariskv_retrieve", &g_ctx, DEFAULT_SEED);
 }

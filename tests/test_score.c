@@ -37,16 +37,6 @@
 
 static clkv_context *g_ctx;
 
-static int group_setup(void **state) {
-    (void)state;
-    return tu_group_setup((void **)&g_ctx);
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    return tu_group_teardown((void **)&g_ctx);
-}
-
 #define F32 CLKV_F32
 #define F16 CLKV_F16
 #define BF16 CLKV_BF16
@@ -831,35 +821,15 @@ static void test_keep_bad_inputs(void **state) {
 }
 
 int main(void) {
-    struct CMUnitTest tests[96];
-    size_t n = 0;
-    printf("[ seed     ] 0x%016" PRIx64 " (set CLKV_TEST_SEED to change)\n", tu_seed(DEFAULT_SEED));
-    memset(tests, 0, sizeof tests);
-#define ADD(nm, fn)                                                                                \
-    do {                                                                                           \
-        tests[n].name = nm;                                                                        \
-        tests[n].test_func = fn;                                                                   \
-        n++;                                                                                       \
-    } while (0)
-    ADD("method_names", test_method_names);
-    ADD("score_bad_inputs", test_score_bad_inputs);
-    ADD("keep_bad_inputs", test_keep_bad_inputs);
-    ADD("keep_formula", test_keep_formula);
-    ADD("keep_set", test_keep_set);
-    ADD("dropkv_planted", test_dropkv_planted);
-    ADD("score_then_keep", test_score_then_keep);
-    for (size_t i = 0; i < sizeof g_cases / sizeof g_cases[0]; i++) {
-        tests[n].name = g_cases[i].name;
-        tests[n].test_func = run_case;
-        tests[n].initial_state = (void *)&g_cases[i];
-        n++;
-    }
-    for (size_t i = 0; i < sizeof g_h2o_cases / sizeof g_h2o_cases[0]; i++) {
-        tests[n].name = g_h2o_cases[i].name;
-        tests[n].test_func = run_h2o_case;
-        tests[n].initial_state = (void *)&g_h2o_cases[i];
-        n++;
-    }
-#undef ADD
-    return _cmocka_run_group_tests("score", tests, n, group_setup, group_teardown);
+    tu_suite s = {0};
+    tu_suite_add(&s, "method_names", test_method_names, NULL);
+    tu_suite_add(&s, "score_bad_inputs", test_score_bad_inputs, NULL);
+    tu_suite_add(&s, "keep_bad_inputs", test_keep_bad_inputs, NULL);
+    tu_suite_add(&s, "keep_formula", test_keep_formula, NULL);
+    tu_suite_add(&s, "keep_set", test_keep_set, NULL);
+    tu_suite_add(&s, "dropkv_planted", test_dropkv_planted, NULL);
+    tu_suite_add(&s, "score_then_keep", test_score_then_keep, NULL);
+    TU_SUITE_ADD_CASES(&s, g_cases, run_case);
+    TU_SUITE_ADD_CASES(&s, g_h2o_cases, run_h2o_case);
+    return tu_suite_run(&s, "score", &g_ctx, DEFAULT_SEED);
 }

@@ -29,16 +29,6 @@
 
 static clkv_context *g_ctx;
 
-static int group_setup(void **state) {
-    (void)state;
-    return tu_group_setup((void **)&g_ctx);
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    return tu_group_teardown((void **)&g_ctx);
-}
-
 typedef struct ecase {
     const char *name;
     const char *method; /* by name */
@@ -276,18 +266,8 @@ static void test_evict_bad_inputs(void **state) {
 }
 
 int main(void) {
-    struct CMUnitTest tests[32];
-    size_t n = 0;
-    printf("[ seed     ] 0x%016" PRIx64 " (set CLKV_TEST_SEED to change)\n", tu_seed(DEFAULT_SEED));
-    memset(tests, 0, sizeof tests);
-    tests[n].name = "evict_bad_inputs";
-    tests[n].test_func = test_evict_bad_inputs;
-    n++;
-    for (size_t i = 0; i < sizeof g_cases / sizeof g_cases[0]; i++) {
-        tests[n].name = g_cases[i].name;
-        tests[n].test_func = run_case;
-        tests[n].initial_state = (void *)&g_cases[i];
-        n++;
-    }
-    return _cmocka_run_group_tests("score_evict", tests, n, group_setup, group_teardown);
+    tu_suite s = {0};
+    tu_suite_add(&s, "evict_bad_inputs", test_evict_bad_inputs, NULL);
+    TU_SUITE_ADD_CASES(&s, g_cases, run_case);
+    return tu_suite_run(&s, "score_evict", &g_ctx, DEFAULT_SEED);
 }

@@ -29,16 +29,6 @@
 
 static clkv_context *g_ctx;
 
-static int group_setup(void **state) {
-    (void)state;
-    return tu_group_setup((void **)&g_ctx);
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    return tu_group_teardown((void **)&g_ctx);
-}
-
 /* ------------------------------------------------------------------------------------ */
 /* Selection runner                                                                     */
 /* ------------------------------------------------------------------------------------ */
@@ -1130,38 +1120,18 @@ static void test_inplace_bad_inputs(void **state) {
 }
 
 int main(void) {
-    struct CMUnitTest tests[32];
-    size_t n = 0;
-    printf("[ seed     ] 0x%016" PRIx64 " (set CLKV_TEST_SEED to change)\n", tu_seed(DEFAULT_SEED));
-    memset(tests, 0, sizeof tests);
-#define ADD(nm, fn)                                                                                \
-    do {                                                                                           \
-        tests[n].name = nm;                                                                        \
-        tests[n].test_func = fn;                                                                   \
-        n++;                                                                                       \
-    } while (0)
-    ADD("select_bad_inputs", test_select_bad_inputs);
-    ADD("compact_bad_inputs", test_compact_bad_inputs);
-    ADD("select_sizes", test_select_sizes);
-    ADD("select_ties", test_select_ties);
-    ADD("select_special_values", test_select_special_values);
-    ADD("select_batch", test_select_batch);
-    ADD("select_large", test_select_large);
-    for (size_t i = 0; i < sizeof g_compact / sizeof g_compact[0]; i++) {
-        tests[n].name = g_compact[i].name;
-        tests[n].test_func = run_compact;
-        tests[n].initial_state = (void *)&g_compact[i];
-        n++;
-    }
-    ADD("select_then_compact", test_select_then_compact);
-    for (size_t i = 0; i < sizeof g_inplace / sizeof g_inplace[0]; i++) {
-        tests[n].name = g_inplace[i].name;
-        tests[n].test_func = run_inplace;
-        tests[n].initial_state = (void *)&g_inplace[i];
-        n++;
-    }
-    ADD("inplace_not_ascending", test_inplace_not_ascending);
-    ADD("inplace_bad_inputs", test_inplace_bad_inputs);
-#undef ADD
-    return _cmocka_run_group_tests("select", tests, n, group_setup, group_teardown);
+    tu_suite s = {0};
+    tu_suite_add(&s, "select_bad_inputs", test_select_bad_inputs, NULL);
+    tu_suite_add(&s, "compact_bad_inputs", test_compact_bad_inputs, NULL);
+    tu_suite_add(&s, "select_sizes", test_select_sizes, NULL);
+    tu_suite_add(&s, "select_ties", test_select_ties, NULL);
+    tu_suite_add(&s, "select_special_values", test_select_special_values, NULL);
+    tu_suite_add(&s, "select_batch", test_select_batch, NULL);
+    tu_suite_add(&s, "select_large", test_select_large, NULL);
+    TU_SUITE_ADD_CASES(&s, g_compact, run_compact);
+    tu_suite_add(&s, "select_then_compact", test_select_then_compact, NULL);
+    TU_SUITE_ADD_CASES(&s, g_inplace, run_inplace);
+    tu_suite_add(&s, "inplace_not_ascending", test_inplace_not_ascending, NULL);
+    tu_suite_add(&s, "inplace_bad_inputs", test_inplace_bad_inputs, NULL);
+    return tu_suite_run(&s, "select", &g_ctx, DEFAULT_SEED);
 }

@@ -938,6 +938,7 @@ void tu_suite_add(tu_suite *s, const char *name, CMUnitTestFunction fn, void *st
 }
 
 static clkv_context **g_suite_ctx;
+static void (*g_suite_at_end)(void);
 
 static int suite_setup(void **state) {
     (void)state;
@@ -946,6 +947,8 @@ static int suite_setup(void **state) {
 
 static int suite_teardown(void **state) {
     (void)state;
+    if (g_suite_at_end)
+        g_suite_at_end();
     return tu_group_teardown((void **)g_suite_ctx);
 }
 
@@ -956,5 +959,6 @@ int tu_suite_run(const tu_suite *s, const char *group, clkv_context **ctx, uint6
         return 1;
     }
     g_suite_ctx = ctx;
+    g_suite_at_end = s->at_end;
     return _cmocka_run_group_tests(group, s->tests, s->n, suite_setup, suite_teardown);
 }

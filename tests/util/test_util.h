@@ -321,13 +321,14 @@ void tu_expect_reject_at(const char *file, int line, clkv_context *ctx, clkv_sta
 /* Suites                                                                               */
 /* ------------------------------------------------------------------------------------ */
 
-#define TU_SUITE_MAX 64
+#define TU_SUITE_MAX 128
 
-/* The test list of one cmocka group, built in order. */
+/* The test list of one cmocka group, built in order (zero-initialize it). */
 typedef struct tu_suite {
     struct CMUnitTest tests[TU_SUITE_MAX];
     size_t n;
-    int overflow; /* more than TU_SUITE_MAX added: tu_suite_run fails */
+    int overflow;         /* more than TU_SUITE_MAX added: tu_suite_run fails */
+    void (*at_end)(void); /* optional: runs after the last test, before the teardown */
 } tu_suite;
 
 /* Append a test with its initial *state (may be NULL). */
