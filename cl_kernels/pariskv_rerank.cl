@@ -20,6 +20,11 @@
  *             orders by key, then index); 0: the previous work-group-wide scans
  *   TC_ITEMS  (TC_NARROW) scores per work-item of pkv_topk_collect (WG * TC_ITEMS per
  *             work-group: fewer work-groups repeating the bin search)
+ *   RR_PART   the kernels a program holds: 1 pkv_rerank (needs HEAD_DIM, SUB_M, W_DTYPE,
+ *             CODES_U32, RR_*), 2 pkv_topk_collect + pkv_topk (none of those), 0 (default)
+ *             all three. Split, the top-k program serves every head dim, subspace dim and
+ *             weight dtype (PoCL compiles every kernel of a program, and the top-k kernels
+ *             are the larger part).
  *
  * Final top-k: pkv_rerank scores the candidates and histograms the top KH_BITS bits of
  * each score's order-preserving key per row (global atomics from per-work-group
@@ -105,6 +110,11 @@ inline uint pkr_key(float x) {
     return (u >> 31) ? ~u : (u | 0x80000000u);
 }
 
+#ifndef RR_PART
+#define RR_PART 0
+#endif
+
+#if RR_PART != 2
 #ifndef RR_VEC
 #define RR_VEC 0
 #endif
@@ -285,6 +295,9 @@ pkv_rerank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __glob
 #endif
 }
 
+#endif /* RR_PART != 2 */
+
+#if RR_PART != 1
 /* The threshold bin of a row: the largest bin t with #(keys in bins >= t) >= kk (kk > 0);
  * *cnt gets that count. All work-items must call it; kr: the row's histogram. */
 inline int pkr_thr_bin(__global const uint *kr, __local ulong *tmp, __local int *sh, uint kk,
@@ -620,3 +633,4 @@ pkv_topk(__global const float *cs, long cs_off, long cs_sb, long cs_sh, __global
     for (int j = kk + lid; j < top_k; j += WG)
         out[j] = -1;
 }
+#endif /* RR_PART != 1 */

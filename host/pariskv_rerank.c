@@ -30,24 +30,31 @@
 clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_search_args *a,
                                          const pkv_search_plan *p, cl_mem ws,
                                          pkv_search_kernels *k) {
-    clkv_defs defs;
+    /* two programs (RR_PART, see pariskv_rerank.cl): pkv_rerank, and the top-k kernels,
+     * which do not depend on the head dim, subspace dim or weight dtype */
+    clkv_defs defs, tdefs;
     clkv__defs_init(&defs);
+    clkv__defs_init(&tdefs);
+    clkv_defs *both[2] = {&defs, &tdefs};
+    for (int i = 0; i < 2; i++) {
+        clkv__defs_int(both[i], "RR_PART", i + 1);
+        clkv__defs_int(both[i], "WG", p->wg2);
+        clkv__defs_int(both[i], "KH_BITS", PKV_KHIST_BITS);
+        clkv__defs_int(both[i], "KBUF_CAP", PKV_KBUF_CAP);
+        /* CLKV_PARISKV_FAST_TOPK=0 turns this off (see pkv_search_plan.fast_topk) */
+        clkv__defs_int(both[i], "KH_COARSE", p->fast_topk && p->wg2 >= 64);
+    }
     clkv__defs_int(&defs, "HEAD_DIM", p->D);
     clkv__defs_int(&defs, "SUB_M", p->m);
     clkv__defs_int(&defs, "W_DTYPE", a->weights.dtype);
-    clkv__defs_int(&defs, "WG", p->wg2);
     clkv__defs_int(&defs, "CODES_U32", clkv__rows_aligned(&a->codes, 4));
-    clkv__defs_int(&defs, "KH_BITS", PKV_KHIST_BITS);
-    clkv__defs_int(&defs, "KBUF_CAP", PKV_KBUF_CAP);
-    /* CLKV_PARISKV_FAST_TOPK=0 turns this off (see pkv_search_plan.fast_topk) */
-    clkv__defs_int(&defs, "KH_COARSE", p->fast_topk && p->wg2 >= 64);
     const int narrow =
         p->fast_topk && p->wg2 >= 64 && clkv__env_int("CLKV_PARISKV_COLLECT", 1) != 0;
     const int tc_env = clkv__env_int("CLKV_PARISKV_COLLECT_ITEMS", COLLECT_ITEMS_DEFAULT);
     const int tc_items = narrow && (tc_env == 2 || tc_env == 4 || tc_env == 8) ? tc_env : 1;
-    clkv__defs_int(&defs, "TC_NARROW", narrow);
-    clkv__defs_int(&defs, "TC_ITEMS", tc_items);
-    clkv__defs_int(&defs, "TK_RANK", p->fast_topk ? PKV_TOPK_RANK_MAX : 0);
+    clkv__defs_int(&tdefs, "TC_NARROW", narrow);
+    clkv__defs_int(&tdefs, "TC_ITEMS", tc_items);
+    clkv__defs_int(&tdefs, "TK_RANK", p->fast_topk ? PKV_TOPK_RANK_MAX : 0);
     const int w_vec = a->weights.dtype == CLKV_F32 ? 4 : 8; /* weights per 16 bytes */
     const int vec = clkv__env_int("CLKV_PARISKV_RERANK_V", 1) != 0 && p->m == 8 &&
                     clkv__rows_aligned(&a->codes, 16) && clkv__rows_aligned(&a->weights, w_vec) &&
@@ -67,8 +74,8 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
     clkv_status st;
     k->rerank = k->collect = k->topk = NULL;
     if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_rerank", &kr)) ||
-        (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_topk_collect", &kc)) ||
-        (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_topk", &kt)))
+        (st = clkv__get_kernel(ctx, KERNEL_FILE, &tdefs, "pkv_topk_collect", &kc)) ||
+        (st = clkv__get_kernel(ctx, KERNEL_FILE, &tdefs, "pkv_topk", &kt)))
         return st;
     const clkv_tensor *QR = &a->q_rot, *QN = &a->q_norm, *CD = &a->codes, *W = &a->weights,
                       *PL = &a->plan, *IX = &a->idx;
