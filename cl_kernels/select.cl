@@ -44,8 +44,9 @@
  *
  * -D: SEL_WG (work-group size, power of two <= 256), SELECT_SMALLEST (0/1),
  * PER_ITEM (consecutive elements per work-item in the write kernel), FUSE_POOL (0/1:
- * select_hist1 first computes the scores from a scorer's raw rows), POOL, POOL_K (with
- * FUSE_POOL: the scorer's pooling, see clkv_pooled_score in common.cl), SEL_AGG (0/1,
+ * select_hist1 first computes the scores from a scorer's raw rows; the pooling mode and
+ * kernel size are the arguments pool / pool_k, see clkv_pooled_score in common.cl, so
+ * every scorer's pooling shares one program), SEL_AGG (0/1,
  * default 1: warp-aggregated local histogram increments on NVIDIA), SEL_HREAD (0/1,
  * default 1: select_hist1's last work-group reads the row histogram in one batch instead
  * of an atomic exchange per bin), SEL_CG (0/1, default 1: cross-work-group reads with
@@ -264,14 +265,15 @@ inline void sel_hist_take(__global uint *rc, __local uint *lh) {
  * scorer's raw row (clkv_pooled_score, as score_finalize) and written out; the keys of
  * those below `end` (= n) histogrammed like sel_hist_tile. */
 inline void sel_pool_hist_tile(__global float *out, __global const float *rawrow, long t0, long end,
-                               long wend, int n, int P, long protect, __local uint *lh) {
+                               long wend, int n, int P, long protect, int pool, int pool_k,
+                               __local uint *lh) {
     const uint lid = get_local_id(0);
     uint keys[PER_ITEM];
     _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
         const long i = t0 + (long)j * SEL_WG + lid;
         float v = 0.0f;
         if (i < wend) {
-            v = clkv_pooled_score(rawrow, (int)i, n, P, protect, POOL, POOL_K);
+            v = clkv_pooled_score(rawrow, (int)i, n, P, protect, pool, pool_k);
             out[i] = v;
         }
         keys[j] = sel_key(v);
@@ -287,8 +289,8 @@ inline void sel_pool_hist_tile(__global float *out, __global const float *rawrow
 /* Kernel 1: histogram of the top H1_BITS bits of the chunk's keys into the row's counter
  * histogram; the row's last work-group finds the bin of rank c (see the top).
  * FUSE_POOL (clkv_evict_keep_set): the scores are first computed from the scorer's raw
- * rows (raw + raw_off + row * row_len; the scorer's pooling and protection, -D POOL /
- * POOL_K, W, excl, protect as score_finalize) and written to `scores` for every token
+ * rows (raw + raw_off + row * row_len; the scorer's pooling and protection, pool /
+ * pool_k, W, excl, protect as score_finalize) and written to `scores` for every token
  * j < L; the grid then covers ceil(L / chunk) >= nchunks chunks, the ones past nchunks
  * only writing. Without FUSE_POOL the raw arguments are unused.
  * Global: (nchunks * SEL_WG, rows), FUSE_POOL: (ceil(L / chunk) * SEL_WG, rows). */
@@ -298,7 +300,8 @@ __kernel void select_hist1(__global float *scores, long s_off, long s_sb, long s
                            int K, int has_rule, ulong ratio_bits, float ratio_f, long budget,
                            long window, __global uint *ws, long st_off, __global uint *ctr,
                            int chunk, int nchunks, __global const float *raw, long raw_off,
-                           long row_len, int L, int W, int excl, long protect) {
+                           long row_len, int L, int W, int excl, long protect, int pool,
+                           int pool_k) {
     __local uint lh[H1_BINS];
     __local uint s[SEL_WG];
     __local uint res[2];
@@ -321,13 +324,14 @@ __kernel void select_hist1(__global float *scores, long s_off, long s_sb, long s
     __global const float *rawrow = raw + raw_off + (long)row * row_len;
     const int P = excl ? max(n - W, 0) : n;
 #else
-    (void)raw, (void)raw_off, (void)row_len, (void)L, (void)W, (void)excl, (void)protect;
+    (void)raw, (void)raw_off, (void)row_len, (void)L, (void)W, (void)excl, (void)protect,
+        (void)pool, (void)pool_k;
     const long wend = end;
 #endif
     if (c == 0 || c == n || (int)g >= nchunks) { /* uniform over the work-group */
 #if FUSE_POOL
         for (long i = start + lid; i < wend; i += SEL_WG)
-            p[i] = clkv_pooled_score(rawrow, (int)i, n, P, protect, POOL, POOL_K);
+            p[i] = clkv_pooled_score(rawrow, (int)i, n, P, protect, pool, pool_k);
 #endif
         /* c == 0 or c == n (uniform over the row): T fixed, no search */
         if ((c == 0 || c == n) && g == 0 && lid == 0) {
@@ -346,7 +350,7 @@ __kernel void select_hist1(__global float *scores, long s_off, long s_sb, long s
         /* uniform trip count (sel_hist_add needs whole warps) */
         for (long t0 = start; t0 < wend; t0 += (long)SEL_WG * PER_ITEM)
 #if FUSE_POOL
-            sel_pool_hist_tile(p, rawrow, t0, end, wend, n, P, protect, lh);
+            sel_pool_hist_tile(p, rawrow, t0, end, wend, n, P, protect, pool, pool_k, lh);
 #else
             sel_hist_tile(p, t0, end, 0u, 0u, H1_SHIFT, H1_BINS - 1u, lh);
 #endif
@@ -681,9 +685,9 @@ __kernel void select_hist_sort(__global float *scores, long s_off, long s_sb, lo
                                long budget, long window, __global uint *ws, long st_off,
                                __global uint *ctr, int chunk, int nchunks,
                                __global const float *raw, long raw_off, long row_len, int L, int W,
-                               int excl, long protect, long cc_off, long cand_off, long tab_off,
-                               __global int *counts, long c_off, long c_sb, long c_sh,
-                               int has_counts) {
+                               int excl, long protect, int pool, int pool_k, long cc_off,
+                               long cand_off, long tab_off, __global int *counts, long c_off,
+                               long c_sb, long c_sh, int has_counts) {
     __local uint lm[SORT_LMEM];
     __local uint s[SEL_WG];
     __local uint res[2];
@@ -707,12 +711,13 @@ __kernel void select_hist_sort(__global float *scores, long s_off, long s_sb, lo
     __global const float *rawrow = raw + raw_off + (long)row * row_len;
     const int P = excl ? max(n - W, 0) : n;
 #else
-    (void)raw, (void)raw_off, (void)row_len, (void)L, (void)W, (void)excl, (void)protect;
+    (void)raw, (void)raw_off, (void)row_len, (void)L, (void)W, (void)excl, (void)protect,
+        (void)pool, (void)pool_k;
 #endif
     if (c == 0 || c == n || (int)g >= nchunks) { /* uniform over the work-group */
 #if FUSE_POOL
         for (long i = start + lid; i < wend; i += SEL_WG)
-            p[i] = clkv_pooled_score(rawrow, (int)i, n, P, protect, POOL, POOL_K);
+            p[i] = clkv_pooled_score(rawrow, (int)i, n, P, protect, pool, pool_k);
 #endif
         /* c == 0 or c == n: T fixed (nothing / everything), every chunk its own offset */
         if ((c == 0 || c == n) && (int)g < nchunks && lid == 0) {
@@ -743,7 +748,7 @@ __kernel void select_hist_sort(__global float *scores, long s_off, long s_sb, lo
 #if FUSE_POOL
         float v = 0.0f;
         if (i < wend) {
-            v = clkv_pooled_score(rawrow, (int)i, n, P, protect, POOL, POOL_K);
+            v = clkv_pooled_score(rawrow, (int)i, n, P, protect, pool, pool_k);
             p[i] = v;
         }
         keys[j] = sel_key(v);

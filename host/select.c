@@ -341,10 +341,6 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
          * work-groups of the launch wrote */
         clkv__defs_int(&defs, "SEL_CG", clkv__env_int("CLKV_SELECT_CG", 1) != 0);
     }
-    if (fuse) {
-        clkv__defs_int(&defs, "POOL", fuse->pool);
-        clkv__defs_int(&defs, "POOL_K", fuse->pool_k);
-    }
     /* 2 kernels (select_hist_sort, select_write) or 3 (select_hist1, select_cand, ...) */
     const char *k1_name = p.sort ? "select_hist_sort" : "select_hist1";
     cl_kernel k_hist, k_cand = NULL, k_write;
@@ -402,22 +398,24 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
     const cl_mem raw_buf = fuse ? fuse->raw : s_buf;
     const cl_long raw_off = fuse ? fuse->raw_off : 0, row_len = fuse ? fuse->row_len : 0,
                   protect = fuse ? fuse->protect : 0;
-    const cl_int L = fuse ? fuse->L : 0, W = fuse ? fuse->W : 0, excl = fuse ? fuse->excl : 0;
-    st = clkv__set_args(
-        ctx, k_hist, k1_name, 32, CLKV_ARG(s_buf), CLKV_ARG(s_off), CLKV_ARG(s_sb), CLKV_ARG(s_sh),
-        CLKV_ARG(H), CLKV_ARG(len_buf), CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len),
-        CLKV_ARG(k_buf), CLKV_ARG(k_off), CLKV_ARG(k_sb), CLKV_ARG(k_sh), CLKV_ARG(has_krow),
-        CLKV_ARG(K), CLKV_ARG(ra.has), CLKV_ARG(ra.ratio_bits), CLKV_ARG(ra.ratio_f),
-        CLKV_ARG(ra.budget), CLKV_ARG(ra.window), CLKV_ARG(ws), CLKV_ARG(st_off), CLKV_ARG(ctr),
-        CLKV_ARG(chunk), CLKV_ARG(nchunks), CLKV_ARG(raw_buf), CLKV_ARG(raw_off), CLKV_ARG(row_len),
-        CLKV_ARG(L), CLKV_ARG(W), CLKV_ARG(excl), CLKV_ARG(protect));
+    const cl_int L = fuse ? fuse->L : 0, W = fuse ? fuse->W : 0, excl = fuse ? fuse->excl : 0,
+                 pool = fuse ? fuse->pool : 0, pool_k = fuse ? fuse->pool_k : 1;
+    st = clkv__set_args(ctx, k_hist, k1_name, 34, CLKV_ARG(s_buf), CLKV_ARG(s_off), CLKV_ARG(s_sb),
+                        CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(len_buf), CLKV_ARG(len_off),
+                        CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(k_buf), CLKV_ARG(k_off),
+                        CLKV_ARG(k_sb), CLKV_ARG(k_sh), CLKV_ARG(has_krow), CLKV_ARG(K),
+                        CLKV_ARG(ra.has), CLKV_ARG(ra.ratio_bits), CLKV_ARG(ra.ratio_f),
+                        CLKV_ARG(ra.budget), CLKV_ARG(ra.window), CLKV_ARG(ws), CLKV_ARG(st_off),
+                        CLKV_ARG(ctr), CLKV_ARG(chunk), CLKV_ARG(nchunks), CLKV_ARG(raw_buf),
+                        CLKV_ARG(raw_off), CLKV_ARG(row_len), CLKV_ARG(L), CLKV_ARG(W),
+                        CLKV_ARG(excl), CLKV_ARG(protect), CLKV_ARG(pool), CLKV_ARG(pool_k));
     if (st == CLKV_OK && p.sort) { /* select_hist_sort's further arguments */
         const size_t sz[8] = {sizeof cc_off, sizeof cand_off, sizeof tab_off, sizeof c_buf,
                               sizeof c_off,  sizeof c_sb,     sizeof c_sh,    sizeof has_counts};
         const void *const ptr[8] = {&cc_off, &cand_off, &tab_off, &c_buf,
                                     &c_off,  &c_sb,     &c_sh,    &has_counts};
         for (cl_uint i = 0; i < 8 && st == CLKV_OK; i++) {
-            const cl_int err = clSetKernelArg(k_hist, 32 + i, sz[i], ptr[i]);
+            const cl_int err = clSetKernelArg(k_hist, 34 + i, sz[i], ptr[i]);
             if (err != CL_SUCCESS)
                 st = clkv__fail_cl(ctx, err, "clSetKernelArg(select_hist_sort)");
         }
