@@ -77,7 +77,8 @@
 #define KW4 (16 / KP) /* key code word rows per tile (1 or 2) */
 #define VW4 (NW / 4)  /* uint4 of value words per token */
 #define UNROLL _Pragma("unroll")
-#define LAZY_M 8.0f /* slack of the lazy running maxima (log2 units) */
+#define LAZY_M 8.0f   /* slack of the lazy running maxima (log2 units) */
+#define M_INIT -1e30f /* running maximum before the first logit (written out as -inf) */
 
 #if (HEAD_DIM != 64 && HEAD_DIM != 128) || (KBITS != 2 && KBITS != 4) ||                           \
     (VBITS != 2 && VBITS != 4) || !defined(CLKV_NVIDIA_PTX) || GQ < 16
@@ -361,7 +362,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
             qex[wid][h] = expo(mx);
     }
 
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    /* running maxima start at M_INIT, finite, so exp2(M_INIT - m) is 0 with no test */
+    float m0 = M_INIT, m1 = M_INIT, l0 = 0.0f, l1 = 0.0f;
     float acc[NMT][4], cmv[DG], cms[DG];
     UNROLL
     for (int t = 0; t < NMT; t++)
@@ -406,12 +408,14 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
             for (int k = 0; k < 4; k++)
                 load_vwords(vw[k], st, 2 * ft + (k & 1) + 8 * (k >> 1), lw0);
 #endif
-            /* ---- value metadata ---- */
+#if DG % 4 == 0
+            /* ---- value metadata as f32, for 16-byte reads of 4 groups ---- */
             __local const meta_t *vmr = (__local const meta_t *)(st + VM_OFF);
             for (int e = lane; e < 16 * DG; e += 32) {
                 vss[e] = LOAD_META_L(vmr, e);
                 vms[e] = LOAD_META_L(vmr, 16 * DG + e);
             }
+#endif
             /* ---- the key operand of this group and its constants ----
              * B[c][head] = q'_c s_c 2^-sg (f16 high part, f16 rest), sg per head from the
              * exponents of max |q'| and of the group's max s so that |B| < 2^15; the logit
@@ -528,10 +532,12 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
          * scale (the state (m, l, acc) means acc * 2^m whatever m is). Once the maxima
          * settle, a tile costs one vote instead of the shuffle reductions, the factor
          * exchange and the rescale. */
-        if (base + tok_a >= end)
-            z[0] = z[1] = -INFINITY;
-        if (base + tok_b >= end)
-            z[2] = z[3] = -INFINITY;
+        if (base + 16 > end) { /* the split's last tile, partly past its end (uniform) */
+            if (base + tok_a >= end)
+                z[0] = z[1] = -INFINITY;
+            if (base + tok_b >= end)
+                z[2] = z[3] = -INFINITY;
+        }
         const int grow = warp_any(fmax(z[0], z[2]) > m0 + LAZY_M || fmax(z[1], z[3]) > m1 + LAZY_M);
         float f0 = 1.0f, f1 = 1.0f;
         if (grow) {
@@ -543,8 +549,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
             }
             mx0 = fmax(mx0, m0);
             mx1 = fmax(mx1, m1);
-            f0 = m0 == -INFINITY ? 0.0f : clkv_exp2_ftz(m0 - mx0);
-            f1 = m1 == -INFINITY ? 0.0f : clkv_exp2_ftz(m1 - mx1);
+            f0 = clkv_exp2_ftz(m0 - mx0);
+            f1 = clkv_exp2_ftz(m1 - mx1);
             m0 = mx0;
             m1 = mx1;
             if (ft < 2 && fg == 0) {
@@ -552,10 +558,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 fs[ha + 1] = f1;
             }
         }
-        const float bs0 = m0 == -INFINITY ? 0.0f : m0;
-        const float bs1 = m1 == -INFINITY ? 0.0f : m1;
-        const float p0 = clkv_exp2_ftz(z[0] - bs0), p1 = clkv_exp2_ftz(z[1] - bs1);
-        const float p2 = clkv_exp2_ftz(z[2] - bs0), p3 = clkv_exp2_ftz(z[3] - bs1);
+        const float p0 = clkv_exp2_ftz(z[0] - m0), p1 = clkv_exp2_ftz(z[1] - m1);
+        const float p2 = clkv_exp2_ftz(z[2] - m0), p3 = clkv_exp2_ftz(z[3] - m1);
         l0 = fma(l0, f0, p0 + p2);
         l1 = fma(l1, f1, p1 + p3);
         if (ft < 2) {
@@ -612,10 +616,12 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                         }
                     }
 #else
+                    /* fewer than 4 groups: straight from the stage */
+                    __local const meta_t *vmr = (__local const meta_t *)(st + VM_OFF);
                     UNROLL
                     for (int k = 0; k < 4; k++) {
-                        vS[k][grp % 4] = vss[tkk[k] * DG + grp];
-                        vM[k][grp % 4] = vms[tkk[k] * DG + grp];
+                        vS[k][grp % 4] = LOAD_META_L(vmr, tkk[k] * DG + grp);
+                        vM[k][grp % 4] = LOAD_META_L(vmr, 16 * DG + tkk[k] * DG + grp);
                     }
 #endif
                     float r[4];
@@ -721,7 +727,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 xs[h * HEAD_DIM + cb] = (acc[t][2 + e] - csm[wid][1][gb]) * VFB + csm[wid][0][gb];
             }
             if (fg == 0) {
-                ps[2 * h] = e ? m1 : m0;
+                const float m = e ? m1 : m0;
+                ps[2 * h] = m == M_INIT ? -INFINITY : m;
                 ps[2 * h + 1] = e ? l1 : l0;
             }
         }
