@@ -32,7 +32,9 @@ typedef struct quant_plan {
  *   CLKV_QUANT_MMA=2        the tensor-core kernel wherever it applies (not only where it
  *                           measured faster)
  *   CLKV_QUANT_MMA_WARPS=N  automatic splits aim at N warps per compute unit (default 64)
- *   CLKV_QUANT_MMA_MINTOK=N no automatic split shorter than N tokens (default 256)
+ *   CLKV_QUANT_MMA_MINTOK=N no automatic split shorter than N tokens (default 256); where
+ *                           the length limits the split count, splits of about 2N tokens
+ *                           at 2-bit codes (N at 4-bit), see plan_mma
  *   CLKV_QUANT_MMA_STAGES=N 16-token tiles in flight per warp, 1..8 (default 4) */
 static int env_int(const char *name, int def, int lo, int hi) {
     const char *e = getenv(name);
@@ -132,9 +134,21 @@ static void plan_mma(const clkv_quant_cache *c, const clkv_attention_quant_decod
     if (splits <= 0) {
         const int64_t target = (int64_t)dev->compute_units * kn->warps;
         splits = (target + units - 1) / units;
-        const int64_t cap = (len + kn->mintok - 1) / kn->mintok;
-        if (splits > cap)
-            splits = cap;
+        /* Too few tokens for that many splits of `lt` tokens (2 mintok at 2-bit codes,
+         * mintok at 4-bit: about the same bytes): splits of lt tokens, but at least one round
+         * of work-groups (4 per compute unit) in splits of at least mintok. H100, groups of
+         * 128, against splits of mintok: 2-bit B 1 128K 63.8 -> 58.7 us, B 2 128K 110.9 ->
+         * 104.8, B 8 32K 110.0 -> 104.3, B 8 128K unchanged; 4-bit unchanged (longer splits
+         * measured 5 % slower at B 1 128K). */
+        const int bits = c->cfg.k_bits + c->cfg.v_bits;
+        const int64_t lt = ((int64_t)kn->mintok * 8 / bits + 15) / 16 * 16;
+        const int64_t cap = (len + lt - 1) / lt;
+        if (splits > cap) {
+            const int64_t round = ((int64_t)dev->compute_units * 4 * MMA_WARPS + units - 1) / units;
+            const int64_t cap_short = (len + kn->mintok - 1) / kn->mintok;
+            const int64_t floor_splits = round < cap_short ? round : cap_short;
+            splits = cap > floor_splits ? cap : floor_splits;
+        }
     }
     if (splits > len)
         splits = len;
