@@ -72,10 +72,9 @@
 #define NMT (HEAD_DIM / 16) /* m-tiles of the value product */
 #define CPL (HEAD_DIM / 32) /* channels per lane when forming the key operand */
 #define LDB                                                                                        \
-    (HEAD_DIM + 16)   /* 16-bit entries per column of the key operand (pad: 8-byte                 \
-                       * fragment reads without bank conflicts) */
-#define KW4 (16 / KP) /* key code word rows per tile (1 or 2) */
-#define VW4 (NW / 4)  /* uint4 of value words per token */
+    (HEAD_DIM + 16)  /* 16-bit entries per column of the key operand (pad: 8-byte                  \
+                      * fragment reads without bank conflicts) */
+#define VW4 (NW / 4) /* uint4 of value words per token */
 #define UNROLL _Pragma("unroll")
 #define LAZY_M 8.0f   /* slack of the lazy running maxima (log2 units) */
 #define M_INIT -1e30f /* running maximum before the first logit (written out as -inf) */
@@ -113,16 +112,12 @@
 typedef CLKV_STORAGE(Q_DTYPE) q_t;
 typedef CLKV_STORAGE(RES_DTYPE) res_t;
 typedef CLKV_STORAGE(META_DTYPE) meta_t;
-#define LOAD_META CLKV_LOAD(META_DTYPE)
 #define LOAD_RES CLKV_LOAD(RES_DTYPE)
 
 #define BF16_ONE2 0x3F803F80u
-/* A lane's codes as bf16 mma operands. A lane reads code index 2g, 2g + 1 (2-bit) or g
- * (4-bit) of a word: bits 4g .. 4g + 3, nibble g % 2 of byte g / 2. gather(x, y) moves that
- * byte of x to byte 0 and of y to byte 2 (one prmt with the lane's selector); a rotation by
- * a lane constant then puts the wanted code at the top mantissa bits of each 16-bit half
- * (bits 5-6 for 2 bits, 3-6 for 4 bits; a rotation right by one is a left rotation by 31)
- * and the mask keeps it under bf16 1.0: x = 1 + c / 2^b. */
+/* gather(x, y, sel): byte sel & 3 of x to byte 0 and byte (sel >> 8) - 4 of y to byte 2
+ * (one prmt), so each 16-bit half holds one code byte of one word; the codes are then
+ * masked in place (keys, f16 subnormals) or rotated and masked under bf16 1.0 (values). */
 inline uint gather(uint x, uint y, uint sel) {
     uint d;
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(y), "r"(sel));
@@ -281,7 +276,9 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     __local uint2 bsm[NWARP][8 * LDB / 4]; /* key operand B [8 columns][LDB] (bf16) */
     __local float psm[NWARP][16 * HP];     /* probabilities of the tile [token][head] */
     __local float fsm[NWARP][HP];          /* rescale factors of the tile per head */
-    __local float4 vsm[NWARP][2][4 * DG];  /* value S and m - S [token][group] */
+#if DG % 4 == 0
+    __local float4 vsm[NWARP][2][4 * DG]; /* value scales and minima [token][group] (f32) */
+#endif
     __local float csm[NWARP][2][HP * DG];  /* value minimum and unit terms at the end */
     __local int qex[NWARP][HP];            /* exponent of max |q'| per head */
     __local float4 qsm4[HP][HEAD_DIM / 4]; /* q' of the work-group's heads */
@@ -325,8 +322,10 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     __local uint *bs32 = (__local uint *)bs;
     __local float *ps = psm[wid];
     __local float *fs = fsm[wid];
+#if DG % 4 == 0
     __local float *vss = (__local float *)vsm[wid][0];
     __local float *vms = (__local float *)vsm[wid][1];
+#endif
 
     /* lane roles: C fragments hold heads ha, ha + 1 (column part ft / 2); B fragments
      * column fg = head fg % 4, part fg / 4 */
@@ -606,7 +605,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 if ((16 * t) % GQ == 0) { /* a new value group: B = p s (hi/lo), sums */
                     const int grp = (16 * t) / GQ;
 #if DG % 4 == 0
-                    if (grp % 4 == 0) { /* S, m - S of the lane's tokens, groups grp .. +3 */
+                    if (grp % 4 == 0) { /* s, m of the lane's tokens, groups grp .. +3 */
                         UNROLL
                         for (int k = 0; k < 4; k++) {
                             const float4 a = vsm[wid][0][tkk[k] * (DG / 4) + grp / 4];
@@ -683,7 +682,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 }
             }
         }
-        clkv_warp_sync(); /* ps, fs, vss, vms and the stage are refilled next */
+        clkv_warp_sync(); /* ps, fs, the value metadata and the stage are refilled next */
     }
     CLKV_CP_ASYNC_WAIT(0);
 
