@@ -153,7 +153,6 @@ static const dcase g_cases[] = {
 };
 /* clang-format on */
 
-#define N_CASES (sizeof g_cases / sizeof g_cases[0])
 
 static clkv_context *g_ctx;
 static double g_total_seconds;

@@ -134,7 +134,6 @@ static const wcase g_cases[] = {
 };
 /* clang-format on */
 
-#define N_CASES (sizeof g_cases / sizeof g_cases[0])
 
 static clkv_context *g_ctx;
 static double g_total_seconds;

@@ -38,7 +38,6 @@ static const gcase g_cases[] = {
     {"f32_d128_b3_h5_cap33_5buffers_ni1", 3, 5, 33, 128, CLKV_F32, 3, 1, TU_NHD, TU_HND, 0, 1},
 };
 /* clang-format on */
-#define N_CASES (sizeof g_cases / sizeof g_cases[0])
 
 static clkv_context *g_ctx;
 

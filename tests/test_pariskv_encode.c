@@ -969,8 +969,6 @@ static void test_empty(void **state) {
     tu_release(k);
 }
 
-#define N_ECASES (sizeof g_ecases / sizeof g_ecases[0])
-#define N_QCASES (sizeof g_qcases / sizeof g_qcases[0])
 
 int main(void) {
     tu_suite s = {0};

@@ -1614,7 +1614,6 @@ static void test_index_bad_inputs(void **state) {
     tu_set_case("%s", "");
 }
 
-#define N_SCASES (sizeof g_scases / sizeof g_scases[0])
 
 int main(void) {
     tu_suite s = {0};
