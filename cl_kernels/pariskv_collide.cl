@@ -179,6 +179,9 @@ pkv_rank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global
         for (int v = c; v < kh_len; v += NC)
             k_hist[kh_off + (long)bh * kh_len + v] = 0;
     }
+    ulong tier[6]; /* T_t, loaded while the scores are formed */
+    for (int t = 0; t < 6; t++)
+        tier[t] = (ulong)max(plan[plan_off + (1 + t) * B + b], 0);
     __global const float *q = qr + qr_off + b * qr_sb + h * qr_sh + blk * SUB_M;
     float s = 0.0f;
     for (int j = 0; j < SUB_M; j++)
@@ -194,7 +197,7 @@ pkv_rank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global
     }
     int bonus_c = 0;
     for (int t = 0; t < 6; t++)
-        bonus_c += before < (ulong)max(plan[plan_off + (1 + t) * B + b], 0);
+        bonus_c += before < tier[t];
     bonus[bonus_off + ((long)bh * NBLK + blk) * NC + c] = (uchar)bonus_c;
 }
 
@@ -416,11 +419,26 @@ pkv_threshold(__global const uint *chist, long ch_off, int nchunks, __global con
 
 /* Ordered compaction of one chunk: token i is selected when S_i > thr, or S_i == thr and
  * it is among the chunk's first `ties` tokens at thr. Work-item lid takes the PER_ITEM
- * consecutive tokens chunk*CHUNK + lid*PER_ITEM + r. Writes positions zone_start + i.
- * FUSED_THR: thr and the ties to take come from the row histogram, the chunk's output
- * base and ties from the suffix counts of chunks 0 .. chunk (chist), and chunk 0 fills
+ * consecutive tokens chunk*CHUNK + lid*PER_ITEM + r in whole vector loads (S rows are
+ * padded to 32 entries), keeps them as two bit masks (> thr, == thr) and writes only its
+ * selected tokens, lowest first: about a tenth of them, so the per-token work is a compare
+ * and a shift (H100, 1M tokens: 20.6 -> 18.8 us against one token at a time, 14.2 us with
+ * PER_ITEM 16). Writes positions zone_start + i.
+ * FUSED_THR: thr and the ties to take come from the row histogram, the chunk's output base
+ * and ties from the suffix counts of chunks 0 .. chunk (chist), and chunk 0 fills
  * candidates [C, fill_cand) with -1; else (thr, base, ties) come from pkv_threshold
  * (cinfo). Grid (nchunks * WG, Hkv, B), local (WG). */
+#if PER_ITEM >= 16 /* S entries per vector load */
+#define PKC_VW 16
+#elif PER_ITEM == 8
+#define PKC_VW 8
+#elif PER_ITEM == 4
+#define PKC_VW 4
+#endif
+#if PER_ITEM != 4 && PER_ITEM != 8 && PER_ITEM != 16 && PER_ITEM != 32
+#error "PER_ITEM must be 4, 8, 16 or 32 (one bit-mask word)"
+#endif
+#define PKC_SV CLKV_CAT(S_T, PKC_VW)
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_compact(__global const S_T *sc, long s_off, long s_sb, long s_sh, __global const int *plan,
             long plan_off, int zone_start, int max_zone, __global const int *cinfo, long ci_off,
@@ -433,6 +451,14 @@ pkv_compact(__global const S_T *sc, long s_off, long s_sb, long s_sh, __global c
     const int Hkv = (int)get_num_groups(1);
     const long bh = (long)b * Hkv + h;
     const int n = clamp(plan[plan_off + b], 0, max_zone);
+    const int i0 = chunk * CHUNK + lid * PER_ITEM;
+    /* S first (in flight during the threshold work); a row holds whole vectors up to its
+     * padded end, the entries past n are masked below */
+    __global const PKC_SV *s = (__global const PKC_SV *)(sc + s_off + b * s_sb + h * s_sh);
+    PKC_SV x[PER_ITEM / PKC_VW];
+    _Pragma("unroll") for (int k = 0; k < PER_ITEM / PKC_VW; k++) {
+        x[k] = i0 < n ? s[i0 / PKC_VW + k] : (PKC_SV)(0);
+    }
 #if FUSED_THR
     __local uint tot[NBINS];
     __local int sh[2];
@@ -464,27 +490,28 @@ pkv_compact(__global const S_T *sc, long s_off, long s_sb, long s_sh, __global c
     __global const int *ci = cinfo + ci_off + (bh * nchunks + chunk) * 4;
     const int base = ci[0], ties = ci[1], thr = ci[2];
 #endif
-    __global const S_T *s = sc + s_off + b * s_sb + h * s_sh;
-    const int i0 = chunk * CHUNK + lid * PER_ITEM;
-    int v[PER_ITEM];
-    uint gt = 0, eq = 0;
-    for (int r = 0; r < PER_ITEM; r++) {
-        v[r] = i0 + r < n ? (int)s[i0 + r] : 0;
-        const int valid = i0 + r < n;
-        gt += valid && v[r] > thr;
-        eq += valid && v[r] == thr;
+    S_T v[PER_ITEM];
+    _Pragma("unroll") for (int k = 0; k < PER_ITEM / PKC_VW; k++) {
+        CLKV_CAT(vstore, PKC_VW)(x[k], k, v);
     }
+    const int nv = clamp(n - i0, 0, PER_ITEM);
+    uint gtm = 0, eqm = 0;
+    _Pragma("unroll") for (int r = 0; r < PER_ITEM; r++) {
+        gtm |= (uint)((int)v[r] > thr && r < nv) << r;
+        eqm |= (uint)((int)v[r] == thr && r < nv) << r;
+    }
+    const uint gt = popcount(gtm), eq = popcount(eqm);
     ulong total;
     const ulong ex = pkc_scan(tmp, ((ulong)gt << 32) | eq, &total);
-    int gt_run = (int)(ex >> 32), eq_run = (int)(ex & 0xffffffffu);
-    __global int *out = cand + cd_off + b * cd_sb + h * cd_sh;
-    for (int r = 0; r < PER_ITEM; r++) {
-        if (i0 + r >= n)
-            break;
-        const int isgt = v[r] > thr, iseq = v[r] == thr;
-        if (isgt || (iseq && eq_run < ties))
-            out[base + gt_run + min(eq_run, ties)] = zone_start + i0 + r;
-        gt_run += isgt;
-        eq_run += iseq;
+    const int gt_run = (int)(ex >> 32), eq_run = (int)(ex & 0xffffffffu);
+    /* keep this work-item's first max(0, ties - eq_run) ties */
+    for (int drop = (int)eq - clamp(ties - eq_run, 0, (int)eq); drop > 0; drop--)
+        eqm &= ~(0x80000000u >> clz(eqm));
+    uint sel = gtm | eqm;
+    __global int *out = cand + cd_off + b * cd_sb + h * cd_sh + base + gt_run + min(eq_run, ties);
+    for (int o = 0; sel; o++) {
+        const uint low = sel & (0u - sel);
+        out[o] = zone_start + i0 + (31 - (int)clz(low));
+        sel ^= low;
     }
 }

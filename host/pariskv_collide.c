@@ -118,10 +118,10 @@ clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_s
     const cl_long bonus_off = (cl_long)p->off_bonus;
     const cl_long id_off = clkv__elem_offset(ID), id_sb = ID->strides[0], id_sh = ID->strides[1],
                   id_sl = ID->strides[2];
-    /* S lives in the workspace as [B, Hkv, max_zone] of 1 or 2 bytes. */
+    /* S lives in the workspace as [B, Hkv, s_row] of 1 or 2 bytes. */
     const cl_long s_es = p->s_wide ? 2 : 1;
-    const cl_long s_off = (cl_long)p->off_s / s_es, s_sh = (cl_long)p->max_zone,
-                  s_sb = (cl_long)(p->Hkv * p->max_zone);
+    const cl_long s_off = (cl_long)p->off_s / s_es, s_sh = (cl_long)p->s_row,
+                  s_sb = (cl_long)(p->Hkv * p->s_row);
     const clkv_tensor *DB = &a->collide_scores;
     const cl_mem dbg = DB->buf;
     const cl_long dbg_off = dbg ? clkv__elem_offset(DB) : 0, dbg_sb = dbg ? DB->strides[0] : 0,

@@ -11,7 +11,8 @@ typedef struct pkv_search_plan {
     int64_t B, Hkv, L, D, nblk, zone_start, max_zone, max_cand, top_k;
     int m, nc, nbins, s_wide;
     int wg, per_item, chunk, nchunks;
-    int wg2; /* work-group size of Stage II (rerank, top-k) */
+    int64_t s_row; /* entries per (b, KV head) row of S in the workspace */
+    int wg2;       /* work-group size of Stage II (rerank, top-k) */
     /* CLKV_PARISKV_LEGACY=1 in the environment: the previous Stage I (per-chunk
      * histograms, the threshold kernel summing bins per chunk, always 7 kernels), kept to
      * measure against; 0: the default (per-chunk suffix counts; 6 kernels when the

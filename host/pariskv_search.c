@@ -6,7 +6,7 @@
 #include "host/pariskv_retrieve_internal.h"
 
 #define SEARCH_WG 256
-#define PER_ITEM 8
+#define PER_ITEM 16
 /* Compaction work-groups per compute unit up to which the threshold is fused into it
  * (H100, 1M tokens, 4096 work-groups: fused 35.5 us, threshold + compaction 6.8 + 21.1). */
 #define FUSED_WAVE_WGS 8
@@ -25,8 +25,10 @@
  *                           (up to 16 tokens, <= 64 words)
  *   CLKV_PARISKV_WSCAN      Stage I work-group scans: 1 (default) warp shuffles on NVIDIA,
  *                           0 Hillis-Steele in local memory (the only path elsewhere)
- *   CLKV_PARISKV_PER_ITEM   tokens per work-item of pkv_collide / pkv_compact: 4, 8, 16, 32
- *                           (chunk = 256 * that; H100, 1M tokens: 16 and 32 no faster) */
+ *   CLKV_PARISKV_PER_ITEM   tokens per work-item of pkv_collide / pkv_compact: 4, 8, 16
+ *                           (default), 32 (chunk = 256 * that; H100, 1M tokens, same run, 8
+ *                           -> 16: pkv_collide 62.6 -> 62.8 us, pkv_threshold 6.7 -> 5.6,
+ *                           pkv_compact 17.8 -> 14.1, search 186.5 -> 181.4) */
 #define COLLIDE_DEFAULT 1
 #define COLLIDE_TOK_DEFAULT 4
 
@@ -159,6 +161,8 @@ static clkv_status validate_search(clkv_context *ctx, const clkv_pariskv_search_
     p->nbins = (int)(6 * nblk + 1);
     p->s_wide = 6 * nblk > 255;
     p->zone_start = a->zone_start;
+    /* S rows padded to 32 entries: pkv_compact reads whole vectors (PER_ITEM <= 32) */
+    p->s_row = (max_zone + 31) / 32 * 32;
     p->max_zone = max_zone;
     p->max_cand = max_cand;
     p->top_k = a->top_k;
@@ -200,7 +204,7 @@ static clkv_status validate_search(clkv_context *ctx, const clkv_pariskv_search_
     p->off_bonus = off;
     off += clkv__ws_align(rows * (size_t)(nblk * nc));
     p->off_s = off;
-    off += clkv__ws_align(rows * (size_t)max_zone * (p->s_wide ? 2 : 1));
+    off += clkv__ws_align(rows * (size_t)p->s_row * (p->s_wide ? 2 : 1));
     p->off_hist = off;
     off += clkv__ws_align(rows * (size_t)p->nchunks * (size_t)p->nbins * 4);
     p->off_rowhist = off;

@@ -622,13 +622,12 @@ static void test_search_ties(void **state) {
  * previous Stage I: per-chunk histograms, no fused threshold) and CLKV_PARISKV_FAST_TOPK=0
  * (per-row 4096-bin threshold, bitonic / radix top-k instead of the coarse bin and the
  * counting rank the other tests run) on a case with a separate threshold kernel
- * (3 x 2 rows of 5 chunks), one with the fused one, and the tie cases (counting rank,
- * bitonic and radix top-k paths), CLKV_PARISKV_RERANK_V=0 (the previous rerank kernel:
- * scalar code / weight loads; run_search_case also compares its scores bitwise), the
- * previous pkv_collide loop, collection scans and (NVIDIA) Stage I scans together, and
- * the other knobs' values: 32 tokens per work-item with ids loaded 2 tokens ahead as
- * 4-byte words (16 rounds per work-item, the last ones past the zone) and one score per
- * collection work-item. */
+ * (3 x 2 rows of 3 chunks of 4096 tokens), one with the fused one, and the tie cases (counting
+ * rank, bitonic and radix top-k paths), CLKV_PARISKV_RERANK_V=0 (the previous rerank kernel: scalar
+ * code / weight loads; run_search_case also compares its scores bitwise), the previous pkv_collide
+ * loop, collection scans and (NVIDIA) Stage I scans together, and the other knobs' values: 32
+ * tokens per work-item with ids loaded 2 tokens ahead as 4-byte words (16 rounds per work-item, the
+ * last ones past the zone) and one score per collection work-item. */
 static void test_search_variants(void **state) {
     (void)state;
     static const struct {
@@ -1613,7 +1612,6 @@ static void test_index_bad_inputs(void **state) {
     kv_destroy(&c);
     tu_set_case("%s", "");
 }
-
 
 int main(void) {
     tu_suite s = {0};
