@@ -2,7 +2,8 @@
  *
  * Keys: a score maps to an order-preserving uint32 (larger key = better): -0.0 becomes
  * +0.0, the sign bit is flipped for non-negatives and all bits inverted for negatives;
- * SELECT_SMALLEST inverts the key; NaN maps to 0, below every number in both modes.
+ * the kernel argument key_flip = 0xFFFFFFFF (smallest first) inverts it (an argument, not
+ * a -D: one program serves both orders); NaN maps to 0, below every number in both modes.
  * Numbers never map to 0 or 0xFFFFFFFF (the keys of -inf / +inf are 0x007FFFFF /
  * 0xFF800000, or the inverse), so T = 0xFFFFFFFF selects nothing.
  *
@@ -42,7 +43,7 @@
  *
  * select_row: the whole selection of one row in one work-group (short rows).
  *
- * -D: SEL_WG (work-group size, power of two <= 256), SELECT_SMALLEST (0/1),
+ * -D: SEL_WG (work-group size, power of two <= 256),
  * PER_ITEM (consecutive elements per work-item in the write kernel), FUSE_POOL (0/1:
  * select_hist1 first computes the scores from a scorer's raw rows; the pooling mode and
  * kernel size are the arguments pool / pool_k, see clkv_pooled_score in common.cl, so
@@ -131,17 +132,14 @@ inline int sel_arrive(__global uint *counter, uint nchunks, __local uint *flag) 
     return last;
 }
 
-inline uint sel_key(float f) {
+inline uint sel_key(float f, uint flip) {
     uint u = as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
         return 0u;
     if (u == 0x80000000u)
         u = 0u;
-    uint k = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-#if SELECT_SMALLEST
-    k = ~k;
-#endif
-    return k;
+    const uint k = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return k ^ flip;
 }
 
 /* Exclusive prefix sum of x over the work-group; *total receives the sum. Every
@@ -202,12 +200,12 @@ inline void sel_hist_add(__local uint *lh, uint bin) {
  * increment (one dependent load per iteration would leave a work-group a few KiB in
  * flight). Keys whose bits under `mask` differ from prefix are not counted. */
 inline void sel_hist_tile(__global const float *p, long t0, long end, uint prefix, uint mask,
-                          uint shift, uint dmask, __local uint *lh) {
+                          uint shift, uint dmask, __local uint *lh, uint key_flip) {
     const uint lid = get_local_id(0);
     uint keys[PER_ITEM];
     _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
         const long i = t0 + (long)j * SEL_WG + lid;
-        keys[j] = i < end ? sel_key(p[i]) : 0u;
+        keys[j] = i < end ? sel_key(p[i], key_flip) : 0u;
     }
     _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
         const long i = t0 + (long)j * SEL_WG + lid;
@@ -266,7 +264,7 @@ inline void sel_hist_take(__global uint *rc, __local uint *lh) {
  * those below `end` (= n) histogrammed like sel_hist_tile. */
 inline void sel_pool_hist_tile(__global float *out, __global const float *rawrow, long t0, long end,
                                long wend, int n, int P, long protect, int pool, int pool_k,
-                               __local uint *lh) {
+                               __local uint *lh, uint key_flip) {
     const uint lid = get_local_id(0);
     uint keys[PER_ITEM];
     _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
@@ -276,7 +274,7 @@ inline void sel_pool_hist_tile(__global float *out, __global const float *rawrow
             v = clkv_pooled_score(rawrow, (int)i, n, P, protect, pool, pool_k);
             out[i] = v;
         }
-        keys[j] = sel_key(v);
+        keys[j] = sel_key(v, key_flip);
     }
     _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
         const long i = t0 + (long)j * SEL_WG + lid;
@@ -301,7 +299,7 @@ __kernel void select_hist1(__global float *scores, long s_off, long s_sb, long s
                            long window, __global uint *ws, long st_off, __global uint *ctr,
                            int chunk, int nchunks, __global const float *raw, long raw_off,
                            long row_len, int L, int W, int excl, long protect, int pool,
-                           int pool_k) {
+                           int pool_k, uint key_flip) {
     __local uint lh[H1_BINS];
     __local uint s[SEL_WG];
     __local uint res[2];
@@ -350,9 +348,9 @@ __kernel void select_hist1(__global float *scores, long s_off, long s_sb, long s
         /* uniform trip count (sel_hist_add needs whole warps) */
         for (long t0 = start; t0 < wend; t0 += (long)SEL_WG * PER_ITEM)
 #if FUSE_POOL
-            sel_pool_hist_tile(p, rawrow, t0, end, wend, n, P, protect, pool, pool_k, lh);
+            sel_pool_hist_tile(p, rawrow, t0, end, wend, n, P, protect, pool, pool_k, lh, key_flip);
 #else
-            sel_hist_tile(p, t0, end, 0u, 0u, H1_SHIFT, H1_BINS - 1u, lh);
+            sel_hist_tile(p, t0, end, 0u, 0u, H1_SHIFT, H1_BINS - 1u, lh, key_flip);
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
         for (uint i = lid; i < H1_BINS; i += SEL_WG) {
@@ -425,7 +423,7 @@ __kernel void select_cand(__global const float *scores, long s_off, long s_sb, l
                           __global const int *lens, long len_off, int has_len, int max_len,
                           __global uint *ws, long st_off, long cc_off, long cand_off,
                           __global uint *ctr, int chunk, int nchunks, __global int *counts,
-                          long c_off, long c_sb, long c_sh, int has_counts) {
+                          long c_off, long c_sb, long c_sh, int has_counts, uint key_flip) {
     __local uint lh[LO_BINS];
     __local uint gtl[SEL_CW], eql[SEL_CW];
     __local uint2 cl[CAND_LOCAL];
@@ -453,7 +451,7 @@ __kernel void select_cand(__global const float *scores, long s_off, long s_sb, l
         uint keys[PER_ITEM];
         _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
             const long i = t0 + (long)j * SEL_WG + lid;
-            keys[j] = i < end ? sel_key(p[i]) : 0u;
+            keys[j] = i < end ? sel_key(p[i], key_flip) : 0u;
         }
         uint mine = 0u;
         _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
@@ -687,7 +685,7 @@ __kernel void select_hist_sort(__global float *scores, long s_off, long s_sb, lo
                                __global const float *raw, long raw_off, long row_len, int L, int W,
                                int excl, long protect, int pool, int pool_k, long cc_off,
                                long cand_off, long tab_off, __global int *counts, long c_off,
-                               long c_sb, long c_sh, int has_counts) {
+                               long c_sb, long c_sh, int has_counts, uint key_flip) {
     __local uint lm[SORT_LMEM];
     __local uint s[SEL_WG];
     __local uint res[2];
@@ -751,9 +749,9 @@ __kernel void select_hist_sort(__global float *scores, long s_off, long s_sb, lo
             v = clkv_pooled_score(rawrow, (int)i, n, P, protect, pool, pool_k);
             p[i] = v;
         }
-        keys[j] = sel_key(v);
+        keys[j] = sel_key(v, key_flip);
 #else
-        keys[j] = i < end ? sel_key(p[i]) : 0u;
+        keys[j] = i < end ? sel_key(p[i], key_flip) : 0u;
 #endif
     }
     _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
@@ -902,7 +900,8 @@ __kernel void select_hist_sort(__global float *scores, long s_off, long s_sb, lo
  * ones. gt and eq counts of a tile are < 2^16, packed into one scan. Every work-item must
  * call it. */
 inline void sel_write_range(__global const float *p, long start, long end, uint T, uint take,
-                            uint out, uint eq_before, __global int *dst, __local uint *s) {
+                            uint out, uint eq_before, __global int *dst, __local uint *s,
+                            uint key_flip) {
     const uint lid = get_local_id(0);
     for (long t0 = start; t0 < end; t0 += (long)SEL_WG * PER_ITEM) {
         const long i0 = t0 + (long)lid * PER_ITEM;
@@ -910,7 +909,7 @@ inline void sel_write_range(__global const float *p, long start, long end, uint 
         uint gt = 0u, eq = 0u;
         for (int j = 0; j < PER_ITEM; j++) {
             long i = i0 + j;
-            uint key = i < end ? sel_key(p[i]) : 0u;
+            uint key = i < end ? sel_key(p[i], key_flip) : 0u;
             keys[j] = key;
             if (i < end) {
                 gt += key > T;
@@ -950,7 +949,7 @@ __kernel void select_write(__global const float *scores, long s_off, long s_sb, 
                            __global const uint *ws, long st_off, long cc_off,
                            __global const int *lens, long len_off, int has_len, int max_len,
                            int chunk, int nchunks, __global int *idx, long i_off, long i_sb,
-                           long i_sh, int K) {
+                           long i_sh, int K, uint key_flip) {
     __local uint s[SEL_WG];
     __global const uint *state = ws + st_off, *cc = ws + cc_off;
     const uint row = get_global_id(1);
@@ -967,7 +966,7 @@ __kernel void select_write(__global const float *scores, long s_off, long s_sb, 
     const long end = min((long)n, start + chunk);
     __global const float *p = scores + s_off + b * s_sb + h * s_sh;
     __global int *dst = idx + i_off + b * i_sb + h * i_sh;
-    sel_write_range(p, start, end, T, take, cc[o], cc[o + 1], dst, s);
+    sel_write_range(p, start, end, T, take, cc[o], cc[o + 1], dst, s, key_flip);
     for (long sl = (long)c + (long)g * SEL_WG + lid; sl < K; sl += (long)nchunks * SEL_WG)
         dst[sl] = -1;
 }
@@ -984,7 +983,8 @@ __kernel void select_row(__global const float *scores, long s_off, long s_sb, lo
                          __global const int *kbuf, long k_off, long k_sb, long k_sh, int has_krow,
                          int K, __global int *idx, long i_off, long i_sb, long i_sh,
                          __global int *counts, long c_off, long c_sb, long c_sh, int has_counts,
-                         int has_rule, ulong ratio_bits, float ratio_f, long budget, long window) {
+                         int has_rule, ulong ratio_bits, float ratio_f, long budget, long window,
+                         uint key_flip) {
     __local uint lh[BINS];
     __local uint s[SEL_WG];
     __local uint res[2];
@@ -1015,7 +1015,7 @@ __kernel void select_row(__global const float *scores, long s_off, long s_sb, lo
             barrier(CLK_LOCAL_MEM_FENCE);
             /* uniform trip count: sel_hist_add needs whole warps */
             for (long t0 = 0; t0 < n; t0 += (long)SEL_WG * PER_ITEM)
-                sel_hist_tile(p, t0, (long)n, prefix, mask, shift, dmask, lh);
+                sel_hist_tile(p, t0, (long)n, prefix, mask, shift, dmask, lh, key_flip);
             barrier(CLK_LOCAL_MEM_FENCE);
             sel_find_digit(lh, BINS, r, s, res);
             prefix |= res[0] << shift;
@@ -1024,7 +1024,7 @@ __kernel void select_row(__global const float *scores, long s_off, long s_sb, lo
         T = prefix;
         take = r;
     }
-    sel_write_range(p, 0, (long)n, T, take, 0u, 0u, dst, s);
+    sel_write_range(p, 0, (long)n, T, take, 0u, 0u, dst, s, key_flip);
     for (long sl = (long)c + lid; sl < K; sl += SEL_WG)
         dst[sl] = -1;
     if (has_counts && lid == 0)

@@ -253,7 +253,6 @@ static clkv_status launch_row(clkv_context *ctx, const clkv_select_topk_args *ar
     clkv_defs defs;
     clkv__defs_init(&defs);
     clkv__defs_int(&defs, "SEL_WG", p->row_wg);
-    clkv__defs_int(&defs, "SELECT_SMALLEST", args->largest ? 0 : 1);
     clkv__defs_int(&defs, "PER_ITEM", ROW_PER_ITEM);
     clkv__defs_int(&defs, "SEL_PIPE", 1);
     cl_kernel kr;
@@ -288,6 +287,9 @@ static clkv_status launch_row(clkv_context *ctx, const clkv_select_topk_args *ar
                         CLKV_ARG(c_buf), CLKV_ARG(c_off), CLKV_ARG(c_sb), CLKV_ARG(c_sh),
                         CLKV_ARG(has_counts), CLKV_ARG(ra->has), CLKV_ARG(ra->ratio_bits),
                         CLKV_ARG(ra->ratio_f), CLKV_ARG(ra->budget), CLKV_ARG(ra->window));
+    const cl_uint key_flip = args->largest ? 0u : 0xffffffffu; /* smallest first: inverted keys */
+    if (!st)
+        st = clkv__set_args_at(ctx, kr, "select_row", 29, 1, CLKV_ARG(key_flip));
     if (st)
         return st;
     const size_t g[2] = {(size_t)p->row_wg, (size_t)p->rows}, l[2] = {(size_t)p->row_wg, 1};
@@ -324,7 +326,6 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
     clkv_defs defs;
     clkv__defs_init(&defs);
     clkv__defs_int(&defs, "SEL_WG", p.wg);
-    clkv__defs_int(&defs, "SELECT_SMALLEST", args->largest ? 0 : 1);
     clkv__defs_int(&defs, "PER_ITEM", PER_ITEM);
     clkv__defs_int(&defs, "FUSE_POOL", fuse != NULL);
     clkv__defs_int(&defs, "SEL_PIPE", p.sort ? 2 : 3);
@@ -409,12 +410,16 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
                         CLKV_ARG(ctr), CLKV_ARG(chunk), CLKV_ARG(nchunks), CLKV_ARG(raw_buf),
                         CLKV_ARG(raw_off), CLKV_ARG(row_len), CLKV_ARG(L), CLKV_ARG(W),
                         CLKV_ARG(excl), CLKV_ARG(protect), CLKV_ARG(pool), CLKV_ARG(pool_k));
+    const cl_uint key_flip = args->largest ? 0u : 0xffffffffu; /* smallest first: inverted keys */
+    if (st == CLKV_OK && !p.sort)
+        st = clkv__set_args_at(ctx, k_hist, k1_name, 34, 1, CLKV_ARG(key_flip));
     if (st == CLKV_OK && p.sort) { /* select_hist_sort's further arguments */
-        const size_t sz[8] = {sizeof cc_off, sizeof cand_off, sizeof tab_off, sizeof c_buf,
-                              sizeof c_off,  sizeof c_sb,     sizeof c_sh,    sizeof has_counts};
-        const void *const ptr[8] = {&cc_off, &cand_off, &tab_off, &c_buf,
-                                    &c_off,  &c_sb,     &c_sh,    &has_counts};
-        for (cl_uint i = 0; i < 8 && st == CLKV_OK; i++) {
+        const size_t sz[9] = {sizeof cc_off, sizeof cand_off,   sizeof tab_off,
+                              sizeof c_buf,  sizeof c_off,      sizeof c_sb,
+                              sizeof c_sh,   sizeof has_counts, sizeof key_flip};
+        const void *const ptr[9] = {&cc_off, &cand_off, &tab_off,    &c_buf,   &c_off,
+                                    &c_sb,   &c_sh,     &has_counts, &key_flip};
+        for (cl_uint i = 0; i < 9 && st == CLKV_OK; i++) {
             const cl_int err = clSetKernelArg(k_hist, 34 + i, sz[i], ptr[i]);
             if (err != CL_SUCCESS)
                 st = clkv__fail_cl(ctx, err, "clSetKernelArg(select_hist_sort)");
@@ -425,21 +430,21 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
     if (st == CLKV_OK)
         st = clkv__launch(ctx, k_hist, k1_name, 2, hist_g, loc, 0, prof ? &ev[0] : NULL);
     if (st == CLKV_OK && !p.sort)
-        st = clkv__set_args(ctx, k_cand, "select_cand", 21, CLKV_ARG(s_buf), CLKV_ARG(s_off),
-                            CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(len_buf),
-                            CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(ws),
-                            CLKV_ARG(st_off), CLKV_ARG(cc_off), CLKV_ARG(cand_off), CLKV_ARG(ctr),
-                            CLKV_ARG(chunk), CLKV_ARG(nchunks), CLKV_ARG(c_buf), CLKV_ARG(c_off),
-                            CLKV_ARG(c_sb), CLKV_ARG(c_sh), CLKV_ARG(has_counts));
+        st = clkv__set_args(
+            ctx, k_cand, "select_cand", 22, CLKV_ARG(s_buf), CLKV_ARG(s_off), CLKV_ARG(s_sb),
+            CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(len_buf), CLKV_ARG(len_off), CLKV_ARG(has_len),
+            CLKV_ARG(max_len), CLKV_ARG(ws), CLKV_ARG(st_off), CLKV_ARG(cc_off), CLKV_ARG(cand_off),
+            CLKV_ARG(ctr), CLKV_ARG(chunk), CLKV_ARG(nchunks), CLKV_ARG(c_buf), CLKV_ARG(c_off),
+            CLKV_ARG(c_sb), CLKV_ARG(c_sh), CLKV_ARG(has_counts), CLKV_ARG(key_flip));
     if (st == CLKV_OK && !p.sort)
         st = clkv__launch(ctx, k_cand, "select_cand", 2, chunk_g, loc, 0, prof ? &ev[1] : NULL);
     if (st == CLKV_OK)
-        st = clkv__set_args(ctx, k_write, "select_write", 19, CLKV_ARG(s_buf), CLKV_ARG(s_off),
+        st = clkv__set_args(ctx, k_write, "select_write", 20, CLKV_ARG(s_buf), CLKV_ARG(s_off),
                             CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(ws),
                             CLKV_ARG(st_off), CLKV_ARG(cc_off), CLKV_ARG(len_buf),
                             CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len),
                             CLKV_ARG(chunk), CLKV_ARG(nchunks), CLKV_ARG(i_buf), CLKV_ARG(i_off),
-                            CLKV_ARG(i_sb), CLKV_ARG(i_sh), CLKV_ARG(K));
+                            CLKV_ARG(i_sb), CLKV_ARG(i_sh), CLKV_ARG(K), CLKV_ARG(key_flip));
     if (st == CLKV_OK)
         st = clkv__launch(ctx, k_write, "select_write", 2, chunk_g, loc, 0,
                           prof ? &ev[nk - 1] : done);
