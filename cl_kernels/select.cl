@@ -298,8 +298,8 @@ __kernel void select_hist1(__global float *scores, long s_off, long s_sb, long s
                            int K, int has_rule, ulong ratio_bits, float ratio_f, long budget,
                            long window, __global uint *ws, long st_off, __global uint *ctr,
                            int chunk, int nchunks, __global const float *raw, long raw_off,
-                           long row_len, int L, int W, int excl, long protect, int pool,
-                           int pool_k, uint key_flip) {
+                           long row_len, int L, int W, int excl, long protect, int pool, int pool_k,
+                           uint key_flip) {
     __local uint lh[H1_BINS];
     __local uint s[SEL_WG];
     __local uint res[2];

@@ -153,7 +153,6 @@ static const dcase g_cases[] = {
 };
 /* clang-format on */
 
-
 static clkv_context *g_ctx;
 static double g_total_seconds;
 

@@ -134,7 +134,6 @@ static const wcase g_cases[] = {
 };
 /* clang-format on */
 
-
 static clkv_context *g_ctx;
 static double g_total_seconds;
 

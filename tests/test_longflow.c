@@ -135,7 +135,6 @@ static const lcase g_cases[] = {
 };
 /* clang-format on */
 
-
 /* q [B, Hq, D], k/v [.., D] rows with the case's data. */
 static void fill(const lcase *c, tu_rng *r, float *x, size_t n, int is_q) {
     if (c->data == DATA_HUGE) {

@@ -969,7 +969,6 @@ static void test_empty(void **state) {
     tu_release(k);
 }
 
-
 int main(void) {
     tu_suite s = {0};
     tu_suite_add(&s, "levels_lloyd_max", test_levels, NULL);
