@@ -17,6 +17,21 @@
  *   SEL_ROWS            1: the row of idx entry i is row i of ks / vs ([B, Hkv, NI, D],
  *                       e.g. gathered from a host-resident store) instead of row idx[i]
  *                       of k / v; which entries count is still decided by the idx values
+ *   SP_LASTIDX          1: the ParisKV decode step's plan (one head group per KV head,
+ *                       distinct idx entries: no duplicate detection, HASH_SLOTS 0):
+ *                       no split mixes dense and idx positions; the last
+ *                       ceil(n_idx / chunk) splits of each (sequence, KV head) take the
+ *                       idx entries (chunk each), the others the dense positions
+ *   SP_TOPK             1 (SP_LASTIDX, SEL_ROWS 0): each idx split first runs the search's
+ *                       final top-k (pkr_topk_row, pariskv_topk.cl, with KH_BITS, KBUF_CAP,
+ *                       TK_RANK as the search's pkv_topk; TK_NI = n_idx) from the search
+ *                       workspace into local memory (all of them the same; the first
+ *                       writes idx): one launch instead of the top-k kernel and this one
+ *   FUSED_MERGE         (SP_LASTIDX, NVIDIA) 1: the last work-group of a (sequence, KV
+ *                       head) to finish merges the splits into o / lse (split_merge.cl,
+ *                       O_DTYPE), no merge kernel. The step with a host-resident zone
+ *                       (SEL_ROWS) runs the same plan and merge, so both placements give
+ *                       bit-identical results.
  *
  * The attended list of a (sequence b, KV head g) with n = len[b] is virtual:
  *   positions [0, s_end)               tokens 0 .. s_end-1            (sink, s_end = min(sink, n))
@@ -48,6 +63,29 @@
 #ifndef SEL_ROWS
 #define SEL_ROWS 0
 #endif
+#ifndef SP_LASTIDX
+#define SP_LASTIDX 0
+#endif
+#ifndef SP_TOPK
+#define SP_TOPK 0
+#endif
+#ifndef FUSED_MERGE
+#define FUSED_MERGE 0
+#endif
+#if SP_TOPK && (SEL_ROWS || !SP_LASTIDX)
+#error "SP_TOPK needs SP_LASTIDX and attends rows of k / v in place (SEL_ROWS 0)"
+#endif
+#if SP_TOPK
+#define TK_WG WG_SIZE
+#define TK_OUT __local
+#include "pariskv_topk.cl"
+#endif
+#if SP_LASTIDX
+#define O_T CLKV_STORAGE(O_DTYPE)
+#endif
+#if SP_LASTIDX && FUSED_MERGE
+#include "split_merge.cl"
+#endif
 
 /* TPR, NRG, RED_ROWS, VW, NCH, ELEM, UNROLL_LOOP and rows_merge_store; UNROLL_LOOP stays
  * empty with SP_LDS_SUM (barriers inside unrolled loops multiply PoCL's barrier regions) */
@@ -58,7 +96,12 @@
 #define KV_T CLKV_STORAGE(KV_DTYPE)
 #define Q_T CLKV_STORAGE(Q_DTYPE)
 #define RED_WORDS (NRG * GROUP * 2 + RED_ROWS * GROUP * HEAD_DIM)
-#define LDS_WORDS (HASH_SLOTS > RED_WORDS ? HASH_SLOTS : RED_WORDS)
+#define LDS_WORDS_ (HASH_SLOTS > RED_WORDS ? HASH_SLOTS : RED_WORDS)
+#if SP_TOPK && 2 * TK_BIG > LDS_WORDS_
+#define LDS_WORDS (2 * TK_BIG) /* the top-k's buffer shares this memory too */
+#else
+#define LDS_WORDS LDS_WORDS_
+#endif
 
 #if TILE > WG_SIZE
 #error "TILE must not exceed WG_SIZE (one list position per work-item when resolving)"
@@ -132,25 +175,35 @@ inline int sp_hash_contains(volatile __local const int *tab, int t) {
 }
 #endif
 
-/* Value of idx entry i if it is a candidate (in [0, n) and outside the dense ranges),
- * else -1. Candidacy depends on the value only, so equal values agree. */
-inline int sp_candidate(__global const int *ip, int i, int n, int s_end, int l_lo) {
-    const int t = ip[i];
+/* Idx value t if it is a candidate (in [0, n) and outside the dense ranges), else -1.
+ * Candidacy depends on the value only, so equal values agree. */
+inline int sp_candidate(int t, int n, int s_end, int l_lo) {
     return (t >= s_end && t < l_lo && t < n) ? t : -1;
 }
 
-__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
-attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh,
-                         __global const KV_T *k, long k_off, long k_sb, long k_sh, long k_sl,
-                         __global const KV_T *v, long v_off, long v_sb, long v_sh, long v_sl,
-                         __global const KV_T *ks, long ks_off, long ks_sb, long ks_sh, long ks_sl,
-                         __global const KV_T *vs, long vs_off, long vs_sb, long vs_sh, long vs_sl,
-                         __global const int *lengths, long len_off, int has_lengths, int max_len,
-                         __global const int *idx, long idx_off, long idx_sb, long idx_sh, int n_idx,
-                         int sink, int local_len, int Hq, int G, int nhg, int chunk, int num_splits,
-                         float scale_log2, __global float *part_acc, long ml_off) {
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_sparse_partial(
+    __global const Q_T *q, long q_off, long q_sb, long q_sh, __global const KV_T *k, long k_off,
+    long k_sb, long k_sh, long k_sl, __global const KV_T *v, long v_off, long v_sb, long v_sh,
+    long v_sl, __global const KV_T *ks, long ks_off, long ks_sb, long ks_sh, long ks_sl,
+    __global const KV_T *vs, long vs_off, long vs_sb, long vs_sh, long vs_sl,
+    __global const int *lengths, long len_off, int has_lengths, int max_len, __global int *idx,
+    long idx_off, long idx_sb, long idx_sh, int n_idx, int sink, int local_len, int Hq, int G,
+    int nhg, int chunk, int num_splits, float scale_log2, __global float *part_acc, long ml_off
+#if SP_LASTIDX
+    ,
+    __global O_T *o, long o_off, long o_sb, long o_sh, __global float *lse, long lse_off,
+    long lse_sb, long lse_sh, int has_lse, __global int *tickets
+#endif
+#if SP_TOPK
+    ,
+    __global const float *cs, long cs_off, long cs_sb, long cs_sh, __global const int *cand,
+    long ca_off, long ca_sb, long ca_sh, __global const int *plan, long plan_off, int max_cand,
+    __global const uint *kh, long kh_off, __global const ulong *kbuf, long kb_off
+#endif
+) {
     __global float *part_ml = part_acc + ml_off;
     const int lid = (int)get_local_id(0);
+
     const int split = (int)get_group_id(0);
     const int kvh = (int)get_group_id(1) / nhg;
     const int hg = (int)get_group_id(1) % nhg;
@@ -158,10 +211,22 @@ attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
     const int rg = lid / TPR;
     const int ln = lid % TPR;
 
-    __local uint lds[LDS_WORDS]; /* hash set during the loop, reduction afterwards */
-    __local int tile_raw[TILE];  /* candidate values of the tile's idx entries (else -1) */
-    __local int tile_tok[TILE];  /* token of each tile position, -1: skip */
-    __local int tile_first[1];   /* first tile position with a kept token, TILE: none */
+    /* hash set during the loop, reduction afterwards (SP_TOPK: the top-k's buffer before) */
+    __local ulong lds64[(LDS_WORDS + 1) / 2];
+    __local uint *lds = (__local uint *)lds64;
+#if SP_TOPK
+    __local ulong tk_tmp[WG_SIZE];
+    __local uint tk_sel[TK_RANK > 0 ? TK_RANK : 1];
+    __local uint tk_sh[2];
+    __local int tk_pos[TK_NI]; /* the row's top-k positions (idx splits) */
+#endif
+#if SP_LASTIDX && FUSED_MERGE
+    __local int is_last;
+    __local float merge_w[2 * SM_MAX], merge_l[GROUP];
+#endif
+    __local int tile_raw[TILE]; /* candidate values of the tile's idx entries (else -1) */
+    __local int tile_tok[TILE]; /* token of each tile position, -1: skip */
+    __local int tile_first[1];  /* first tile position with a kept token, TILE: none */
 #if SEL_ROWS
     __local int tile_sel[TILE]; /* row of ks / vs for idx entries, -1: row tile_tok of k / v */
 #endif
@@ -174,9 +239,39 @@ attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
     const int l_lo = max(n - local_len, s_end); /* idx values >= l_lo are in the local range */
     const int nd = s_end + (n - l_lo);
     const int total = nd + n_idx;
+#if SP_LASTIDX
+    /* The last ceil(n_idx / chunk) splits take the idx entries [j * chunk, (j + 1) *
+     * chunk) (positions nd + those), the others the dense positions [0, nd). */
+    const int nds = num_splits - (n_idx + chunk - 1) / chunk;
+    const int is_idx = split >= nds;
+    const int p0 = is_idx ? nd + (split - nds) * chunk : split * chunk;
+    const int p1 = min(p0 + chunk, is_idx ? total : nd);
+#else
     const int p0 = split * chunk;
     const int p1 = min(p0 + chunk, total);
+#endif
+#if SP_TOPK
+    __global int *iw = idx + idx_off + (long)b * idx_sb + (long)kvh * idx_sh;
+    if (is_idx) { /* uniform over the work-group */
+        const int C = clamp(plan[plan_off + 7 * (int)get_num_groups(2) + b], 0, max_cand);
+        const long row = (long)b * get_num_groups(1) + kvh;
+        const uint nbuf = C > 0 ? kh[kh_off + row * KH_WORDS + KH_CNT + 1] : 0u;
+        pkr_topk_row(cs + cs_off + b * cs_sb + kvh * cs_sh, cand + ca_off + b * ca_sb + kvh * ca_sh,
+                     C, n_idx, tk_pos, nbuf, kbuf + kb_off + row * KBUF_CAP, lds64, tk_tmp, tk_sel,
+                     tk_sh);
+        barrier(CLK_LOCAL_MEM_FENCE); /* tk_pos written, lds64 free */
+        if (split == nds)
+            for (int i = lid; i < n_idx; i += WG_SIZE)
+                iw[i] = tk_pos[i];
+    }
+#define SP_IDX(i) (tk_pos[i])
+#else
+#define SP_IDX(i) (ip[i])
+#endif
     __global const int *ip = idx + idx_off + (long)b * idx_sb + (long)kvh * idx_sh;
+#if SP_TOPK
+    (void)ip; /* the idx entries are read from tk_pos */
+#endif
 
 #if HASH_SLOTS > 0
     volatile __local int *tab = (volatile __local int *)lds;
@@ -186,7 +281,7 @@ attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
         barrier(CLK_LOCAL_MEM_FENCE);
         const int i_first = clamp(p0 - nd, 0, n_idx);
         for (int i = lid; i < i_first; i += WG_SIZE) {
-            const int t = sp_candidate(ip, i, n, s_end, l_lo);
+            const int t = sp_candidate(SP_IDX(i), n, s_end, l_lo);
             if (t >= 0)
                 sp_hash_insert(tab, t);
         }
@@ -233,7 +328,7 @@ attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
             const int p = tb + lid;
             int raw = -1;
             if (p < p1 && p >= nd)
-                raw = sp_candidate(ip, p - nd, n, s_end, l_lo);
+                raw = sp_candidate(SP_IDX(p - nd), n, s_end, l_lo);
             tile_raw[lid] = raw;
         }
         if (lid == 0)
@@ -255,7 +350,9 @@ attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
                 } else {
                     tok = tile_raw[lid];
                     if (tok >= 0) {
-#if HASH_SLOTS > 0
+#if SP_LASTIDX
+                        /* the step's idx entries (its search's top-k) are distinct */
+#elif HASH_SLOTS > 0
                         if (sp_hash_contains(tab, tok))
                             tok = -1;
                         for (int r = 0; r < lid && tok >= 0; r++)
@@ -263,7 +360,7 @@ attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
                                 tok = -1;
 #else
                         for (int i = 0; i < p - nd && tok >= 0; i++)
-                            if (ip[i] == tok)
+                            if (SP_IDX(i) == tok)
                                 tok = -1;
 #endif
                     }
@@ -364,4 +461,20 @@ attention_sparse_partial(__global const Q_T *q, long q_off, long q_sb, long q_sh
     rows_merge_store(acc, m, l, rg, ln, (__local float *)lds,
                      (__local float *)lds + NRG * GROUP * 2, ng, part_acc, part_ml,
                      ((long)b * Hq + h0) * num_splits + split, num_splits);
+#if SP_LASTIDX && FUSED_MERGE
+    split_merge_fused(part_acc, ml_off, num_splits, Hq, b, h0, ng,
+                      tickets + (long)b * get_num_groups(1) + kvh, o, o_off, o_sb, o_sh, lse,
+                      lse_off, lse_sb, lse_sh, has_lse, &is_last, merge_w, merge_l);
+#elif SP_LASTIDX
+    (void)o;
+    (void)o_off;
+    (void)o_sb;
+    (void)o_sh;
+    (void)lse;
+    (void)lse_off;
+    (void)lse_sb;
+    (void)lse_sh;
+    (void)has_lse;
+    (void)tickets;
+#endif
 }

@@ -67,6 +67,9 @@
 #ifndef FUSED_MERGE
 #define FUSED_MERGE 0
 #endif
+#if FUSED_MERGE
+#include "split_merge.cl"
+#endif
 
 #define mma16816 CLKV_MMA(KV_DTYPE)
 #define split16x2 CLKV_SPLIT16X2(KV_DTYPE)
@@ -122,6 +125,9 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
     __local uint4 smem[NSTG * 2 * TILE16];
     __local float wm[NW][QN], wl[NW][QN];
     __local int is_last;
+#if FUSED_MERGE
+    __local float merge_w[2 * SM_MAX], merge_l[QN];
+#endif
     (void)q_st;
     (void)n_qtiles;
     (void)o_st;
@@ -347,49 +353,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
 #if FUSED_MERGE
     if (direct)
         return;
-    /* release this work-group's partial state, take a ticket; the last one merges */
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");
-    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-    if (lid == 0) {
-        const int last = atomic_inc(tickets + bh) == num_splits - 1;
-        if (last)
-            tickets[bh] = 0; /* every split has arrived: ready for the next call */
-        is_last = last;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (!is_last)
-        return;
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");
-    __global volatile const float *pa = part_acc;
-    for (int e = lid; e < G * (HEAD_DIM / 4); e += WG_SIZE) {
-        const int r = e / (HEAD_DIM / 4), c4 = e % (HEAD_DIM / 4);
-        const int h = kvh * G + r;
-        const long idx0 = ((long)b * Hq + h) * num_splits;
-        float mx = -INFINITY;
-        for (int sp = 0; sp < num_splits; sp++)
-            mx = fmax(mx, pa[ml_off + (idx0 + sp) * 2]);
-        float sum = 0.0f;
-        float4 x = (float4)(0.0f);
-        if (mx != -INFINITY) {
-            for (int sp = 0; sp < num_splits; sp++) {
-                const float msp = pa[ml_off + (idx0 + sp) * 2];
-                if (msp == -INFINITY)
-                    continue;
-                const float wgt = exp2(msp - mx);
-                sum = fma(pa[ml_off + (idx0 + sp) * 2 + 1], wgt, sum);
-                const long ai = (idx0 + sp) * HEAD_DIM + c4 * 4;
-                x = fma((float4)(wgt), (float4)(pa[ai], pa[ai + 1], pa[ai + 2], pa[ai + 3]), x);
-            }
-        }
-        x *= sum > 0.0f ? 1.0f / sum : 0.0f;
-        const long orow = o_off + (long)b * o_sb + (long)h * o_sh + c4 * 4;
-        CLKV_STORE(O_DTYPE)(o, orow, x.x);
-        CLKV_STORE(O_DTYPE)(o, orow + 1, x.y);
-        CLKV_STORE(O_DTYPE)(o, orow + 2, x.z);
-        CLKV_STORE(O_DTYPE)(o, orow + 3, x.w);
-        if (has_lse && c4 == 0)
-            lse[lse_off + (long)b * lse_sb + (long)h * lse_sh] =
-                sum > 0.0f ? (mx + log2(sum)) * CLKV_LN2 : -INFINITY;
-    }
+    split_merge_fused(part_acc, ml_off, num_splits, Hq, b, kvh * G, G, tickets + bh, o, o_off, o_sb,
+                      o_sh, lse, lse_off, lse_sb, lse_sh, has_lse, &is_last, merge_w, merge_l);
 #endif
 }

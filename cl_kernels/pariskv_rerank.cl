@@ -39,17 +39,11 @@
 
 #define NBLK (HEAD_DIM / SUB_M)
 #define W_T CLKV_STORAGE(W_DTYPE)
-#define NSUB (WG >= 32 ? WG / 32 : 1) /* top-k sub-histograms */
-#define KH_BINS (1 << KH_BITS)
-#define KH_CBINS 64                 /* coarse bins (top 6 key bits), used when KH_COARSE */
-#define KH_CNT (KH_BINS + KH_CBINS) /* then: appended count, count at/above the thr bin */
-#define KH_WORDS (KH_CNT + 2)
+#define TK_WG WG
+#include "pariskv_topk.cl"
 #define KH_PER (KH_BINS > WG ? KH_BINS / WG : 1) /* bins per work-item in the bin scan */
 #ifndef KH_COARSE
 #define KH_COARSE 0
-#endif
-#ifndef TK_RANK
-#define TK_RANK 0
 #endif
 #if KH_COARSE && WG < KH_CBINS
 #error "KH_COARSE needs WG >= 64"
@@ -66,22 +60,6 @@
 #if TC_ITEMS > 1 && !TC_NARROW
 #error "TC_ITEMS needs TC_NARROW"
 #endif
-
-/* Exclusive scan of one ulong per work-item over the work-group; *total gets the sum. */
-inline ulong pkr_scan(__local ulong *tmp, ulong v, ulong *total) {
-    const int lid = (int)get_local_id(0);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    tmp[lid] = v;
-    for (int s = 1; s < WG; s <<= 1) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        const ulong add = lid >= s ? tmp[lid - s] : 0;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        tmp[lid] += add;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    *total = tmp[WG - 1];
-    return tmp[lid] - v;
-}
 
 /* Exclusive scan of one uint per work-item over work-items [0, n) (n a power of two
  * <= WG; the others get 0); *total gets the sum. All work-items must call it. */
@@ -100,14 +78,6 @@ inline uint pkr_scan_n(__local uint *tmp, uint v, int n, uint *total) {
     barrier(CLK_LOCAL_MEM_FENCE);
     *total = tmp[n - 1];
     return lid < n ? tmp[lid] - v : 0u;
-}
-
-/* Order-preserving map of f32 to uint (larger float -> larger key; -0 == +0). */
-inline uint pkr_key(float x) {
-    uint u = as_uint(x);
-    if ((u & 0x7fffffffu) == 0)
-        u = 0;
-    return (u >> 31) ? ~u : (u | 0x80000000u);
 }
 
 #ifndef RR_PART
@@ -453,184 +423,23 @@ pkv_topk_collect(__global const float *cs, long cs_off, long cs_sb, long cs_sh,
 #endif
 }
 
-/* Ascending bitonic sort of v[0..n) in local memory (n a power of two); all work-items. */
-inline void pkr_bitonic(__local ulong *v, int n) {
-    const int lid = (int)get_local_id(0);
-    for (int k = 2; k <= n; k <<= 1)
-        for (int s = k >> 1; s > 0; s >>= 1) {
-            for (int i = lid; i < n; i += WG) {
-                const int o = i ^ s;
-                if (o > i) {
-                    const ulong x = v[i], y = v[o];
-                    if ((x > y) == ((i & k) == 0)) {
-                        v[i] = y;
-                        v[o] = x;
-                    }
-                }
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);
-        }
-}
-
-/* Final top-k per (b, h) over the C_b candidate scores: ties at the k-th key take the
- * lowest candidate indices (lowest positions). idx gets positions ascending, then -1 up to
- * top_k. Fast path: sort the row's buffer from pkv_topk_collect (count <= KBUF_CAP);
- * otherwise an exact radix select (4 passes of 8 bits) and an ordered compaction over the
- * row. Grid (WG, Hkv, B), local (WG). */
+/* Final top-k per (b, h) (pkr_topk_row in pariskv_topk.cl): idx gets the row's top-k
+ * positions ascending, then -1 up to top_k. Grid (WG, Hkv, B), local (WG). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_topk(__global const float *cs, long cs_off, long cs_sb, long cs_sh, __global const int *cand,
          long ca_off, long ca_sb, long ca_sh, __global const int *plan, long plan_off, int B,
          int max_cand, int top_k, __global int *idx, long ix_off, long ix_sb, long ix_sh,
          __global const uint *kh, long kh_off, __global const ulong *kbuf, long kb_off) {
-    /* The sort buffer, or (slow path) one 256-bin histogram per 32 work-items: the keys of
-     * one row mostly share their high bytes, so a single histogram would serialize every
-     * work-item on one counter. */
-    __local ulong big[KBUF_CAP > NSUB * 128 ? KBUF_CAP : NSUB * 128];
-    __local uint *hist = (__local uint *)big;
-    __local uint sh_prefix, sh_need;
+    __local ulong big[TK_BIG];
     __local ulong tmp[WG];
-    const int lid = (int)get_local_id(0);
+    __local uint sel[TK_RANK > 0 ? TK_RANK : 1];
+    __local uint sh[2];
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     const int C = clamp(plan[plan_off + 7 * B + b], 0, max_cand);
-    const int kk = min(top_k, C);
     const long row = (long)b * get_num_groups(1) + h;
-    __global const int *cd = cand + ca_off + b * ca_sb + h * ca_sh;
-    __global int *out = idx + ix_off + b * ix_sb + h * ix_sh;
-    const uint nbuf = kk > 0 ? kh[kh_off + row * KH_WORDS + KH_CNT + 1] : 0u;
-    /* Fast path (the buffer holds the row's keys at or above the threshold bin) or the
-     * exact radix select over the row; the barriers stay in uniform loops either way. */
-#if TK_RANK
-    /* Counting rank over a small buffer: entry e's rank = #entries smaller (all distinct:
-     * the index is in the low bits); the kk best go to sel[rank], and each of them is
-     * written at its rank among the selected candidate indices (= positions ascending). */
-    __local uint sel[TK_RANK];
-    const int rank_path = kk > 0 && nbuf <= TK_RANK;
-    if (rank_path) {
-        __global const ulong *kb0 = kbuf + kb_off + row * KBUF_CAP;
-        for (int i = lid; i < (int)nbuf; i += WG)
-            big[i] = kb0[i];
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (rank_path)
-        for (int i = lid; i < (int)nbuf; i += WG) {
-            const ulong e = big[i];
-            int r = 0;
-            for (int l = 0; l < (int)nbuf; l++)
-                r += big[l] < e;
-            if (r < kk)
-                sel[r] = (uint)e;
-        }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (rank_path)
-        for (int i = lid; i < kk; i += WG) {
-            const uint ji = sel[i];
-            int r = 0;
-            for (int l = 0; l < kk; l++)
-                r += sel[l] < ji;
-            out[r] = cd[ji];
-        }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const int fast = kk > 0 && nbuf <= KBUF_CAP && !rank_path;
-    const int done_fast = rank_path || fast;
-#else
-    const int fast = kk > 0 && nbuf <= KBUF_CAP;
-    const int done_fast = fast;
-#endif
-    int n = fast ? 1 : 0;
-    while (fast && n < (int)nbuf)
-        n <<= 1;
-    __global const ulong *kb = kbuf + kb_off + row * KBUF_CAP;
-    for (int i = lid; i < n; i += WG)
-        big[i] = i < (int)nbuf ? kb[i] : ~(ulong)0;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    pkr_bitonic(big, n); /* the first kk: the top-k, ties by lowest index */
-    int n2 = fast ? 1 : 0;
-    while (fast && n2 < kk)
-        n2 <<= 1;
-    for (int i = lid; i < n2; i += WG) /* in place: each entry by one work-item */
-        big[i] = i < kk ? (big[i] & 0xffffffffu) : ~(ulong)0;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    pkr_bitonic(big, n2); /* candidate indices ascending = positions ascending */
-    for (int i = lid; i < (fast ? kk : 0); i += WG)
-        out[i] = cd[(int)big[i]];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const int ks = done_fast ? 0 : kk; /* what the radix select takes */
-    {
-        __global const float *s = cs + cs_off + b * cs_sb + h * cs_sh;
-        uint prefix = 0, mask = 0, need = (uint)ks;
-        if (ks > 0) {
-            for (int shift = 24; shift >= 0; shift -= 8) {
-                for (int i = lid; i < NSUB * 256; i += WG)
-                    hist[i] = 0;
-                barrier(CLK_LOCAL_MEM_FENCE);
-                __local uint *mine = hist + (lid / 32) * 256;
-                for (int j = lid; j < C; j += WG) {
-                    const uint key = pkr_key(s[j]);
-                    if ((key & mask) == prefix)
-                        atomic_inc(&mine[(key >> shift) & 0xffu]);
-                }
-                barrier(CLK_LOCAL_MEM_FENCE);
-#if WG >= 256
-                { /* bins in descending order, one per work-item: the bin where the count of
-                   * larger keys reaches `need` */
-                    const int v = 255 - lid;
-                    uint x = 0;
-                    if (lid < 256)
-                        for (int q = 0; q < NSUB; q++)
-                            x += hist[q * 256 + v];
-                    ulong tot;
-                    const ulong above = pkr_scan(tmp, x, &tot);
-                    if (lid < 256 && above < need && above + x >= need) {
-                        sh_prefix = prefix | ((uint)v << shift);
-                        sh_need = need - (uint)above;
-                    }
-                }
-#else
-                if (lid == 0) {
-                    uint cum = 0;
-                    for (int v = 255; v >= 0; v--) {
-                        uint x = 0;
-                        for (int q = 0; q < NSUB; q++)
-                            x += hist[q * 256 + v];
-                        if (cum + x >= need) {
-                            sh_prefix = prefix | ((uint)v << shift);
-                            sh_need = need - cum;
-                            break;
-                        }
-                        cum += x;
-                    }
-                }
-#endif
-                barrier(CLK_LOCAL_MEM_FENCE);
-                prefix = sh_prefix;
-                need = sh_need;
-                mask |= 0xffu << shift;
-            }
-        }
-        /* prefix: the kk-th largest key; need: how many of its ties to take (first ones). */
-        const int per = (C + WG - 1) / WG;
-        const int j0 = lid * per, j1 = min(C, j0 + per);
-        uint gt = 0, eq = 0;
-        if (ks > 0)
-            for (int j = j0; j < j1; j++) {
-                const uint key = pkr_key(s[j]);
-                gt += key > prefix;
-                eq += key == prefix;
-            }
-        ulong total;
-        const ulong ex = pkr_scan(tmp, ((ulong)gt << 32) | eq, &total);
-        uint gt_run = (uint)(ex >> 32), eq_run = (uint)(ex & 0xffffffffu);
-        if (ks > 0)
-            for (int j = j0; j < j1; j++) {
-                const uint key = pkr_key(s[j]);
-                const int isgt = key > prefix, iseq = key == prefix;
-                if (isgt || (iseq && eq_run < need))
-                    out[gt_run + min(eq_run, need)] = cd[j];
-                gt_run += isgt;
-                eq_run += iseq;
-            }
-    }
-    for (int j = kk + lid; j < top_k; j += WG)
-        out[j] = -1;
+    const uint nbuf = C > 0 && top_k > 0 ? kh[kh_off + row * KH_WORDS + KH_CNT + 1] : 0u;
+    pkr_topk_row(cs + cs_off + b * cs_sb + h * cs_sh, cand + ca_off + b * ca_sb + h * ca_sh, C,
+                 top_k, idx + ix_off + b * ix_sb + h * ix_sh, nbuf, kbuf + kb_off + row * KBUF_CAP,
+                 big, tmp, sel, sh);
 }
 #endif /* RR_PART != 1 */

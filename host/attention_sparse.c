@@ -6,11 +6,17 @@
 #include <string.h>
 
 #include "host/attention_common.h"
+#include "host/attention_internal.h"
 #include "runtime/internal.h"
 
 #define KERNEL_FILE "attention_sparse.cl"
 #define MAX_GROUP 8
 #define MAX_HASH_SLOTS 8192
+/* The ParisKV step's plan: most splits per (sequence, KV head) (its in-kernel merge holds
+ * G x splits <= 256 weights in local memory) and most idx entries (a local copy of the
+ * top-k). */
+#define STEP_MAX_SPLITS 32
+#define STEP_MAX_NI CLKV_SPARSE_STEP_MAX_NI
 
 typedef struct sparse_plan {
     int64_t B, Hq, Hkv, G, L, D, NI;
@@ -21,6 +27,7 @@ typedef struct sparse_plan {
     int hash_slots;
     int64_t total; /* upper bound of the attended list length of a (b, kv head) */
     int splits, chunk;
+    int step; /* the ParisKV step's plan (SP_LASTIDX): the last split takes idx, see below */
     size_t part_acc_bytes, part_ml_bytes;
 } sparse_plan;
 
@@ -97,9 +104,10 @@ static size_t reduction_local_bytes(const sparse_plan *p) {
     return (size_t)nrg * p->group * 2 * 4 + (size_t)red_rows * p->group * p->D * 4;
 }
 
-static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_sparse_args *a,
+static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_sparse_args *a, int step,
                                sparse_plan *p) {
     memset(p, 0, sizeof *p);
+    p->step = step;
     p->B = a->q.dims[0];
     p->Hq = a->q.dims[1];
     p->D = a->q.dims[2];
@@ -191,6 +199,22 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_sparse_ar
     chunk = (chunk + tile - 1) / tile * tile;
     p->chunk = (int)chunk;
     p->splits = (int)((len + chunk - 1) / chunk);
+    if (step) {
+        /* A tile costs several microseconds of latency in one work-group, so each split
+         * takes one tile where that keeps the splits at most STEP_MAX_SPLITS (the merge
+         * reads every split back); the idx entries and the dense positions get splits of
+         * their own. */
+        if (!a->idx.buf || p->nhg != 1 || p->NI < 1 || p->NI > STEP_MAX_NI)
+            return clkv__fail(ctx, CLKV_ERR_INTERNAL,
+                              "sparse attention of the ParisKV step: needs idx with 1..%d "
+                              "entries and at most %d query heads per KV head",
+                              STEP_MAX_NI, MAX_GROUP);
+        const int64_t per = (dense + p->NI + tile * (STEP_MAX_SPLITS - 2) - 1) /
+                            (tile * (STEP_MAX_SPLITS - 2)); /* tiles per split */
+        p->chunk = (int)(per * tile);
+        p->hash_slots = 0; /* the step's idx entries are distinct: no duplicate detection */
+        p->splits = (int)((dense + p->chunk - 1) / p->chunk + (p->NI + p->chunk - 1) / p->chunk);
+    }
     p->part_acc_bytes = clkv__ws_align((size_t)(p->B * p->Hq * p->splits * p->D) * 4);
     p->part_ml_bytes = clkv__ws_align((size_t)(p->B * p->Hq * p->splits) * 2 * 4);
     return CLKV_OK;
@@ -211,35 +235,48 @@ clkv_status clkv_attention_sparse_workspace_size(clkv_context *ctx,
     if (!bytes)
         return clkv__fail(ctx, CLKV_ERR_ARG_NULL, "bytes: output pointer is NULL");
     sparse_plan p;
-    if ((st = plan_launch(ctx, args, &p)) != CLKV_OK)
+    if ((st = plan_launch(ctx, args, 0, &p)) != CLKV_OK)
         return st;
     *bytes = (p.B && p.Hq) ? p.part_acc_bytes + p.part_ml_bytes : 0;
     return CLKV_OK;
 }
 
-clkv_status clkv_attention_sparse(clkv_context *ctx, const clkv_attention_sparse_args *args,
-                                  cl_event *done) {
-    clkv_status st = check_common(ctx, args);
-    if (st != CLKV_OK)
-        return st;
-    sparse_plan p;
-    if ((st = plan_launch(ctx, args, &p)) != CLKV_OK)
-        return st;
-    if (p.B == 0 || p.Hq == 0)
-        return clkv__marker(ctx, done);
-
+/* Build, set up and enqueue the partial kernel (SP_LASTIDX with the step's plan, SP_TOPK
+ * with tk) and, unless it merges its own splits, the merge kernel; partial states in `part`
+ * (NULL: the context workspace). */
+static clkv_status launch(clkv_context *ctx, const clkv_attention_sparse_args *args,
+                          const sparse_plan *pp, const clkv__topk_src *tk, cl_mem part,
+                          cl_event *done) {
+    const sparse_plan p = *pp;
+    clkv_status st;
+    /* The step's plan merges its few splits itself where fences are available. */
+    const int fused = p.step && ctx->info.nvidia_ptx;
     clkv_defs defs;
     clkv__defs_init(&defs);
     clkv__attn_rows_defs(&defs, args->q.dtype, args->k.dtype, p.D, p.group, p.epl, p.wg, p.unroll,
                          p.vec_aligned);
     clkv__defs_int(&defs, "HASH_SLOTS", p.hash_slots);
     clkv__defs_int(&defs, "SEL_ROWS", p.sel);
-    cl_kernel kp, km;
+    if (p.step) {
+        clkv__defs_int(&defs, "SP_LASTIDX", 1);
+        clkv__defs_int(&defs, "O_DTYPE", args->o.dtype);
+        clkv__defs_int(&defs, "FUSED_MERGE", fused);
+    }
+    if (tk) {
+        clkv__defs_int(&defs, "SP_TOPK", 1);
+        clkv__defs_int(&defs, "TK_NI", (int)p.NI);
+        clkv__defs_int(&defs, "KH_BITS", tk->kh_bits);
+        clkv__defs_int(&defs, "KBUF_CAP", tk->kbuf_cap);
+        clkv__defs_int(&defs, "TK_RANK", tk->tk_rank);
+    }
+    cl_kernel kp, km = NULL;
     if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "attention_sparse_partial", &kp)) ||
-        (st = clkv__attn_merge_kernel(ctx, args->o.dtype, p.D, &km)))
+        (!fused && (st = clkv__attn_merge_kernel(ctx, args->o.dtype, p.D, &km))))
         return st;
-    cl_mem ws;
-    if ((st = clkv__workspace(ctx, p.part_acc_bytes + p.part_ml_bytes, &ws)))
+    cl_mem ws = part, tickets = NULL;
+    if (!ws && (st = clkv__workspace(ctx, p.part_acc_bytes + p.part_ml_bytes, &ws)))
+        return st;
+    if (fused && (st = clkv__counters(ctx, (size_t)(p.B * p.Hkv), &tickets)))
         return st;
     const cl_long ml_off = (cl_long)(p.part_acc_bytes / 4);
 
@@ -270,10 +307,31 @@ clkv_status clkv_attention_sparse(clkv_context *ctx, const clkv_attention_sparse
             CLKV_ARG(idx_off), CLKV_ARG(idx_sb), CLKV_ARG(idx_sh), CLKV_ARG(n_idx), CLKV_ARG(sink),
             CLKV_ARG(local_len), CLKV_ARG(Hq), CLKV_ARG(G), CLKV_ARG(nhg), CLKV_ARG(chunk),
             CLKV_ARG(splits), CLKV_ARG(scale_log2), CLKV_ARG(ws), CLKV_ARG(ml_off));
-    if (st == CLKV_OK)
+    if (st == CLKV_OK && p.step) {
+        const cl_mem o_buf = args->o.buf, lse_buf = args->lse.buf ? args->lse.buf : args->o.buf;
+        const cl_long o_off = clkv__elem_offset(&args->o), o_sb = args->o.strides[0],
+                      o_sh = args->o.strides[1];
+        const cl_long lse_off = args->lse.buf ? clkv__elem_offset(&args->lse) : 0,
+                      lse_sb = args->lse.buf ? args->lse.strides[0] : 0,
+                      lse_sh = args->lse.buf ? args->lse.strides[1] : 0;
+        const cl_int has_lse = args->lse.buf != NULL;
+        const cl_mem tix = tickets ? tickets : ws; /* never used without the fused merge */
+        st = clkv__set_args_at(ctx, kp, "attention_sparse_partial", CLKV_ATTN_QKV_NARGS + 29, 10,
+                               CLKV_ARG(o_buf), CLKV_ARG(o_off), CLKV_ARG(o_sb), CLKV_ARG(o_sh),
+                               CLKV_ARG(lse_buf), CLKV_ARG(lse_off), CLKV_ARG(lse_sb),
+                               CLKV_ARG(lse_sh), CLKV_ARG(has_lse), CLKV_ARG(tix));
+    }
+    if (st == CLKV_OK && tk)
+        st = clkv__set_args_at(ctx, kp, "attention_sparse_partial", CLKV_ATTN_QKV_NARGS + 39, 15,
+                               CLKV_ARG(tk->cs), CLKV_ARG(tk->cs_off), CLKV_ARG(tk->cs_sb),
+                               CLKV_ARG(tk->cs_sh), CLKV_ARG(tk->cand), CLKV_ARG(tk->ca_off),
+                               CLKV_ARG(tk->ca_sb), CLKV_ARG(tk->ca_sh), CLKV_ARG(tk->plan),
+                               CLKV_ARG(tk->plan_off), CLKV_ARG(tk->max_cand), CLKV_ARG(tk->ws),
+                               CLKV_ARG(tk->kh_off), CLKV_ARG(tk->ws), CLKV_ARG(tk->kb_off));
+    if (st == CLKV_OK && km)
         st = clkv__attn_set_merge_args(ctx, km, ws, ml_off, splits, Hq, &args->o, &args->lse);
     if (st == CLKV_OK &&
-        (st = clkv__check_local_mem(ctx, kp, "attention_sparse_partial", 0)) == CLKV_OK)
+        (st = clkv__check_local_mem(ctx, kp, "attention_sparse_partial", 0)) == CLKV_OK && km)
         st = clkv__check_local_mem(ctx, km, "attention_decode_merge", 0);
     if (st == CLKV_OK) {
         const size_t gp[3] = {(size_t)p.splits * p.wg, (size_t)(p.Hkv * p.nhg), (size_t)p.B};
@@ -281,13 +339,57 @@ clkv_status clkv_attention_sparse(clkv_context *ctx, const clkv_attention_sparse
         clkv__log(ctx,
                   "attention_sparse: B=%lld Hq=%lld Hkv=%lld D=%lld NI=%lld max_len=%d sink=%d "
                   "local=%d group=%d epl=%d wg=%d unroll=%d aligned=%d hash=%d sel=%d "
-                  "splits=%d chunk=%d",
+                  "splits=%d chunk=%d step=%d topk=%d fused_merge=%d",
                   (long long)p.B, (long long)p.Hq, (long long)p.Hkv, (long long)p.D,
                   (long long)p.NI, p.max_len, p.sink, p.local, p.group, p.epl, p.wg, p.unroll,
-                  p.vec_aligned, p.hash_slots, p.sel, p.splits, p.chunk);
-        st = clkv__enqueue(ctx, kp, "attention_sparse_partial", 3, gp, lp, NULL);
+                  p.vec_aligned, p.hash_slots, p.sel, p.splits, p.chunk, p.step, tk != NULL, fused);
+        st = clkv__enqueue(ctx, kp, "attention_sparse_partial", 3, gp, lp, km ? NULL : done);
     }
-    if (st == CLKV_OK)
+    if (st == CLKV_OK && km)
         st = clkv__attn_enqueue_merge(ctx, km, p.B, p.Hq, done);
     return st;
+}
+
+clkv_status clkv_attention_sparse(clkv_context *ctx, const clkv_attention_sparse_args *args,
+                                  cl_event *done) {
+    clkv_status st = check_common(ctx, args);
+    if (st != CLKV_OK)
+        return st;
+    sparse_plan p;
+    if ((st = plan_launch(ctx, args, 0, &p)) != CLKV_OK)
+        return st;
+    if (p.B == 0 || p.Hq == 0)
+        return clkv__marker(ctx, done);
+    return launch(ctx, args, &p, NULL, NULL, done);
+}
+
+clkv_status clkv__attention_sparse_step_part_bytes(clkv_context *ctx,
+                                                   const clkv_attention_sparse_args *a,
+                                                   size_t *bytes) {
+    clkv_status st = check_common(ctx, a);
+    if (st != CLKV_OK)
+        return st;
+    sparse_plan p;
+    if ((st = plan_launch(ctx, a, 1, &p)) != CLKV_OK)
+        return st;
+    *bytes = (p.B && p.Hq) ? p.part_acc_bytes + p.part_ml_bytes : 0;
+    return CLKV_OK;
+}
+
+clkv_status clkv__attention_sparse_step(clkv_context *ctx, const clkv_attention_sparse_args *a,
+                                        const clkv__topk_src *tk, cl_mem part, cl_event *done) {
+    clkv_status st = check_common(ctx, a);
+    if (st != CLKV_OK)
+        return st;
+    if (!part)
+        return clkv__fail(ctx, CLKV_ERR_INTERNAL, "sparse attention of the step: part is NULL");
+    if (tk && a->k_sel.buf)
+        return clkv__fail(ctx, CLKV_ERR_INTERNAL,
+                          "sparse attention of the step: the top-k attends k / v, not k_sel");
+    sparse_plan p;
+    if ((st = plan_launch(ctx, a, 1, &p)) != CLKV_OK)
+        return st;
+    if (p.B == 0 || p.Hq == 0)
+        return clkv__marker(ctx, done);
+    return launch(ctx, a, &p, tk, part, done);
 }

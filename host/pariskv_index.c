@@ -35,9 +35,11 @@ struct clkv_pariskv_index {
     cl_mem ids, codes, weights, counts, plan, q_rot, q_norm, idx, ends;
     clkv_offload_store *store; /* borrowed, or NULL */
     cl_mem k_sel, v_sel;       /* store: gathered rows [B, Hkv, max(top_k, 1), D] */
-    int64_t *len;              /* host lengths */
-    int64_t *zone;             /* host zone lengths */
-    int64_t *old;              /* scratch: zone lengths before a flush */
+    cl_mem part;               /* partial states of the fused sparse step (grown on demand) */
+    size_t part_bytes;
+    int64_t *len;  /* host lengths */
+    int64_t *zone; /* host zone lengths */
+    int64_t *old;  /* scratch: zone lengths before a flush */
     int32_t *plan_host, *ends_host;
     cl_event plan_evt; /* the last non-blocking write from plan_host / ends_host */
     int64_t tail, max_cand;
@@ -60,8 +62,8 @@ void clkv_pariskv_index_destroy(clkv_pariskv_index *x) {
         clWaitForEvents(1, &x->plan_evt);
         clReleaseEvent(x->plan_evt);
     }
-    cl_mem *bufs[] = {&x->ids,    &x->codes, &x->weights, &x->counts, &x->plan, &x->q_rot,
-                      &x->q_norm, &x->idx,   &x->ends,    &x->k_sel,  &x->v_sel};
+    cl_mem *bufs[] = {&x->ids,    &x->codes, &x->weights, &x->counts, &x->plan,  &x->q_rot,
+                      &x->q_norm, &x->idx,   &x->ends,    &x->k_sel,  &x->v_sel, &x->part};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (*bufs[i])
             clReleaseMemObject(*bufs[i]);
@@ -425,10 +427,29 @@ static clkv_status check_q(clkv_context *ctx, const clkv_pariskv_index *x, const
     return CLKV_OK;
 }
 
+/* x->part holds at least `bytes` (the fused sparse step's partial states). */
+static clkv_status ensure_part(clkv_context *ctx, clkv_pariskv_index *x, size_t bytes) {
+    if (x->part && x->part_bytes >= bytes)
+        return CLKV_OK;
+    cl_int err;
+    cl_mem buf = clCreateBuffer(clkv_context_cl_context(ctx), CL_MEM_READ_WRITE,
+                                bytes > 0 ? bytes : 256, NULL, &err);
+    if (err != CL_SUCCESS)
+        return clkv__fail(ctx, err, "index: allocating %zu bytes of partial states failed: %s",
+                          bytes, clkv_status_string(err));
+    if (x->part)
+        clReleaseMemObject(x->part);
+    x->part = buf;
+    x->part_bytes = bytes;
+    return CLKV_OK;
+}
+
 /* Query transform + search, both validated before either is enqueued; `ev` (optional):
- * profile the search kernels instead of returning `done`. */
+ * profile the search kernels instead of returning `done`; `tk` (optional): leave the final
+ * top-k to the caller (clkv__pariskv_search_to_topk). */
 static clkv_status search(clkv_context *ctx, clkv_pariskv_index *x, const clkv_tensor *q,
-                          const clkv_tensor *idx, cl_event *done, cl_event *ev) {
+                          const clkv_tensor *idx, cl_event *done, cl_event *ev,
+                          clkv__topk_src *tk) {
     clkv_pariskv_search_args s = search_args(x, idx);
     size_t ws;
     clkv_status st = clkv_pariskv_search_workspace_size(ctx, &s, &ws);
@@ -441,6 +462,8 @@ static clkv_status search(clkv_context *ctx, clkv_pariskv_index *x, const clkv_t
     qa.signs = x->signs;
     if ((st = clkv_pariskv_query_transform(ctx, &qa, NULL)))
         return st;
+    if (tk)
+        return clkv__pariskv_search_to_topk(ctx, &s, tk);
     return ev ? clkv__pariskv_search_profiled(ctx, &s, ev) : clkv_pariskv_search(ctx, &s, done);
 }
 
@@ -460,7 +483,7 @@ clkv_status clkv_pariskv_index_search(clkv_context *ctx, clkv_pariskv_index *x,
     clkv_status st = check_q(ctx, x, q);
     if (st != CLKV_OK)
         return st;
-    return search(ctx, x, q, idx, done, NULL);
+    return search(ctx, x, q, idx, done, NULL, NULL);
 }
 
 clkv_status clkv__pariskv_index_search_profiled(clkv_context *ctx, clkv_pariskv_index *x,
@@ -469,7 +492,7 @@ clkv_status clkv__pariskv_index_search_profiled(clkv_context *ctx, clkv_pariskv_
     clkv_status st = check_q(ctx, x, q);
     if (st != CLKV_OK)
         return st;
-    return search(ctx, x, q, idx, NULL, ev);
+    return search(ctx, x, q, idx, NULL, ev, NULL);
 }
 
 clkv_status clkv_pariskv_index_step(clkv_context *ctx, clkv_pariskv_index *x,
@@ -518,6 +541,17 @@ clkv_status clkv_pariskv_index_step(clkv_context *ctx, clkv_pariskv_index *x,
     const clkv_tensor idx =
         a->idx_out.buf ? a->idx_out : clkv_tensor_3d(x->idx, CLKV_I32, x->B, x->Hkv, K);
     size_t ws;
+    /* The step's sparse attention (clkv__attention_sparse_step: few splits, merged in the
+     * kernel on NVIDIA) where the heads allow; CLKV_PARISKV_STEP_SPARSE=0:
+     * clkv_attention_sparse instead. On GPUs with the zone in device memory it also runs
+     * the search's final top-k (one launch for both; CLKV_PARISKV_STEP_TOPK=0: the
+     * search's top-k kernel first). Not on CPUs: PoCL takes minutes to compile that
+     * kernel (barriers of the top-k's loops and of the attention's tile loop in one
+     * function), and a CPU gains nothing from one launch less. */
+    const int step_plan = sparse && K > 0 && K <= CLKV_SPARSE_STEP_MAX_NI && x->Hq / x->Hkv <= 8 &&
+                          clkv__env_int("CLKV_PARISKV_STEP_SPARSE", 1) != 0;
+    const int fuse_topk = step_plan && !x->store && ctx->info.kind == CLKV_DEVICE_KIND_GPU &&
+                          clkv__env_int("CLKV_PARISKV_STEP_TOPK", 1) != 0;
     if (sparse) {
         sa.q = a->q;
         sa.k = a->k;
@@ -535,7 +569,10 @@ clkv_status clkv_pariskv_index_step(clkv_context *ctx, clkv_pariskv_index *x,
             sa.k_sel = t4(x->k_sel, sdt, x->B, x->Hkv, K, x->D);
             sa.v_sel = t4(x->v_sel, sdt, x->B, x->Hkv, K, x->D);
         }
-        if ((st = clkv_attention_sparse_workspace_size(ctx, &sa, &ws)))
+        if ((st = step_plan ? clkv__attention_sparse_step_part_bytes(ctx, &sa, &ws)
+                            : clkv_attention_sparse_workspace_size(ctx, &sa, &ws)))
+            return st;
+        if (step_plan && (st = ensure_part(ctx, x, ws)))
             return st;
     } else {
         da.q = a->q;
@@ -593,7 +630,13 @@ clkv_status clkv_pariskv_index_step(clkv_context *ctx, clkv_pariskv_index *x,
     }
     if (!sparse)
         return clkv_attention_decode(ctx, &da, done);
-    if ((st = search(ctx, x, &a->q, &idx, NULL, NULL)))
+    if (fuse_topk) {
+        clkv__topk_src tk;
+        if ((st = search(ctx, x, &a->q, &idx, NULL, NULL, &tk)))
+            return st;
+        return clkv__attention_sparse_step(ctx, &sa, &tk, x->part, done);
+    }
+    if ((st = search(ctx, x, &a->q, &idx, NULL, NULL, NULL)))
         return st;
     if (x->store && K > 0) {
         /* the retrieved rows from host memory (zero rows for -1 padding, never attended) */
@@ -604,5 +647,6 @@ clkv_status clkv_pariskv_index_step(clkv_context *ctx, clkv_pariskv_index *x,
         if ((st = clkv_offload_gather(ctx, x->store, &ga, NULL)))
             return st;
     }
-    return clkv_attention_sparse(ctx, &sa, done);
+    return step_plan ? clkv__attention_sparse_step(ctx, &sa, NULL, x->part, done)
+                     : clkv_attention_sparse(ctx, &sa, done);
 }

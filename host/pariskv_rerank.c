@@ -27,6 +27,29 @@
  * (pkv_rerank in 512- or 256-wide work-groups was slower on H100 at 1M tokens: 73.8 and
  * 82.8 us against 71.6 us with 1024.) */
 
+void clkv__pariskv_topk_src(const clkv_pariskv_search_args *a, const pkv_search_plan *p, cl_mem ws,
+                            clkv__topk_src *tk) {
+    const int own_cand = a->candidates.buf != NULL, own_cs = a->candidate_scores.buf != NULL;
+    tk->cand = own_cand ? a->candidates.buf : ws;
+    tk->ca_off = own_cand ? clkv__elem_offset(&a->candidates) : (cl_long)p->off_cand / 4;
+    tk->ca_sb = own_cand ? a->candidates.strides[0] : p->Hkv * p->max_cand;
+    tk->ca_sh = own_cand ? a->candidates.strides[1] : p->max_cand;
+    tk->cs = own_cs ? a->candidate_scores.buf : ws;
+    tk->cs_off = own_cs ? clkv__elem_offset(&a->candidate_scores) : (cl_long)p->off_cs / 4;
+    tk->cs_sb = own_cs ? a->candidate_scores.strides[0] : p->Hkv * p->max_cand;
+    tk->cs_sh = own_cs ? a->candidate_scores.strides[1] : p->max_cand;
+    tk->plan = a->plan.buf;
+    tk->plan_off = clkv__elem_offset(&a->plan);
+    tk->max_cand = (cl_int)p->max_cand;
+    /* Score histogram + counters (zeroed by Stage I's pkv_rank) and pair buffers. */
+    tk->ws = ws;
+    tk->kh_off = (cl_long)(p->off_khist / 4);
+    tk->kb_off = (cl_long)(p->off_kbuf / 8);
+    tk->kh_bits = PKV_KHIST_BITS;
+    tk->kbuf_cap = PKV_KBUF_CAP;
+    tk->tk_rank = p->fast_topk ? PKV_TOPK_RANK_MAX : 0;
+}
+
 clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_search_args *a,
                                          const pkv_search_plan *p, cl_mem ws,
                                          pkv_search_kernels *k) {
@@ -54,7 +77,7 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
     const int tc_items = narrow && (tc_env == 2 || tc_env == 4 || tc_env == 8) ? tc_env : 1;
     clkv__defs_int(&tdefs, "TC_NARROW", narrow);
     clkv__defs_int(&tdefs, "TC_ITEMS", tc_items);
-    clkv__defs_int(&tdefs, "TK_RANK", p->fast_topk ? PKV_TOPK_RANK_MAX : 0);
+    clkv__defs_int(&tdefs, "TK_RANK", p->fast_topk ? PKV_TOPK_RANK_MAX : 0); /* as topk_src */
     const int w_vec = a->weights.dtype == CLKV_F32 ? 4 : 8; /* weights per 16 bytes */
     const int vec = clkv__env_int("CLKV_PARISKV_RERANK_V", 1) != 0 && p->m == 8 &&
                     clkv__rows_aligned(&a->codes, 16) && clkv__rows_aligned(&a->weights, w_vec) &&
@@ -90,19 +113,13 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
         lev.s[t] = p->levels.a[t];
     const cl_long plan_off = clkv__elem_offset(PL);
     const cl_int B = (cl_int)p->B, max_cand = (cl_int)p->max_cand, top_k = (cl_int)p->top_k;
-    const int own_cand = a->candidates.buf != NULL, own_cs = a->candidate_scores.buf != NULL;
-    const cl_mem cand = own_cand ? a->candidates.buf : ws;
-    const cl_long ca_off = own_cand ? clkv__elem_offset(&a->candidates) : (cl_long)p->off_cand / 4;
-    const cl_long ca_sb = own_cand ? a->candidates.strides[0] : p->Hkv * p->max_cand;
-    const cl_long ca_sh = own_cand ? a->candidates.strides[1] : p->max_cand;
-    const cl_mem cs = own_cs ? a->candidate_scores.buf : ws;
-    const cl_long cs_off =
-        own_cs ? clkv__elem_offset(&a->candidate_scores) : (cl_long)p->off_cs / 4;
-    const cl_long cs_sb = own_cs ? a->candidate_scores.strides[0] : p->Hkv * p->max_cand;
-    const cl_long cs_sh = own_cs ? a->candidate_scores.strides[1] : p->max_cand;
+    clkv__topk_src tk;
+    clkv__pariskv_topk_src(a, p, ws, &tk);
+    const cl_mem cand = tk.cand, cs = tk.cs;
+    const cl_long ca_off = tk.ca_off, ca_sb = tk.ca_sb, ca_sh = tk.ca_sh;
+    const cl_long cs_off = tk.cs_off, cs_sb = tk.cs_sb, cs_sh = tk.cs_sh;
     const cl_long ix_off = clkv__elem_offset(IX), ix_sb = IX->strides[0], ix_sh = IX->strides[1];
-    /* Score histogram + counters (zeroed by Stage I's pkv_threshold) and pair buffers. */
-    const cl_long kh_off = (cl_long)(p->off_khist / 4), kb_off = (cl_long)(p->off_kbuf / 8);
+    const cl_long kh_off = tk.kh_off, kb_off = tk.kb_off;
     if ((st = clkv__set_args(
              ctx, kr, "pkv_rerank", 33, CLKV_ARG(QR->buf), CLKV_ARG(qr_off), CLKV_ARG(qr_sb),
              CLKV_ARG(qr_sh), CLKV_ARG(QN->buf), CLKV_ARG(qn_off), CLKV_ARG(qn_sb), CLKV_ARG(qn_sh),
@@ -152,6 +169,8 @@ clkv_status clkv__pariskv_stage2_enqueue(clkv_context *ctx, const pkv_search_pla
                                 ev ? &ev[1] : NULL)))
             return st;
     }
+    if (!k->topk) /* the caller runs the top-k (the decode step's sparse attention) */
+        return clkv__marker(ctx, done);
     const size_t g_tk[3] = {wg, (size_t)p->Hkv, (size_t)p->B};
     /* The top-k kernel is the last one: its event is `done` (or ev[2] when profiling). */
     if ((st = clkv__enqueue(ctx, k->topk, "pkv_topk", 3, g_tk, l_wg, ev ? &ev[2] : done)))

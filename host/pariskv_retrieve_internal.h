@@ -4,6 +4,7 @@
 #define CLKV_HOST_PARISKV_RETRIEVE_INTERNAL_H
 
 #include "clkv/pariskv_retrieve.h"
+#include "host/attention_internal.h"
 #include "runtime/internal.h"
 
 /* Sizes and workspace layout of one validated clkv_pariskv_search call. */
@@ -74,6 +75,17 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
                                          pkv_search_kernels *k);
 clkv_status clkv__pariskv_stage2_enqueue(clkv_context *ctx, const pkv_search_plan *p,
                                          const pkv_search_kernels *k, cl_event *done, cl_event *ev);
+
+/* Where the final top-k of a search planned as *p with workspace ws reads its inputs, and
+ * its build options (shared by pkv_topk and the decode step's sparse attention). */
+void clkv__pariskv_topk_src(const clkv_pariskv_search_args *args, const pkv_search_plan *p,
+                            cl_mem ws, clkv__topk_src *tk);
+
+/* clkv_pariskv_search without its final top-k kernel: validates, enqueues Stage I, the
+ * rerank and the collection, and fills *tk for a top-k that runs next (the decode step's
+ * clkv__attention_sparse_topk, which writes args->idx). */
+clkv_status clkv__pariskv_search_to_topk(clkv_context *ctx, const clkv_pariskv_search_args *args,
+                                         clkv__topk_src *tk);
 
 /* clkv_pariskv_search with one event per kernel for profiling (benchmarks): ev[0..6] =
  * rank, collide, threshold, compact, rerank, collection, top-k (NULL where a kernel was

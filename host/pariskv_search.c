@@ -259,6 +259,30 @@ static clkv_status search_impl(clkv_context *ctx, const clkv_pariskv_search_args
     return clkv__pariskv_stage2_enqueue(ctx, &p, &k, done, ev ? ev + 4 : NULL);
 }
 
+clkv_status clkv__pariskv_search_to_topk(clkv_context *ctx, const clkv_pariskv_search_args *args,
+                                         clkv__topk_src *tk) {
+    if (!ctx || !args)
+        return clkv__fail_entry(ctx, args);
+    pkv_search_plan p;
+    clkv_status st = validate_search(ctx, args, &p);
+    if (st != CLKV_OK)
+        return st;
+    cl_mem ws;
+    if ((st = clkv__workspace(ctx, p.total, &ws)))
+        return st;
+    clkv__pariskv_topk_src(args, &p, ws, tk);
+    if (p.B == 0 || p.Hkv == 0)
+        return CLKV_OK;
+    pkv_search_kernels k;
+    if ((st = clkv__pariskv_stage1_prepare(ctx, args, &p, ws, &k)) ||
+        (st = clkv__pariskv_stage2_prepare(ctx, args, &p, ws, &k)))
+        return st;
+    k.topk = NULL;
+    if ((st = clkv__pariskv_stage1_enqueue(ctx, &p, &k, NULL)))
+        return st;
+    return clkv__pariskv_stage2_enqueue(ctx, &p, &k, NULL, NULL);
+}
+
 clkv_status clkv_pariskv_search(clkv_context *ctx, const clkv_pariskv_search_args *args,
                                 cl_event *done) {
     return search_impl(ctx, args, done, NULL);
