@@ -572,8 +572,17 @@ clkv_status clkv_pariskv_index_step(clkv_context *ctx, clkv_pariskv_index *x,
         if ((st = step_plan ? clkv__attention_sparse_step_part_bytes(ctx, &sa, &ws)
                             : clkv_attention_sparse_workspace_size(ctx, &sa, &ws)))
             return st;
-        if (step_plan && (st = ensure_part(ctx, x, ws)))
-            return st;
+        if (step_plan) {
+            /* partial states for the longest dense tail (local + update buffer) and the
+             * cache length, so the buffer is allocated once, not as the tail grows */
+            clkv_attention_sparse_args most = sa;
+            most.local = x->local + x->update;
+            most.max_length = sa.k.dims[2];
+            size_t most_bytes;
+            if ((st = clkv__attention_sparse_step_part_bytes(ctx, &most, &most_bytes)) ||
+                (st = ensure_part(ctx, x, most_bytes > ws ? most_bytes : ws)))
+                return st;
+        }
     } else {
         da.q = a->q;
         da.k = a->k;
