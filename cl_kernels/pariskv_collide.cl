@@ -24,6 +24,10 @@
  *   CV_TOK_MAX (optional, COLLIDE_V) cap on CV_TOK, the tokens whose ids are loaded first
  *             (H100, 1M tokens: 4 -> 62.1 us, 8 (no cap) 65.4 us, 2 62.7 us)
  *   PKC_WSCAN 1 (NVIDIA only, else ignored): work-group scans through warp shuffles
+ *   RANK_QT   1: pkv_rank also does the query transform (pariskv_srht.cl; needs HEAD_DIM
+ *             with D / 2 <= NC and IN_DTYPE): every work-group transforms its KV head's
+ *             group-mean query, the block-0 work-group writes q_rot and q_norm (one launch
+ *             instead of pariskv_query_transform and pkv_rank)
  *
  * Plan (int32 [8, B] row-major): row 0 = n_b, rows 1..6 = T_0..T_5, row 7 = C_b.
  */
@@ -47,6 +51,17 @@
 #error "COLLIDE_V needs IDS_U32"
 #endif
 #define NC (1 << SUB_M)
+#ifndef RANK_QT
+#define RANK_QT 0
+#endif
+#if RANK_QT
+#define TPK (HEAD_DIM / 2)
+#define IN_T CLKV_STORAGE(IN_DTYPE)
+#if TPK > NC
+#error "RANK_QT needs D / 2 <= 2^m work-items"
+#endif
+#include "pariskv_srht.cl"
+#endif
 #define NBINS (6 * NBLK + 1)
 #define CHUNK (WG * PER_ITEM)
 #define CSUB (WG >= 32 ? WG / 32 : 1) /* collide sub-histograms */
@@ -165,10 +180,16 @@ inline void pkc_threshold(__local const uint *tot, int C, __local ulong *tmp, __
  * with the counting loop split over 4 work-items per centroid, 20 us with float4 / uint4
  * reads and 1 work-item per centroid.) */
 __kernel __attribute__((reqd_work_group_size(NC, 1, 1))) void
-pkv_rank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global const uint *cnt,
+pkv_rank(__global float *qr, long qr_off, long qr_sb, long qr_sh, __global const uint *cnt,
          long c_off, long c_sb, long c_sh, long c_sblk, __global const int *plan, long plan_off,
          int B, int Hkv, __global uchar *bonus, long bonus_off, __global uint *rowhist, long rh_off,
-         __global uint *k_hist, long kh_off, int kh_len) {
+         __global uint *k_hist, long kh_off, int kh_len
+#if RANK_QT
+         ,
+         __global const IN_T *qin, long q_off, long q_sb, long q_sh, int G, uint8 signs,
+         __global float *qn, long qn_off, long qn_sb, long qn_sh, int has_qn
+#endif
+) {
     __local float sc[NC];
     __local uint ct[NC];
     const int c = (int)get_local_id(0), blk = (int)get_group_id(1), bh = (int)get_group_id(2);
@@ -182,10 +203,30 @@ pkv_rank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global
     ulong tier[6]; /* T_t, loaded while the scores are formed */
     for (int t = 0; t < 6; t++)
         tier[t] = (ulong)max(plan[plan_off + (1 + t) * B + b], 0);
+#if RANK_QT
+    /* this KV head's rotated query, the same arithmetic as pariskv_query_transform */
+    __local float xq[HEAD_DIM];
+    float qscale, qnorm;
+    pkv_query_row(qin, q_off + b * q_sb + (long)h * G * q_sh, q_sh, G, 1, signs, xq, sc, c, c,
+                  &qscale, &qnorm);
+    if (blk == 0 && c < TPK) {
+        __global float *o = qr + qr_off + b * qr_sb + h * qr_sh;
+        o[c] = xq[c] * qscale;
+        o[c + TPK] = xq[c + TPK] * qscale;
+        if (has_qn && c == 0)
+            qn[qn_off + b * qn_sb + (long)h * qn_sh] = qnorm;
+    }
+    float s = 0.0f;
+    for (int j = 0; j < SUB_M; j++) {
+        const float qj = xq[blk * SUB_M + j] * qscale;
+        s += ((c >> j) & 1) ? qj : -qj;
+    } /* sc, the reduction's scratch, is free again: pkv_fwht ended with a barrier */
+#else
     __global const float *q = qr + qr_off + b * qr_sb + h * qr_sh + blk * SUB_M;
     float s = 0.0f;
     for (int j = 0; j < SUB_M; j++)
         s += ((c >> j) & 1) ? q[j] : -q[j];
+#endif
     sc[c] = s;
     ct[c] = cnt[c_off + b * c_sb + h * c_sh + blk * c_sblk + c];
     barrier(CLK_LOCAL_MEM_FENCE);

@@ -28,46 +28,7 @@
 #define WG (TPK * KPW)
 #define IN_T CLKV_STORAGE(IN_DTYPE)
 
-/* Sign bit (bit 31 set when sigma_j = -1) of coordinate j from the packed mask. */
-inline uint pkv_sign_bit(uint8 s, int j) {
-    const int w = j >> 5;
-    const uint word = w == 0   ? s.s0
-                      : w == 1 ? s.s1
-                      : w == 2 ? s.s2
-                      : w == 3 ? s.s3
-                      : w == 4 ? s.s4
-                      : w == 5 ? s.s5
-                      : w == 6 ? s.s6
-                               : s.s7;
-    return ((word >> (j & 31)) & 1u) << 31;
-}
-
-/* Maximum (op 0) or sum (op 1) of red[] over the TPK lanes of each row; every lane gets
- * the row's result. All lanes of the work-group must call it. */
-inline float pkv_row_reduce(__local float *red, float v, int lid, int t, int op) {
-    barrier(CLK_LOCAL_MEM_FENCE);
-    red[lid] = v;
-    for (int s = TPK / 2; s > 0; s >>= 1) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (t < s)
-            red[lid] = op == 0 ? fmax(red[lid], red[lid + s]) : red[lid] + red[lid + s];
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return red[lid - t];
-}
-
-/* x <- H x on the row `x` (HEAD_DIM floats), lane t doing one butterfly per stage.
- * Starts and ends with a barrier. */
-inline void pkv_fwht(__local float *x, int t) {
-    for (int h = 1; h < HEAD_DIM; h <<= 1) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        const int i = ((t & ~(h - 1)) << 1) | (t & (h - 1));
-        const float p = x[i], q = x[i + h];
-        x[i] = p + q;
-        x[i + h] = p - q;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-}
+#include "pariskv_srht.cl"
 
 #if !PARISKV_QUERY
 #define NBLK (HEAD_DIM / SUB_M)
@@ -260,37 +221,17 @@ pariskv_query_transform(__global const IN_T *q, long q_off, long q_sb, long q_sh
     const int h = (int)get_group_id(0) * KPW + kr;
     const long b = (long)get_group_id(1);
     const int valid = h < Hkv;
-    float v0 = 0.0f, v1 = 0.0f;
-    if (valid) {
-        const long base = q_off + b * q_sb + (long)h * G * q_sh;
-        for (int g = 0; g < G; g++) {
-            v0 += CLKV_LOAD(IN_DTYPE)(q, base + g * q_sh + t);
-            v1 += CLKV_LOAD(IN_DTYPE)(q, base + g * q_sh + t + TPK);
-        }
-        v0 /= (float)G;
-        v1 /= (float)G;
-    }
-    const float mx = pkv_row_reduce(red, fmax(fabs(v0), fabs(v1)), lid, t, 0);
-    int ex = 0;
-    if (mx > 0.0f) {
-        frexp(mx, &ex); /* scale by 2^-ex: exact, max magnitude in [0.5, 1) */
-        v0 = ldexp(v0, -ex);
-        v1 = ldexp(v1, -ex);
-    }
-    const float ss = pkv_row_reduce(red, v0 * v0 + v1 * v1, lid, t, 1);
-    __local float *x = xs + kr * HEAD_DIM;
-    x[t] = as_float(as_uint(v0) ^ pkv_sign_bit(signs, t));
-    x[t + TPK] = as_float(as_uint(v1) ^ pkv_sign_bit(signs, t + TPK));
-    pkv_fwht(x, t);
+    float scale, qnorm;
+    pkv_query_row(q, q_off + b * q_sb + (long)h * G * q_sh, q_sh, G, valid, signs,
+                  xs + kr * HEAD_DIM, red, lid, t, &scale, &qnorm);
     if (!valid)
         return;
-    const float nrm = sqrt(ss);
-    const float scale = mx > 0.0f ? 1.0f / (sqrt((float)HEAD_DIM) * nrm) : 0.0f;
+    __local float *x = xs + kr * HEAD_DIM;
     __global float *o = qr + qr_off + b * qr_sb + (long)h * qr_sh;
     o[t] = x[t] * scale;
     o[t + TPK] = x[t + TPK] * scale;
     if (has_qn && t == 0)
-        qn[qn_off + b * qn_sb + (long)h * qn_sh] = ldexp(nrm, ex);
+        qn[qn_off + b * qn_sb + (long)h * qn_sh] = qnorm;
 }
 
 #else /* encode */

@@ -10,7 +10,7 @@
 int clkv__window_uses_tensor_cores(clkv_context *ctx, const clkv_attention_window_args *a);
 
 /* Where the ParisKV search left what its final top-k reads (filled by
- * clkv__pariskv_search_to_topk, host/pariskv_search.c): candidate scores and candidates
+ * clkv__pariskv_search_ex, host/pariskv_search.c): candidate scores and candidates
  * ([B, Hkv, max_cand] with these element offsets and strides), the plan (C_b in row 7),
  * the score-histogram row state (u32 words from kh_off) and the (key, candidate) buffers
  * (u64 from kb_off) in ws; and the top-k's build options (cl_kernels/pariskv_topk.cl). */

@@ -80,6 +80,20 @@ clkv_status clkv_pariskv_plan(const int64_t *n, int64_t B, int64_t top_k, double
     return CLKV_OK;
 }
 
+/* pkv_rank's RANK_QT arguments 20..30: the raw query, its group size, the signs, q_norm. */
+static clkv_status set_rank_query_args(clkv_context *ctx, cl_kernel kr,
+                                       const clkv_pariskv_search_args *a,
+                                       const pkv_search_plan *p) {
+    const clkv_tensor *Q = p->q_raw, *QN = &a->q_norm;
+    const cl_long q_off = clkv__elem_offset(Q), q_sb = Q->strides[0], q_sh = Q->strides[1];
+    const cl_int G = (cl_int)(Q->dims[1] / p->Hkv), has_qn = 1;
+    const cl_long qn_off = clkv__elem_offset(QN), qn_sb = QN->strides[0], qn_sh = QN->strides[1];
+    return clkv__set_args_at(ctx, kr, "pkv_rank", 20, 11, CLKV_ARG(Q->buf), CLKV_ARG(q_off),
+                             CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(G), CLKV_ARG(p->signs),
+                             CLKV_ARG(QN->buf), CLKV_ARG(qn_off), CLKV_ARG(qn_sb), CLKV_ARG(qn_sh),
+                             CLKV_ARG(has_qn));
+}
+
 clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_search_args *a,
                                          const pkv_search_plan *p, cl_mem ws,
                                          pkv_search_kernels *k) {
@@ -98,10 +112,18 @@ clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_s
     if (p->cv_tok_max)
         clkv__defs_int(&defs, "CV_TOK_MAX", p->cv_tok_max);
     clkv__defs_int(&defs, "PKC_WSCAN", !p->legacy && clkv__env_int("CLKV_PARISKV_WSCAN", 1));
+    /* pkv_rank with the query transform: its own program (the other kernels do not
+     * depend on the query's dtype or D) */
+    clkv_defs rdefs = defs;
+    if (p->q_raw) {
+        clkv__defs_int(&rdefs, "RANK_QT", 1);
+        clkv__defs_int(&rdefs, "HEAD_DIM", p->D);
+        clkv__defs_int(&rdefs, "IN_DTYPE", p->q_raw->dtype);
+    }
     cl_kernel kr, kc, kt = NULL, kp;
     clkv_status st;
     k->rank = k->collide = k->threshold = k->compact = NULL;
-    if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_rank", &kr)) ||
+    if ((st = clkv__get_kernel(ctx, KERNEL_FILE, &rdefs, "pkv_rank", &kr)) ||
         (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_collide", &kc)) ||
         (!p->fused_thr && (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_threshold", &kt))) ||
         (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_compact", &kp)))
@@ -146,6 +168,7 @@ clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_s
                              CLKV_ARG(plan_off), CLKV_ARG(B), CLKV_ARG(Hkv), CLKV_ARG(ws),
                              CLKV_ARG(bonus_off), CLKV_ARG(ws), CLKV_ARG(rh_off), CLKV_ARG(ws),
                              CLKV_ARG(kh_off), CLKV_ARG(kh_len))) ||
+        (p->q_raw && (st = set_rank_query_args(ctx, kr, a, p))) ||
         (st = clkv__set_args(
              ctx, kc, "pkv_collide", 26, CLKV_ARG(ID->buf), CLKV_ARG(id_off), CLKV_ARG(id_sb),
              CLKV_ARG(id_sh), CLKV_ARG(id_sl), CLKV_ARG(PL->buf), CLKV_ARG(plan_off), CLKV_ARG(B),

@@ -37,8 +37,8 @@ static clkv_status check_signs_path(clkv_context *ctx, const int8_t *signs, int6
 }
 
 /* Bit j of word j/32 set when sigma_j = -1. */
-static clkv_status pack_signs(clkv_context *ctx, const int8_t *signs, uint64_t seed, int64_t D,
-                              cl_uint8 *out) {
+clkv_status clkv__pariskv_pack_signs(clkv_context *ctx, const int8_t *signs, uint64_t seed,
+                                     int64_t D, cl_uint8 *out) {
     int8_t gen[256];
     memset(out, 0, sizeof *out);
     if (!signs) {
@@ -169,7 +169,7 @@ clkv_status clkv_pariskv_encode(clkv_context *ctx, const clkv_pariskv_encode_arg
                   D = args->k.dims[3];
     const int dense = clkv__pariskv_is_dense(D);
     cl_uint8 signs = {{0}};
-    if (!dense && (st = pack_signs(ctx, args->signs, args->seed, D, &signs)))
+    if (!dense && (st = clkv__pariskv_pack_signs(ctx, args->signs, args->seed, D, &signs)))
         return st;
     clkv_pariskv_levels lv;
     if (args->levels)
@@ -289,7 +289,7 @@ clkv_status clkv_pariskv_query_transform(clkv_context *ctx, const clkv_pariskv_q
                   Hkv = args->q_rot.dims[1];
     const int dense = clkv__pariskv_is_dense(D);
     cl_uint8 signs = {{0}};
-    if (!dense && (st = pack_signs(ctx, args->signs, args->seed, D, &signs)))
+    if (!dense && (st = clkv__pariskv_pack_signs(ctx, args->signs, args->seed, D, &signs)))
         return st;
     if (B == 0 || Hkv == 0)
         return clkv__marker(ctx, done);

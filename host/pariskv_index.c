@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "host/offload_internal.h"
+#include "host/pariskv_internal.h"
 #include "host/pariskv_retrieve_internal.h"
 
 struct clkv_pariskv_index {
@@ -446,7 +447,7 @@ static clkv_status ensure_part(clkv_context *ctx, clkv_pariskv_index *x, size_t 
 
 /* Query transform + search, both validated before either is enqueued; `ev` (optional):
  * profile the search kernels instead of returning `done`; `tk` (optional): leave the final
- * top-k to the caller (clkv__pariskv_search_to_topk). */
+ * top-k to the caller (clkv__pariskv_search_ex). */
 static clkv_status search(clkv_context *ctx, clkv_pariskv_index *x, const clkv_tensor *q,
                           const clkv_tensor *idx, cl_event *done, cl_event *ev,
                           clkv__topk_src *tk) {
@@ -455,6 +456,15 @@ static clkv_status search(clkv_context *ctx, clkv_pariskv_index *x, const clkv_t
     clkv_status st = clkv_pariskv_search_workspace_size(ctx, &s, &ws);
     if (st != CLKV_OK)
         return st;
+    if (clkv__pariskv_rank_can_transform(x->D, x->m) &&
+        clkv__env_int("CLKV_PARISKV_RANK_QT", 1) != 0) {
+        /* the search's first kernel transforms the query (one launch less;
+         * CLKV_PARISKV_RANK_QT=0: the query transform kernel first) */
+        cl_uint8 signs;
+        if ((st = clkv__pariskv_pack_signs(ctx, x->signs, 0, x->D, &signs)))
+            return st;
+        return clkv__pariskv_search_ex(ctx, &s, q, &signs, tk, done, ev);
+    }
     clkv_pariskv_query_args qa = CLKV_PARISKV_QUERY_ARGS_INIT;
     qa.q = *q;
     qa.q_rot = s.q_rot;
@@ -462,9 +472,7 @@ static clkv_status search(clkv_context *ctx, clkv_pariskv_index *x, const clkv_t
     qa.signs = x->signs;
     if ((st = clkv_pariskv_query_transform(ctx, &qa, NULL)))
         return st;
-    if (tk)
-        return clkv__pariskv_search_to_topk(ctx, &s, tk);
-    return ev ? clkv__pariskv_search_profiled(ctx, &s, ev) : clkv_pariskv_search(ctx, &s, done);
+    return clkv__pariskv_search_ex(ctx, &s, NULL, NULL, tk, done, ev);
 }
 
 clkv_status clkv_pariskv_index_search(clkv_context *ctx, clkv_pariskv_index *x,

@@ -18,6 +18,11 @@ int clkv__pariskv_is_dense(int64_t D);
 clkv_status clkv__pariskv_upload_rotation(clkv_context *ctx, uint64_t seed, int64_t D, cl_mem buf,
                                           size_t offset);
 
+/* The SRHT signs (from `signs`, D entries of +-1, or from the seed when NULL) as the
+ * kernels' bit mask (bit j set for -1). CLKV_ERR_ARG_RANGE for an entry not +-1. */
+clkv_status clkv__pariskv_pack_signs(clkv_context *ctx, const int8_t *signs, uint64_t seed,
+                                     int64_t D, cl_uint8 *out);
+
 /* Validated arguments in, kernels enqueued. */
 clkv_status clkv__pariskv_encode_dense(clkv_context *ctx, const clkv_pariskv_encode_args *args,
                                        const clkv_pariskv_levels *lv, cl_event *done);

@@ -34,6 +34,12 @@ typedef struct pkv_search_plan {
      * 118.7 -> 111.0 us at 128K and 345.6 -> 333.0 us at 1M tokens. */
     int fast_topk;
     clkv_pariskv_levels levels;
+    /* Set by the caller before stage 1 is prepared (zeroed by the validation): q_raw
+     * [B, Hq, D] and the packed SRHT signs make pkv_rank transform the group-mean query
+     * itself (RANK_QT, cl_kernels/pariskv_collide.cl; args->q_rot / q_norm are written,
+     * not read); NULL: args->q_rot holds the transformed query. */
+    const clkv_tensor *q_raw;
+    cl_uint8 signs;
     /* Workspace byte offsets (each 256-aligned) and the total. */
     size_t off_bonus, off_s, off_hist, off_rowhist, off_cinfo, off_cand, off_cs, off_khist,
         off_kbuf, total;
@@ -81,11 +87,20 @@ clkv_status clkv__pariskv_stage2_enqueue(clkv_context *ctx, const pkv_search_pla
 void clkv__pariskv_topk_src(const clkv_pariskv_search_args *args, const pkv_search_plan *p,
                             cl_mem ws, clkv__topk_src *tk);
 
-/* clkv_pariskv_search without its final top-k kernel: validates, enqueues Stage I, the
- * rerank and the collection, and fills *tk for a top-k that runs next (the decode step's
- * clkv__attention_sparse_topk, which writes args->idx). */
-clkv_status clkv__pariskv_search_to_topk(clkv_context *ctx, const clkv_pariskv_search_args *args,
-                                         clkv__topk_src *tk);
+/* clkv_pariskv_search with the decode step's options. q_raw (with signs; see
+ * pkv_search_plan.q_raw; the caller checked clkv__pariskv_rank_can_transform and q_raw's
+ * shape): the first kernel also transforms the query into args->q_rot / q_norm. tk: no
+ * final top-k kernel (and no `done` event); *tk tells a top-k that runs next where its
+ * inputs are (the decode step's clkv__attention_sparse_step, which writes args->idx).
+ * ev: as clkv__pariskv_search_profiled. */
+clkv_status clkv__pariskv_search_ex(clkv_context *ctx, const clkv_pariskv_search_args *args,
+                                    const clkv_tensor *q_raw, const cl_uint8 *signs,
+                                    clkv__topk_src *tk, cl_event *done, cl_event *ev);
+
+/* 1 when clkv__pariskv_search_ex can take the raw query (q_raw, signs) instead of a
+ * transformed one for subspace dim m and head dim D: D a power of two with D / 2 <= 2^m
+ * (pkv_rank's work-items run the transform). */
+int clkv__pariskv_rank_can_transform(int64_t D, int m);
 
 /* clkv_pariskv_search with one event per kernel for profiling (benchmarks): ev[0..6] =
  * rank, collide, threshold, compact, rerank, collection, top-k (NULL where a kernel was

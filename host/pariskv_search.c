@@ -55,6 +55,7 @@ static clkv_status check_levels(clkv_context *ctx, const clkv_pariskv_levels *l,
 
 static clkv_status validate_search(clkv_context *ctx, const clkv_pariskv_search_args *a,
                                    pkv_search_plan *p) {
+    memset(p, 0, sizeof *p);
     clkv_status st;
     const uint32_t u8 = CLKV_DTYPE_BIT(CLKV_U8), i32 = CLKV_DTYPE_BIT(CLKV_I32),
                    f32 = CLKV_DTYPE_BIT(CLKV_F32);
@@ -237,50 +238,50 @@ clkv_status clkv_pariskv_search_workspace_size(clkv_context *ctx,
     return st;
 }
 
-static clkv_status search_impl(clkv_context *ctx, const clkv_pariskv_search_args *args,
-                               cl_event *done, cl_event *ev) {
+int clkv__pariskv_rank_can_transform(int64_t D, int m) {
+    return D >= 2 && (D & (D - 1)) == 0 && D / 2 <= ((int64_t)1 << m);
+}
+
+clkv_status clkv__pariskv_search_ex(clkv_context *ctx, const clkv_pariskv_search_args *args,
+                                    const clkv_tensor *q_raw, const cl_uint8 *signs,
+                                    clkv__topk_src *tk, cl_event *done, cl_event *ev) {
+    for (int i = 0; ev && i < PKV_SEARCH_EVENTS; i++)
+        ev[i] = NULL; /* kernels not enqueued leave theirs NULL */
     if (!ctx || !args)
         return clkv__fail_entry(ctx, args);
     pkv_search_plan p;
     clkv_status st = validate_search(ctx, args, &p);
     if (st != CLKV_OK)
         return st;
-    if (p.B == 0 || p.Hkv == 0)
-        return clkv__marker(ctx, done);
+    if (q_raw && signs) {
+        if (!clkv__pariskv_rank_can_transform(p.D, p.m))
+            return clkv__fail(ctx, CLKV_ERR_INTERNAL,
+                              "search: pkv_rank cannot transform D = %lld queries with m = %d",
+                              (long long)p.D, p.m);
+        p.q_raw = q_raw;
+        p.signs = *signs;
+    }
     cl_mem ws;
     if ((st = clkv__workspace(ctx, p.total, &ws)))
         return st;
+    if (tk)
+        clkv__pariskv_topk_src(args, &p, ws, tk);
+    if (p.B == 0 || p.Hkv == 0)
+        return tk ? CLKV_OK : clkv__marker(ctx, done);
     pkv_search_kernels k;
     if ((st = clkv__pariskv_stage1_prepare(ctx, args, &p, ws, &k)) ||
         (st = clkv__pariskv_stage2_prepare(ctx, args, &p, ws, &k)))
         return st;
+    if (tk)
+        k.topk = NULL; /* the caller's kernel runs the top-k */
     if ((st = clkv__pariskv_stage1_enqueue(ctx, &p, &k, ev)))
         return st;
     return clkv__pariskv_stage2_enqueue(ctx, &p, &k, done, ev ? ev + 4 : NULL);
 }
 
-clkv_status clkv__pariskv_search_to_topk(clkv_context *ctx, const clkv_pariskv_search_args *args,
-                                         clkv__topk_src *tk) {
-    if (!ctx || !args)
-        return clkv__fail_entry(ctx, args);
-    pkv_search_plan p;
-    clkv_status st = validate_search(ctx, args, &p);
-    if (st != CLKV_OK)
-        return st;
-    cl_mem ws;
-    if ((st = clkv__workspace(ctx, p.total, &ws)))
-        return st;
-    clkv__pariskv_topk_src(args, &p, ws, tk);
-    if (p.B == 0 || p.Hkv == 0)
-        return CLKV_OK;
-    pkv_search_kernels k;
-    if ((st = clkv__pariskv_stage1_prepare(ctx, args, &p, ws, &k)) ||
-        (st = clkv__pariskv_stage2_prepare(ctx, args, &p, ws, &k)))
-        return st;
-    k.topk = NULL;
-    if ((st = clkv__pariskv_stage1_enqueue(ctx, &p, &k, NULL)))
-        return st;
-    return clkv__pariskv_stage2_enqueue(ctx, &p, &k, NULL, NULL);
+static clkv_status search_impl(clkv_context *ctx, const clkv_pariskv_search_args *args,
+                               cl_event *done, cl_event *ev) {
+    return clkv__pariskv_search_ex(ctx, args, NULL, NULL, NULL, done, ev);
 }
 
 clkv_status clkv_pariskv_search(clkv_context *ctx, const clkv_pariskv_search_args *args,
@@ -290,7 +291,5 @@ clkv_status clkv_pariskv_search(clkv_context *ctx, const clkv_pariskv_search_arg
 
 clkv_status clkv__pariskv_search_profiled(clkv_context *ctx, const clkv_pariskv_search_args *args,
                                           cl_event ev[PKV_SEARCH_EVENTS]) {
-    for (int i = 0; i < PKV_SEARCH_EVENTS; i++)
-        ev[i] = NULL;
     return search_impl(ctx, args, NULL, ev);
 }
