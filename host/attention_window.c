@@ -153,6 +153,9 @@ static int movmatrix_env(void) {
     return cached;
 }
 
+/* Most partial states (splits x G) the keyrows kernel merges in its last work-group. */
+#define FUSED_MAX_STATES 64
+
 /* CLKV_DECODE_FUSED_MERGE=0 (read once per process): the keyrows kernel leaves the merge of
  * its splits to attention_window_merge (a second launch) instead of doing it in the last
  * work-group of each (sequence, KV head). */
@@ -328,8 +331,12 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
      * merge launch where that is small, and costs more than the launch where it is not (H200,
      * bf16 B 1 L 1K / 4K, 2 splits x G 4 / 8 x 4: 12.8 / 16.3 us against 17.7 / 18.5 us on the
      * decode kernel; f16 B 1 Hq 16 / Hkv 2 L 32K, 64 splits x G 8: 46 us fused against 20 us
-     * with the merge kernel; bf16 B 1 Hq 56 / Hkv 8 L 32K, 16 x 7: 49 against 44 us). */
-    p->fused = p->keyrows && p->splits > 1 && p->splits * p->G <= 32 && fused_env();
+     * with the merge kernel; bf16 B 1 Hq 56 / Hkv 8 L 32K, 16 x 7: 49 against 44 us). Since
+     * the merge reads the (m, l) pairs in parallel (split_merge.cl), 16 splits x G 4 gain
+     * too (H100, bf16 B 1 Hq 32 / Hkv 8, two alternations in one run: 32K 55.8 / 56.1 ->
+     * 55.0 / 55.0 us, 128K 191.8 / 192.1 -> 190.0 / 192.1 us); larger products were not
+     * measured again. */
+    p->fused = p->keyrows && p->splits > 1 && p->splits * p->G <= FUSED_MAX_STATES && fused_env();
     if (p->splits > 1) {
         const uint64_t nrow = (uint64_t)(p->B * p->Hq * p->T) * (uint64_t)p->splits;
         if (nrow > (UINT64_MAX / 8) / (uint64_t)p->D)

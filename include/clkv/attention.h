@@ -134,7 +134,7 @@ clkv_status clkv_attention_decode_workspace_size(clkv_context *ctx,
  * high part plus a 16-bit residual, ~16 significant bits), within the same tolerances.
  * With T = 1 and G <= 8 (decode) that kernel puts the keys on the mma rows and the G query
  * heads (padded to 8) on the columns, which halves the tensor-core products per key; where
- * splits x G <= 32 the last work-group of each (sequence, KV head) merges the splits (one
+ * splits x G <= 64 the last work-group of each (sequence, KV head) merges the splits (one
  * launch; a small context-owned counter buffer, allocated on first use, keeps the tickets).
  * CLKV_DECODE_KEYROWS=0 in the environment (read once per process) keeps the 16-row form,
  * CLKV_DECODE_FUSED_MERGE=0 the separate merge kernel.
