@@ -807,11 +807,10 @@ static int check_step_selection(kvcache *c, const clkv_pariskv_index *ix, int64_
  * top_k distinct zone positions; zone bookkeeping as documented; and after every flush,
  * a fresh index prefilled (bulk) at the same lengths retrieves exactly the same
  * positions as the incrementally updated one. */
-static void test_index_steps(void **state) {
-    (void)state;
-    const int64_t B = 3, Hq = 8, Hkv = 2, D = 128, L = 420, K = 24;
+static void run_index_steps(int64_t D, int steps) {
+    const int64_t B = 3, Hq = 8, Hkv = 2, L = 420, K = 24;
     const int64_t sink = 4, local = 48, update = 40;
-    tu_set_case("index steps");
+    tu_set_case("index steps D %lld", (long long)D);
     tu_rng rng;
     tu_rng_seed(&rng, tu_seed(DEFAULT_SEED), 501);
     kvcache c;
@@ -841,7 +840,6 @@ static void test_index_steps(void **state) {
         assert_int_equal(clkv_pariskv_index_zone_length(ix, b),
                          pre[b] - sink - local > 0 ? pre[b] - sink - local : 0);
     }
-    const int steps = 130;
     double *ro = (double *)tu_malloc((size_t)(B * Hq * D) * sizeof(double));
     double *rl = (double *)tu_malloc((size_t)(B * Hq) * sizeof(double));
     float *go = (float *)tu_malloc((size_t)(B * Hq * D) * sizeof(float));
@@ -850,7 +848,7 @@ static void test_index_steps(void **state) {
     int32_t *gi2 = (int32_t *)tu_malloc((size_t)(B * Hkv * K) * 4);
     int n_sparse = 0, n_flush = 0, n_ref = 0;
     for (int s = 0; s < steps; s++) {
-        tu_set_case("index steps: step %d", s);
+        tu_set_case("index steps D %lld: step %d", (long long)D, s);
         for (int64_t b = 0; b < B; b++) {
             for (int64_t h = 0; h < Hkv; h++)
                 kv_write_row(&c, b, h, c.len[b]); /* rows were pre-filled with random data */
@@ -933,9 +931,9 @@ static void test_index_steps(void **state) {
             clkv_pariskv_index_destroy(fresh);
         }
     }
-    printf("  index steps: %d steps, %d sparse, %d flushes checked against bulk prefill, %d "
-           "selections against the reference\n",
-           steps, n_sparse, n_flush, n_ref);
+    printf("  index steps D %lld: %d steps, %d sparse, %d flushes checked against bulk "
+           "prefill, %d selections against the reference\n",
+           (long long)D, steps, n_sparse, n_flush, n_ref);
     if (n_sparse < steps / 2 || n_sparse > steps - 5 || n_flush < 2)
         TU_FAIL("the schedule did not exercise both paths / flushes (%d sparse, %d flushes)",
                 n_sparse, n_flush);
@@ -949,6 +947,19 @@ static void test_index_steps(void **state) {
     free(gi2);
     kv_destroy(&c);
     tu_set_case("%s", "");
+}
+
+static void test_index_steps(void **state) {
+    (void)state;
+    run_index_steps(128, 130);
+}
+
+/* The same at head dims 64 and 256 (8 and 32 subspaces of m = 8; the query transform runs
+ * inside pkv_rank with D / 2 = 32 and 128 of its 256 work-items), 90 steps: two flushes. */
+static void test_index_steps_d64_d256(void **state) {
+    (void)state;
+    run_index_steps(64, 90);
+    run_index_steps(256, 90);
 }
 
 /* Rows [t0, t1) of (b, h) of a bf16 HND cache [B, Hkv, L, D] set to NaN. */
@@ -1622,6 +1633,7 @@ int main(void) {
     tu_suite_add(&s, "search_ties", test_search_ties, NULL);
     tu_suite_add(&s, "search_variants", test_search_variants, NULL);
     tu_suite_add(&s, "index_steps", test_index_steps, NULL);
+    tu_suite_add(&s, "index_steps_d64_d256", test_index_steps_d64_d256, NULL);
     tu_suite_add(&s, "index_offload", test_index_offload, NULL);
     tu_suite_add(&s, "plan_bad_inputs", test_plan_bad_inputs, NULL);
     tu_suite_add(&s, "search_bad_inputs", test_search_bad_inputs, NULL);
