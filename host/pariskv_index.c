@@ -456,10 +456,13 @@ static clkv_status search(clkv_context *ctx, clkv_pariskv_index *x, const clkv_t
     clkv_status st = clkv_pariskv_search_workspace_size(ctx, &s, &ws);
     if (st != CLKV_OK)
         return st;
-    if (clkv__pariskv_rank_can_transform(x->D, x->m) &&
-        clkv__env_int("CLKV_PARISKV_RANK_QT", 1) != 0) {
-        /* the search's first kernel transforms the query (one launch less;
-         * CLKV_PARISKV_RANK_QT=0: the query transform kernel first) */
+    /* On GPUs the search's first kernel transforms the query (one launch less). Not on
+     * CPUs: every pkv_rank work-group repeats the transform, which costs a CPU more than
+     * the launch (PoCL, 2 cores: step 5.0 -> 5.3 ms at 4K tokens). CLKV_PARISKV_RANK_QT=0:
+     * never, 1: on every device (tests). */
+    const int qt_env = clkv__env_int("CLKV_PARISKV_RANK_QT", -1);
+    const int rank_qt = qt_env > 0 || (qt_env < 0 && ctx->info.kind == CLKV_DEVICE_KIND_GPU);
+    if (rank_qt && clkv__pariskv_rank_can_transform(x->D, x->m)) {
         cl_uint8 signs;
         if ((st = clkv__pariskv_pack_signs(ctx, x->signs, 0, x->D, &signs)))
             return st;
@@ -549,17 +552,21 @@ clkv_status clkv_pariskv_index_step(clkv_context *ctx, clkv_pariskv_index *x,
     const clkv_tensor idx =
         a->idx_out.buf ? a->idx_out : clkv_tensor_3d(x->idx, CLKV_I32, x->B, x->Hkv, K);
     size_t ws;
-    /* The step's sparse attention (clkv__attention_sparse_step: few splits, merged in the
-     * kernel on NVIDIA) where the heads allow; CLKV_PARISKV_STEP_SPARSE=0:
-     * clkv_attention_sparse instead. On GPUs with the zone in device memory it also runs
-     * the search's final top-k (one launch for both; CLKV_PARISKV_STEP_TOPK=0: the
-     * search's top-k kernel first). Not on CPUs: PoCL takes minutes to compile that
-     * kernel (barriers of the top-k's loops and of the attention's tile loop in one
-     * function), and a CPU gains nothing from one launch less. */
+    /* On GPUs the step's sparse attention is clkv__attention_sparse_step (one-tile splits
+     * for latency, merged in the kernel on NVIDIA) where the heads allow, and with the zone
+     * in device memory it also runs the search's final top-k (one launch for both;
+     * CLKV_PARISKV_STEP_TOPK=0: the search's top-k kernel first). CPUs keep
+     * clkv_attention_sparse: the many small splits cost a CPU more than launches do (PoCL,
+     * 2 cores: step 3.8 -> 5.0 ms at 4K tokens), and PoCL takes minutes to compile the
+     * kernel with the top-k (barriers of the top-k's loops and of the attention's tile loop
+     * in one function). CLKV_PARISKV_STEP_SPARSE=0: never, 1: on every device (tests;
+     * the top-k still only on GPUs). */
+    const int gpu = ctx->info.kind == CLKV_DEVICE_KIND_GPU;
+    const int sp_env = clkv__env_int("CLKV_PARISKV_STEP_SPARSE", -1);
     const int step_plan = sparse && K > 0 && K <= CLKV_SPARSE_STEP_MAX_NI && x->Hq / x->Hkv <= 8 &&
-                          clkv__env_int("CLKV_PARISKV_STEP_SPARSE", 1) != 0;
-    const int fuse_topk = step_plan && !x->store && ctx->info.kind == CLKV_DEVICE_KIND_GPU &&
-                          clkv__env_int("CLKV_PARISKV_STEP_TOPK", 1) != 0;
+                          (sp_env > 0 || (sp_env < 0 && gpu));
+    const int fuse_topk =
+        step_plan && !x->store && gpu && clkv__env_int("CLKV_PARISKV_STEP_TOPK", 1) != 0;
     if (sparse) {
         sa.q = a->q;
         sa.k = a->k;

@@ -954,12 +954,17 @@ static void test_index_steps(void **state) {
     run_index_steps(128, 130);
 }
 
-/* The same at head dims 64 and 256 (8 and 32 subspaces of m = 8; the query transform runs
- * inside pkv_rank with D / 2 = 32 and 128 of its 256 work-items), 90 steps: two flushes. */
+/* The same at head dims 64 and 256 (8 and 32 subspaces of m = 8), 90 steps: two flushes;
+ * with the GPU defaults on every device: the query transform inside pkv_rank (D / 2 = 32
+ * and 128 of its 256 work-items) and the step's own sparse launch plan. */
 static void test_index_steps_d64_d256(void **state) {
     (void)state;
+    setenv("CLKV_PARISKV_RANK_QT", "1", 1);
+    setenv("CLKV_PARISKV_STEP_SPARSE", "1", 1);
     run_index_steps(64, 90);
     run_index_steps(256, 90);
+    unsetenv("CLKV_PARISKV_RANK_QT");
+    unsetenv("CLKV_PARISKV_STEP_SPARSE");
 }
 
 /* Rows [t0, t1) of (b, h) of a bf16 HND cache [B, Hkv, L, D] set to NaN. */
@@ -986,8 +991,7 @@ static void poison_rows(const kvcache *c, cl_mem buf, int64_t b, int64_t h, int6
  * output. Every step's o, lse and retrieved positions must be bit-identical across the
  * three placements (same values, same order); the device-resident index's outputs are
  * checked against the references by index_steps. */
-static void test_index_offload(void **state) {
-    (void)state;
+static void run_index_offload(void) {
     const int64_t B = 3, Hq = 8, Hkv = 2, D = 128, L = 300, K = 16;
     const int64_t sink = 4, local = 32, update = 24;
     tu_set_case("index offload");
@@ -1144,6 +1148,16 @@ static void test_index_offload(void **state) {
     }
     kv_destroy(&c);
     tu_set_case("%s", "");
+}
+
+/* Both sparse step paths: the device default (clkv_attention_sparse on CPUs) and the
+ * step's own launch plan (the GPU default) on every device. */
+static void test_index_offload(void **state) {
+    (void)state;
+    run_index_offload();
+    setenv("CLKV_PARISKV_STEP_SPARSE", "1", 1);
+    run_index_offload();
+    unsetenv("CLKV_PARISKV_STEP_SPARSE");
 }
 
 /* Recall of the whole pipeline with the default regions (sink 4, local 512, update 512,

@@ -308,12 +308,12 @@ clkv_status clkv_pariskv_index_search(clkv_context *ctx, clkv_pariskv_index *ind
  *   2. dense path: clkv_attention_decode over [0, len_b + 1);
  *      sparse path: clkv_pariskv_index_search, then clkv_attention_sparse over
  *      sink + retrieved top_k + the dense tail (local + update buffer),
- * writing o [B, Hq, D] and the optional lse [B, Hq]. Where Hq / Hkv <= 8 and top_k <=
- * 1024, the sparse path runs its own launch plan of the same computation (the retrieved
- * positions are distinct: no duplicate detection; few splits, merged inside the kernel
- * on NVIDIA; on GPUs with the zone in device memory the search's final top-k runs in the
- * same launch), so o / lse may differ from a clkv_attention_sparse call in the last bits
- * (summation order) while the positions are the same; with or without kv_store the
+ * writing o [B, Hq, D] and the optional lse [B, Hq]. On GPUs, where Hq / Hkv <= 8 and
+ * top_k <= 1024, the sparse path runs its own launch plan of the same computation (the
+ * retrieved positions are distinct: no duplicate detection; one-tile splits, merged inside
+ * the kernel on NVIDIA; with the zone in device memory the search's final top-k runs in
+ * the same launch), so o / lse may differ from a clkv_attention_sparse call in the last
+ * bits (summation order) while the positions are the same; with or without kv_store the
  * results are bit-identical. `idx_out` (optional, [B, Hkv,
  * top_k] i32) receives the retrieved positions of the sparse path (untouched on the dense
  * path). With a kv_store the sparse path gathers the retrieved rows from the store first
