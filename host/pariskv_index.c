@@ -553,20 +553,22 @@ clkv_status clkv_pariskv_index_step(clkv_context *ctx, clkv_pariskv_index *x,
         a->idx_out.buf ? a->idx_out : clkv_tensor_3d(x->idx, CLKV_I32, x->B, x->Hkv, K);
     size_t ws;
     /* On GPUs the step's sparse attention is clkv__attention_sparse_step (one-tile splits
-     * for latency, merged in the kernel on NVIDIA) where the heads allow, and with the zone
-     * in device memory it also runs the search's final top-k (one launch for both;
-     * CLKV_PARISKV_STEP_TOPK=0: the search's top-k kernel first). CPUs keep
-     * clkv_attention_sparse: the many small splits cost a CPU more than launches do (PoCL,
-     * 2 cores: step 3.8 -> 5.0 ms at 4K tokens), and PoCL takes minutes to compile the
-     * kernel with the top-k (barriers of the top-k's loops and of the attention's tile loop
-     * in one function). CLKV_PARISKV_STEP_SPARSE=0: never, 1: on every device (tests;
-     * the top-k still only on GPUs). */
+     * for latency, merged in the kernel on NVIDIA) where the heads allow, and on NVIDIA
+     * with the zone in device memory it also runs the search's final top-k (one launch for
+     * both; CLKV_PARISKV_STEP_TOPK=0: the search's top-k kernel first). That kernel needs
+     * about 44 KB of local memory: it is measured and tested on NVIDIA only, where static
+     * local memory may exceed 48 KB. CPUs keep clkv_attention_sparse: the many small
+     * splits cost a CPU more than launches do (PoCL, 2 cores: step 3.8 -> 5.0 ms at 4K
+     * tokens), and PoCL takes minutes to compile the kernel with the top-k (barriers of the
+     * top-k's loops and of the attention's tile loop in one function).
+     * CLKV_PARISKV_STEP_SPARSE=0: never, 1: on every device (tests; the top-k still only
+     * on NVIDIA). */
     const int gpu = ctx->info.kind == CLKV_DEVICE_KIND_GPU;
     const int sp_env = clkv__env_int("CLKV_PARISKV_STEP_SPARSE", -1);
     const int step_plan = sparse && K > 0 && K <= CLKV_SPARSE_STEP_MAX_NI && x->Hq / x->Hkv <= 8 &&
                           (sp_env > 0 || (sp_env < 0 && gpu));
-    const int fuse_topk =
-        step_plan && !x->store && gpu && clkv__env_int("CLKV_PARISKV_STEP_TOPK", 1) != 0;
+    const int fuse_topk = step_plan && !x->store && ctx->info.nvidia_ptx &&
+                          clkv__env_int("CLKV_PARISKV_STEP_TOPK", 1) != 0;
     if (sparse) {
         sa.q = a->q;
         sa.k = a->k;

@@ -311,8 +311,8 @@ clkv_status clkv_pariskv_index_search(clkv_context *ctx, clkv_pariskv_index *ind
  * writing o [B, Hq, D] and the optional lse [B, Hq]. On GPUs, where Hq / Hkv <= 8 and
  * top_k <= 1024, the sparse path runs its own launch plan of the same computation (the
  * retrieved positions are distinct: no duplicate detection; one-tile splits, merged inside
- * the kernel on NVIDIA; with the zone in device memory the search's final top-k runs in
- * the same launch), so o / lse may differ from a clkv_attention_sparse call in the last
+ * the kernel on NVIDIA; on NVIDIA with the zone in device memory the search's final top-k
+ * runs in the same launch), so o / lse may differ from a clkv_attention_sparse call in the last
  * bits (summation order) while the positions are the same; with or without kv_store the
  * results are bit-identical. `idx_out` (optional, [B, Hkv,
  * top_k] i32) receives the retrieved positions of the sparse path (untouched on the dense
