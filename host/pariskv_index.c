@@ -28,6 +28,7 @@ struct clkv_pariskv_index {
     int64_t B, Hq, Hkv, D, L, nblk;
     int32_t m;
     int8_t signs[256];
+    cl_uint8 sign_bits; /* signs as the kernels' bit mask (pkv_rank's query transform) */
     clkv_pariskv_levels levels;
     clkv_dtype wdt;
     int64_t sink, local, update, top_k, dense_min;
@@ -173,6 +174,10 @@ clkv_status clkv_pariskv_index_create(clkv_context *ctx, const clkv_pariskv_inde
         memcpy(x->signs, cfg->signs, (size_t)x->D);
     else
         clkv_pariskv_signs_from_seed(cfg->seed, x->D, x->signs);
+    if ((st = clkv__pariskv_pack_signs(ctx, x->signs, 0, x->D, &x->sign_bits))) {
+        clkv_pariskv_index_destroy(x);
+        return st;
+    }
     if (cfg->levels)
         x->levels = *cfg->levels;
     else if ((st = clkv_pariskv_levels_default(x->m, cfg->computed_m8, &x->levels))) {
@@ -452,22 +457,18 @@ static clkv_status search(clkv_context *ctx, clkv_pariskv_index *x, const clkv_t
                           const clkv_tensor *idx, cl_event *done, cl_event *ev,
                           clkv__topk_src *tk) {
     clkv_pariskv_search_args s = search_args(x, idx);
+    /* On GPUs the search's first kernel transforms the query (one launch less; the search
+     * validates everything before it enqueues). Not on CPUs: every pkv_rank work-group
+     * repeats the transform, which costs a CPU more than the launch (PoCL, 2 cores: step
+     * 5.0 -> 5.3 ms at 4K tokens). CLKV_PARISKV_RANK_QT=0: never, 1: on every device. */
+    const int qt_env = clkv__env_int("CLKV_PARISKV_RANK_QT", -1);
+    const int rank_qt = qt_env > 0 || (qt_env < 0 && ctx->info.kind == CLKV_DEVICE_KIND_GPU);
+    if (rank_qt && clkv__pariskv_rank_can_transform(x->D, x->m))
+        return clkv__pariskv_search_ex(ctx, &s, q, &x->sign_bits, tk, done, ev);
     size_t ws;
     clkv_status st = clkv_pariskv_search_workspace_size(ctx, &s, &ws);
     if (st != CLKV_OK)
         return st;
-    /* On GPUs the search's first kernel transforms the query (one launch less). Not on
-     * CPUs: every pkv_rank work-group repeats the transform, which costs a CPU more than
-     * the launch (PoCL, 2 cores: step 5.0 -> 5.3 ms at 4K tokens). CLKV_PARISKV_RANK_QT=0:
-     * never, 1: on every device (tests). */
-    const int qt_env = clkv__env_int("CLKV_PARISKV_RANK_QT", -1);
-    const int rank_qt = qt_env > 0 || (qt_env < 0 && ctx->info.kind == CLKV_DEVICE_KIND_GPU);
-    if (rank_qt && clkv__pariskv_rank_can_transform(x->D, x->m)) {
-        cl_uint8 signs;
-        if ((st = clkv__pariskv_pack_signs(ctx, x->signs, 0, x->D, &signs)))
-            return st;
-        return clkv__pariskv_search_ex(ctx, &s, q, &signs, tk, done, ev);
-    }
     clkv_pariskv_query_args qa = CLKV_PARISKV_QUERY_ARGS_INIT;
     qa.q = *q;
     qa.q_rot = s.q_rot;
@@ -589,9 +590,9 @@ clkv_status clkv_pariskv_index_step(clkv_context *ctx, clkv_pariskv_index *x,
         if ((st = step_plan ? clkv__attention_sparse_step_part_bytes(ctx, &sa, &ws)
                             : clkv_attention_sparse_workspace_size(ctx, &sa, &ws)))
             return st;
-        if (step_plan) {
-            /* partial states for the longest dense tail (local + update buffer) and the
-             * cache length, so the buffer is allocated once, not as the tail grows */
+        if (step_plan && ws > x->part_bytes) {
+            /* (re)allocate for the longest dense tail (local + update buffer) and the cache
+             * length, so the buffer is not grown again as the tail grows */
             clkv_attention_sparse_args most = sa;
             most.local = x->local + x->update;
             most.max_length = sa.k.dims[2];
