@@ -34,7 +34,7 @@ typedef struct quant_plan {
  *   CLKV_QUANT_MMA_WARPS=N  automatic splits aim at N warps per compute unit (default 64)
  *   CLKV_QUANT_MMA_MINTOK=N no automatic split shorter than N tokens (default 256); where
  *                           the length limits the split count, splits of about 2N tokens
- *                           at 2-bit codes (N at 4-bit), see plan_mma
+ *                           at 2-bit codes (4N at 4-bit), see plan_mma
  *   CLKV_QUANT_MMA_STAGES=N 16-token tiles in flight per warp, 1..8 (default 4) */
 static int env_int(const char *name, int def, int lo, int hi) {
     const char *e = getenv(name);
@@ -134,17 +134,25 @@ static void plan_mma(const clkv_quant_cache *c, const clkv_attention_quant_decod
     if (splits <= 0) {
         const int64_t target = (int64_t)dev->compute_units * kn->warps;
         splits = (target + units - 1) / units;
-        /* Too few tokens for that many splits of `lt` tokens (2 mintok at 2-bit codes,
-         * mintok at 4-bit: about the same bytes): splits of lt tokens, but at least one round
-         * of work-groups (4 per compute unit) in splits of at least mintok. H100, groups of
-         * 128, against splits of mintok: 2-bit B 1 128K 63.8 -> 58.7 us, B 2 128K 110.9 ->
-         * 104.8, B 8 32K 110.0 -> 104.3, B 8 128K unchanged; 4-bit unchanged (longer splits
-         * measured 5 % slower at B 1 128K). */
+        /* Too few tokens for that many splits of `lt` tokens: splits of lt tokens, but at
+         * least one round of work-groups (`per_cu` per compute unit) in splits of at least
+         * mintok. 2-bit codes: lt = 2 mintok, 4 per unit (H100, groups of 128, against
+         * splits of mintok: B 1 128K 63.8 -> 58.7 us, B 2 128K 110.9 -> 104.8, B 8 32K
+         * 110.0 -> 104.3, B 8 128K unchanged). 4-bit keys and values: fewer, longer splits,
+         * lt = 4 mintok and 2 per unit (H100, groups of 128, two alternations in one run
+         * against lt = mintok and 4 per unit: B 1 128K 79.1 / 78.6 -> 75.1 / 75.6 us, B 2 32K
+         * 49.1 / 49.0 -> 44.7 / 44.8; B 1 32K, B 2 128K and B 8 within the runs' spread;
+         * a forced sweep at B 1 128K: 512 splits 78.8, 256 84.1, 192 80.4, 128 75.0);
+         * other widths: lt = mintok * 8 / (k_bits + v_bits), 4 per unit. */
         const int bits = c->cfg.k_bits + c->cfg.v_bits;
-        const int64_t lt = ((int64_t)kn->mintok * 8 / bits + 15) / 16 * 16;
+        const int four = bits == 8;
+        const int64_t lt =
+            four ? 4 * (int64_t)kn->mintok : ((int64_t)kn->mintok * 8 / bits + 15) / 16 * 16;
         const int64_t cap = (len + lt - 1) / lt;
         if (splits > cap) {
-            const int64_t round = ((int64_t)dev->compute_units * 4 * MMA_WARPS + units - 1) / units;
+            const int64_t per_cu = four ? 2 : 4;
+            const int64_t round =
+                ((int64_t)dev->compute_units * per_cu * MMA_WARPS + units - 1) / units;
             const int64_t cap_short = (len + kn->mintok - 1) / kn->mintok;
             const int64_t floor_splits = round < cap_short ? round : cap_short;
             splits = cap > floor_splits ? cap : floor_splits;
