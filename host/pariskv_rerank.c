@@ -25,7 +25,14 @@
  *   CLKV_PARISKV_COLLECT_ITEMS  scores per work-item of that collection: 1, 2, 4 (default),
  *                               8 (H100, 1M tokens: 17.3, 12.5, 9.4, 9.2 us)
  * (pkv_rerank in 512- or 256-wide work-groups was slower on H100 at 1M tokens: 73.8 and
- * 82.8 us against 71.6 us with 1024.) */
+ * 82.8 us against 71.6 us with 1024. Also measured at 1M tokens on the H100 and dropped,
+ * 2026-11-27: a looping grid of about one work-group per compute unit with the next
+ * candidate's loads in flight during the math, 72.1 -> 90.9 us, and 83.4 us with half
+ * those work-groups, so the gather is bound by the rate of random accesses the memory
+ * serves, not by their latency; each token's codes and weights side by side in one
+ * 96-byte record of the index, 71.5 / 76.2 -> 72.3 / 72.9 us; the collection run by the
+ * last pkv_rerank work-group of a row (a ticket after a device-wide fence, so no
+ * collection launch), 70.7 + 9.6 -> 95.7 us.) */
 
 void clkv__pariskv_topk_src(const clkv_pariskv_search_args *a, const pkv_search_plan *p, cl_mem ws,
                             clkv__topk_src *tk) {

@@ -8,7 +8,11 @@
 #define SEARCH_WG 256
 #define PER_ITEM 16
 /* Compaction work-groups per compute unit up to which the threshold is fused into it
- * (H100, 1M tokens, 4096 work-groups: fused 35.5 us, threshold + compaction 6.8 + 21.1). */
+ * (H100, 1M tokens, 4096 work-groups: fused 35.5 us, threshold + compaction 6.8 + 21.1;
+ * with 1024 work-groups, CLKV_PARISKV_PER_ITEM=32, fused 18.2 us against 5.7 + 14.3 but
+ * the same step time). The threshold run by the last pkv_collide work-group of each row
+ * instead (a ticket after a device-wide fence) was slower: pkv_collide 64.0 -> 70.9 us at
+ * 1M tokens against the 6.1 us kernel it saves (H100, 2026-11-27). */
 #define FUSED_WAVE_WGS 8
 
 /* Environment switches read per search: CLKV_PARISKV_LEGACY=1 (the previous Stage I,
