@@ -32,7 +32,9 @@
  * serves, not by their latency; each token's codes and weights side by side in one
  * 96-byte record of the index, 71.5 / 76.2 -> 72.3 / 72.9 us; the collection run by the
  * last pkv_rerank work-group of a row (a ticket after a device-wide fence, so no
- * collection launch), 70.7 + 9.6 -> 95.7 us.) */
+ * collection launch), 70.7 + 9.6 -> 95.7 us; pkv_rerank selecting its own candidates from
+ * S (pkv_compact's arithmetic first in each work-group, so no compaction launch), 71.3 +
+ * 14.3 -> 92.9 us, and 104.1 us with 512-wide work-groups.) */
 
 void clkv__pariskv_topk_src(const clkv_pariskv_search_args *a, const pkv_search_plan *p, cl_mem ws,
                             clkv__topk_src *tk) {
