@@ -19,7 +19,9 @@
  *             CV_TOK tokens (16-byte loads with IDS_VEC16) before any lookup, and the
  *             per-chunk suffix counts come from a parallel scan. (A bonus table packed in
  *             nibbles, conflict-free lookups, was slower on H100: 63.5 -> 90.7 us at 1M
- *             tokens, the extra shifts and masks cost more than the bank conflicts.)
+ *             tokens, the extra shifts and masks cost more than the bank conflicts; one
+ *             histogram increment per distinct S of a warp (match.any) was no faster either:
+ *             63.2 / 64.2 -> 64.9 / 64.9 us.)
  *   IDS_VEC16 1: id rows are 16-byte aligned and NBLK % 16 == 0 (uint4 loads)
  *   CV_TOK_MAX (optional, COLLIDE_V) cap on CV_TOK, the tokens whose ids are loaded first
  *             (H100, 1M tokens: 4 -> 62.1 us, 8 (no cap) 65.4 us, 2 62.7 us)
