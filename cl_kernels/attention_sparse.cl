@@ -78,6 +78,8 @@
 #if SP_TOPK
 #define TK_WG WG_SIZE
 #define TK_OUT __local
+#define SCAN_WG WG_SIZE
+#include "pariskv_scan.cl"
 #include "pariskv_topk.cl"
 #endif
 #if SP_LASTIDX

@@ -76,19 +76,6 @@ inline void pkv_encode_block(const float *y, float rdiv, int ex, float8 tau, flo
 #define PACK_WG 64
 #define PACK_EPL ((HEAD_DIM + PACK_WG - 1) / PACK_WG)
 
-/* Maximum (op 0) or sum (op 1) over the work-group; every lane gets the result. */
-inline float pkv_wg_reduce(__local float *red, float v, int lid, int op) {
-    barrier(CLK_LOCAL_MEM_FENCE);
-    red[lid] = v;
-    for (int s = PACK_WG / 2; s > 0; s >>= 1) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid < s)
-            red[lid] = op == 0 ? fmax(red[lid], red[lid + s]) : red[lid] + red[lid + s];
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return red[0];
-}
-
 /* One work-group per row rl of the chunk [r0, r0 + rows): row r = (b * Hkv + h) * n + i
  * is token start + i of (b, h) (keys: G = 1), or the mean of the G query heads of KV head
  * h (queries: n = 1). X[rl] = v * 2^-ex with the exponent making max |v| * 2^-ex lie in
@@ -125,7 +112,7 @@ pariskv_pack(__global const IN_T *src, long s_off, long s_sb, long s_sh, long s_
         v[e] = acc;
         mx = fmax(mx, fabs(acc));
     }
-    mx = pkv_wg_reduce(red, mx, lid, 0);
+    mx = pkv_row_reduce(red, mx, lid, lid, PACK_WG, 0); /* the work-group is one row */
     int ex = 0;
     if (mx > 0.0f)
         frexp(mx, &ex);
@@ -138,7 +125,7 @@ pariskv_pack(__global const IN_T *src, long s_off, long s_sb, long s_sh, long s_
             ss += x * x;
         }
     }
-    ss = pkv_wg_reduce(red, ss, lid, 1);
+    ss = pkv_row_reduce(red, ss, lid, lid, PACK_WG, 1);
     if (lid == 0) {
         ex_out[rl] = ex;
         nrm_out[rl] = sqrt(ss);
@@ -262,7 +249,7 @@ pariskv_encode(__global const IN_T *k, long k_off, long k_sb, long k_sh, long k_
         v0 = CLKV_LOAD(IN_DTYPE)(k, base + t);
         v1 = CLKV_LOAD(IN_DTYPE)(k, base + t + TPK);
     }
-    const float mx = pkv_row_reduce(red, fmax(fabs(v0), fabs(v1)), lid, t, 0);
+    const float mx = pkv_row_reduce(red, fmax(fabs(v0), fabs(v1)), lid, t, TPK, 0);
     int ex = 0;
     if (mx > 0.0f) {
         frexp(mx, &ex); /* scale by 2^-ex: exact, max magnitude in [0.5, 1) */

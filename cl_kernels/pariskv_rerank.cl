@@ -40,6 +40,8 @@
 #define NBLK (HEAD_DIM / SUB_M)
 #define W_T CLKV_STORAGE(W_DTYPE)
 #define TK_WG WG
+#define SCAN_WG WG
+#include "pariskv_scan.cl"
 #include "pariskv_topk.cl"
 #define KH_PER (KH_BINS > WG ? KH_BINS / WG : 1) /* bins per work-item in the bin scan */
 #ifndef KH_COARSE
@@ -282,7 +284,7 @@ inline int pkr_thr_bin(__global const uint *kr, __local ulong *tmp, __local int 
         sum += x[r];
     }
     ulong total;
-    ulong cum = pkr_scan(tmp, sum, &total);
+    ulong cum = pkc_scan(tmp, sum, &total);
     if (cum < kk && cum + sum >= kk)
         for (int r = 0; r < KH_PER; r++) {
             if (cum + x[r] >= kk) {
@@ -319,7 +321,7 @@ inline int pkr_thr_bin_coarse(__global const uint *kr, __local ulong *tmp, __loc
     uint cum = pkr_scan_n((__local uint *)tmp, x, KH_CBINS, &total);
 #else
     ulong total;
-    ulong cum = pkr_scan(tmp, x, &total);
+    ulong cum = pkc_scan(tmp, x, &total);
 #endif
     if (lid < KH_CBINS && cum < kk && cum + x >= kk) {
         sh[0] = KH_CBINS - 1 - lid;
@@ -338,7 +340,7 @@ inline int pkr_thr_bin_coarse(__global const uint *kr, __local ulong *tmp, __loc
 #if TC_NARROW
     cum = pkr_scan_n((__local uint *)tmp, x, fine, &total) + above;
 #else
-    cum = pkr_scan(tmp, x, &total) + above;
+    cum = pkc_scan(tmp, x, &total) + above;
 #endif
     if (lid < fine && cum < kk && cum + x >= kk) {
         sh[0] = cb * fine + fine - 1 - lid;
@@ -414,7 +416,7 @@ pkv_topk_collect(__global const float *cs, long cs_off, long cs_sb, long cs_sh,
         key = pkr_key(cs[cs_off + b * cs_sb + h * cs_sh + j]);
     const int take = j < C && (int)(key >> (32 - KH_BITS)) >= t;
     ulong total;
-    const uint slot = (uint)pkr_scan(tmp, (ulong)take, &total); /* in index order */
+    const uint slot = (uint)pkc_scan(tmp, (ulong)take, &total); /* in index order */
     if (lid == 0 && total)
         l_base = atomic_add(&kr[KH_CNT], (uint)total);
     barrier(CLK_LOCAL_MEM_FENCE);

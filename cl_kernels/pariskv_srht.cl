@@ -19,12 +19,13 @@ inline uint pkv_sign_bit(uint8 s, int j) {
     return ((word >> (j & 31)) & 1u) << 31;
 }
 
-/* Maximum (op 0) or sum (op 1) of red[] over the TPK lanes of each row; every lane gets
- * the row's result. All lanes of the work-group must call it. */
-inline float pkv_row_reduce(__local float *red, float v, int lid, int t, int op) {
+/* Maximum (op 0) or sum (op 1) of v over the `width` lanes t of each row (width a power of
+ * two; work-item lid is lane t of the row starting at lid - t); every lane gets the row's
+ * result. All lanes of the work-group must call it. */
+inline float pkv_row_reduce(__local float *red, float v, int lid, int t, int width, int op) {
     barrier(CLK_LOCAL_MEM_FENCE);
     red[lid] = v;
-    for (int s = TPK / 2; s > 0; s >>= 1) {
+    for (int s = width / 2; s > 0; s >>= 1) {
         barrier(CLK_LOCAL_MEM_FENCE);
         if (t < s)
             red[lid] = op == 0 ? fmax(red[lid], red[lid + s]) : red[lid] + red[lid + s];
@@ -66,14 +67,14 @@ inline void pkv_query_row(__global const IN_T *q, long base, long q_sh, int G, i
         v0 /= (float)G;
         v1 /= (float)G;
     }
-    const float mx = pkv_row_reduce(red, fmax(fabs(v0), fabs(v1)), lid, t, 0);
+    const float mx = pkv_row_reduce(red, fmax(fabs(v0), fabs(v1)), lid, t, TPK, 0);
     int ex = 0;
     if (mx > 0.0f) {
         frexp(mx, &ex); /* scale by 2^-ex: exact, max magnitude in [0.5, 1) */
         v0 = ldexp(v0, -ex);
         v1 = ldexp(v1, -ex);
     }
-    const float ss = pkv_row_reduce(red, v0 * v0 + v1 * v1, lid, t, 1);
+    const float ss = pkv_row_reduce(red, v0 * v0 + v1 * v1, lid, t, TPK, 1);
     if (t < TPK) {
         x[t] = as_float(as_uint(v0) ^ pkv_sign_bit(signs, t));
         x[t + TPK] = as_float(as_uint(v1) ^ pkv_sign_bit(signs, t + TPK));

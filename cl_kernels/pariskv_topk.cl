@@ -3,13 +3,14 @@
  * kernel) and by attention_sparse.cl (SP_TOPK: the decode step's sparse attention selects
  * its own rows first, one launch less).
  *
- * The includer defines TK_WG (work-group size, a power of two), KH_BITS, KBUF_CAP and
- * TK_RANK (see pariskv_rerank.cl), and optionally TK_OUT, the address space of the output
- * positions (default __global). Row state written by pkv_rerank / pkv_topk_collect: a
- * histogram of the top KH_BITS bits of the score keys (KH_BINS words), a coarse histogram
- * of the top 6 bits (KH_CBINS words), then the appended count and the count at or above
- * the threshold bin (KH_WORDS words per row); and a buffer of up to KBUF_CAP
- * (key << 32 | candidate index) pairs. */
+ * The includer includes pariskv_scan.cl first (pkc_scan, with SCAN_WG = TK_WG: fragments
+ * include nothing themselves) and defines TK_WG (work-group size, a power of two),
+ * KH_BITS, KBUF_CAP and TK_RANK (see pariskv_rerank.cl), and optionally TK_OUT, the address
+ * space of the output positions (default __global). Row state written by pkv_rerank /
+ * pkv_topk_collect: a histogram of the top KH_BITS bits of the score keys (KH_BINS words),
+ * a coarse histogram of the top 6 bits (KH_CBINS words), then the appended count and the
+ * count at or above the threshold bin (KH_WORDS words per row); and a buffer of up to
+ * KBUF_CAP (key << 32 | candidate index) pairs. */
 
 #define KH_BINS (1 << KH_BITS)
 #define KH_CBINS 64                 /* coarse bins (top 6 key bits), used when KH_COARSE */
@@ -27,21 +28,9 @@
 #define TK_OUT __global
 #endif
 
-/* Exclusive scan of one ulong per work-item over the work-group; *total gets the sum. */
-inline ulong pkr_scan(__local ulong *tmp, ulong v, ulong *total) {
-    const int lid = (int)get_local_id(0);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    tmp[lid] = v;
-    for (int s = 1; s < TK_WG; s <<= 1) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        const ulong add = lid >= s ? tmp[lid - s] : 0;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        tmp[lid] += add;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    *total = tmp[TK_WG - 1];
-    return tmp[lid] - v;
-}
+#ifndef SCAN_WG /* pkc_scan */
+#error "include pariskv_scan.cl (SCAN_WG = TK_WG) before pariskv_topk.cl"
+#endif
 
 /* Order-preserving map of f32 to uint (larger float -> larger key; -0 == +0). */
 inline uint pkr_key(float x) {
@@ -170,7 +159,7 @@ inline void pkr_topk_row(__global const float *s, __global const int *cd, int C,
                     for (int q = 0; q < TK_NSUB; q++)
                         x += hist[q * 256 + v];
                 ulong tot;
-                const ulong above = pkr_scan(tmp, x, &tot);
+                const ulong above = pkc_scan(tmp, x, &tot);
                 if (lid < 256 && above < need && above + x >= need) {
                     sh[0] = prefix | ((uint)v << shift);
                     sh[1] = need - (uint)above;
@@ -209,7 +198,7 @@ inline void pkr_topk_row(__global const float *s, __global const int *cd, int C,
             eq += key == prefix;
         }
     ulong total;
-    const ulong ex = pkr_scan(tmp, ((ulong)gt << 32) | eq, &total);
+    const ulong ex = pkc_scan(tmp, ((ulong)gt << 32) | eq, &total);
     uint gt_run = (uint)(ex >> 32), eq_run = (uint)(ex & 0xffffffffu);
     if (ks > 0)
         for (int j = j0; j < j1; j++) {

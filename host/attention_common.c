@@ -48,18 +48,24 @@ clkv_status clkv__attn_check_scale(clkv_context *ctx, float scale) {
     return CLKV_OK;
 }
 
-clkv_status clkv__attn_set_merge_args(clkv_context *ctx, cl_kernel km, cl_mem ws, cl_long ml_off,
-                                      cl_int splits, cl_int Hq, const clkv_tensor *o,
-                                      const clkv_tensor *lse) {
+clkv_status clkv__attn_set_out_args(clkv_context *ctx, cl_kernel k, const char *label, int first,
+                                    const clkv_tensor *o, const clkv_tensor *lse) {
     const cl_mem o_buf = o->buf, lse_buf = lse->buf;
     const cl_long o_off = clkv__elem_offset(o), o_sb = o->strides[0], o_sh = o->strides[1];
     const cl_long lse_off = lse_buf ? clkv__elem_offset(lse) : 0,
                   lse_sb = lse_buf ? lse->strides[0] : 0, lse_sh = lse_buf ? lse->strides[1] : 0;
     const cl_int has_lse = lse_buf != NULL;
-    return clkv__set_args(ctx, km, "attention_decode_merge", 13, CLKV_ARG(ws), CLKV_ARG(ml_off),
-                          CLKV_ARG(splits), CLKV_ARG(Hq), CLKV_ARG(o_buf), CLKV_ARG(o_off),
-                          CLKV_ARG(o_sb), CLKV_ARG(o_sh), CLKV_ARG(lse_buf), CLKV_ARG(lse_off),
-                          CLKV_ARG(lse_sb), CLKV_ARG(lse_sh), CLKV_ARG(has_lse));
+    return clkv__set_args_at(ctx, k, label, first, 9, CLKV_ARG(o_buf), CLKV_ARG(o_off),
+                             CLKV_ARG(o_sb), CLKV_ARG(o_sh), CLKV_ARG(lse_buf), CLKV_ARG(lse_off),
+                             CLKV_ARG(lse_sb), CLKV_ARG(lse_sh), CLKV_ARG(has_lse));
+}
+
+clkv_status clkv__attn_set_merge_args(clkv_context *ctx, cl_kernel km, cl_mem ws, cl_long ml_off,
+                                      cl_int splits, cl_int Hq, const clkv_tensor *o,
+                                      const clkv_tensor *lse) {
+    clkv_status st = clkv__set_args(ctx, km, "attention_decode_merge", 4, CLKV_ARG(ws),
+                                    CLKV_ARG(ml_off), CLKV_ARG(splits), CLKV_ARG(Hq));
+    return st ? st : clkv__attn_set_out_args(ctx, km, "attention_decode_merge", 4, o, lse);
 }
 
 clkv_status clkv__attn_merge_kernel(clkv_context *ctx, clkv_dtype o_dtype, int64_t D,

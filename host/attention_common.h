@@ -40,6 +40,12 @@ clkv_status clkv__attn_merge_kernel(clkv_context *ctx, clkv_dtype o_dtype, int64
 clkv_status clkv__attn_enqueue_merge(clkv_context *ctx, cl_kernel km, int64_t B, int64_t Hq,
                                      cl_event *done);
 
+/* Kernel arguments first .. first + 8 of k: o [B, Hq, D] (buffer, element offset, batch and
+ * head strides), then lse [B, Hq] the same way (a NULL buffer and zeros when lse->buf is
+ * NULL) and has_lse; `label` names the kernel in errors. */
+clkv_status clkv__attn_set_out_args(clkv_context *ctx, cl_kernel k, const char *label, int first,
+                                    const clkv_tensor *o, const clkv_tensor *lse);
+
 /* Arguments of the merge kernel: the partials at ws (acc first, (m, l) pairs at ml_off
  * floats), `splits` per (sequence, query head), Hq heads, written to o [B, Hq, D] and,
  * when lse->buf is set, lse [B, Hq]. */

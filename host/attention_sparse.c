@@ -308,18 +308,12 @@ static clkv_status launch(clkv_context *ctx, const clkv_attention_sparse_args *a
             CLKV_ARG(local_len), CLKV_ARG(Hq), CLKV_ARG(G), CLKV_ARG(nhg), CLKV_ARG(chunk),
             CLKV_ARG(splits), CLKV_ARG(scale_log2), CLKV_ARG(ws), CLKV_ARG(ml_off));
     if (st == CLKV_OK && p.step) {
-        const cl_mem o_buf = args->o.buf, lse_buf = args->lse.buf ? args->lse.buf : args->o.buf;
-        const cl_long o_off = clkv__elem_offset(&args->o), o_sb = args->o.strides[0],
-                      o_sh = args->o.strides[1];
-        const cl_long lse_off = args->lse.buf ? clkv__elem_offset(&args->lse) : 0,
-                      lse_sb = args->lse.buf ? args->lse.strides[0] : 0,
-                      lse_sh = args->lse.buf ? args->lse.strides[1] : 0;
-        const cl_int has_lse = args->lse.buf != NULL;
         const cl_mem tix = tickets ? tickets : ws; /* never used without the fused merge */
-        st = clkv__set_args_at(ctx, kp, "attention_sparse_partial", CLKV_ATTN_QKV_NARGS + 29, 10,
-                               CLKV_ARG(o_buf), CLKV_ARG(o_off), CLKV_ARG(o_sb), CLKV_ARG(o_sh),
-                               CLKV_ARG(lse_buf), CLKV_ARG(lse_off), CLKV_ARG(lse_sb),
-                               CLKV_ARG(lse_sh), CLKV_ARG(has_lse), CLKV_ARG(tix));
+        if ((st = clkv__attn_set_out_args(ctx, kp, "attention_sparse_partial",
+                                          CLKV_ATTN_QKV_NARGS + 29, &args->o, &args->lse)) ==
+            CLKV_OK)
+            st = clkv__set_args_at(ctx, kp, "attention_sparse_partial", CLKV_ATTN_QKV_NARGS + 38, 1,
+                                   CLKV_ARG(tix));
     }
     if (st == CLKV_OK && tk)
         st = clkv__set_args_at(ctx, kp, "attention_sparse_partial", CLKV_ATTN_QKV_NARGS + 39, 15,
@@ -350,17 +344,23 @@ static clkv_status launch(clkv_context *ctx, const clkv_attention_sparse_args *a
     return st;
 }
 
-clkv_status clkv_attention_sparse(clkv_context *ctx, const clkv_attention_sparse_args *args,
-                                  cl_event *done) {
+/* Validate, plan (the step's plan when `step`) and launch. */
+static clkv_status run(clkv_context *ctx, const clkv_attention_sparse_args *args, int step,
+                       const clkv__topk_src *tk, cl_mem part, cl_event *done) {
     clkv_status st = check_common(ctx, args);
     if (st != CLKV_OK)
         return st;
     sparse_plan p;
-    if ((st = plan_launch(ctx, args, 0, &p)) != CLKV_OK)
+    if ((st = plan_launch(ctx, args, step, &p)) != CLKV_OK)
         return st;
     if (p.B == 0 || p.Hq == 0)
         return clkv__marker(ctx, done);
-    return launch(ctx, args, &p, NULL, NULL, done);
+    return launch(ctx, args, &p, tk, part, done);
+}
+
+clkv_status clkv_attention_sparse(clkv_context *ctx, const clkv_attention_sparse_args *args,
+                                  cl_event *done) {
+    return run(ctx, args, 0, NULL, NULL, done);
 }
 
 clkv_status clkv__attention_sparse_step_part_bytes(clkv_context *ctx,
@@ -378,18 +378,10 @@ clkv_status clkv__attention_sparse_step_part_bytes(clkv_context *ctx,
 
 clkv_status clkv__attention_sparse_step(clkv_context *ctx, const clkv_attention_sparse_args *a,
                                         const clkv__topk_src *tk, cl_mem part, cl_event *done) {
-    clkv_status st = check_common(ctx, a);
-    if (st != CLKV_OK)
-        return st;
     if (!part)
         return clkv__fail(ctx, CLKV_ERR_INTERNAL, "sparse attention of the step: part is NULL");
-    if (tk && a->k_sel.buf)
+    if (tk && a && a->k_sel.buf)
         return clkv__fail(ctx, CLKV_ERR_INTERNAL,
                           "sparse attention of the step: the top-k attends k / v, not k_sel");
-    sparse_plan p;
-    if ((st = plan_launch(ctx, a, 1, &p)) != CLKV_OK)
-        return st;
-    if (p.B == 0 || p.Hq == 0)
-        return clkv__marker(ctx, done);
-    return launch(ctx, a, &p, tk, part, done);
+    return run(ctx, a, 1, tk, part, done);
 }

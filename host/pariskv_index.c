@@ -441,8 +441,7 @@ static clkv_status ensure_part(clkv_context *ctx, clkv_pariskv_index *x, size_t 
     cl_mem buf = clCreateBuffer(clkv_context_cl_context(ctx), CL_MEM_READ_WRITE,
                                 bytes > 0 ? bytes : 256, NULL, &err);
     if (err != CL_SUCCESS)
-        return clkv__fail(ctx, err, "index: allocating %zu bytes of partial states failed: %s",
-                          bytes, clkv_status_string(err));
+        return clkv__fail_cl(ctx, err, "index: clCreateBuffer of the step's partial states");
     if (x->part)
         clReleaseMemObject(x->part);
     x->part = buf;
