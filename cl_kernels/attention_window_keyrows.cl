@@ -26,6 +26,9 @@
  *   FUSED_MERGE                 1: with several splits, the last work-group of a (sequence,
  *                               KV head) to finish merges the splits' partial states into
  *                               o and lse (no merge kernel); 0 (default): partial states only
+ *   INTERLEAVE                  1: split s takes the key tiles s, s + num_splits, ... (the
+ *                               splits of a head read neighbouring memory at any moment);
+ *                               0 (default): split s takes keys [s chunk, (s + 1) chunk)
  *
  * Warp w takes the keys [w KW, w KW + KW) of every K/V tile; the 4 warps combine their
  * (m, l, acc) through local memory at the end and the work-group writes o and lse (one
@@ -66,6 +69,9 @@
 #endif
 #ifndef FUSED_MERGE
 #define FUSED_MERGE 0
+#endif
+#ifndef INTERLEAVE
+#define INTERLEAVE 0
 #endif
 #if FUSED_MERGE
 #include "split_merge.cl"
@@ -142,13 +148,22 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
     const int Hkv = Hq / G;
     const int b = bh / Hkv, kvh = bh % Hkv;
 
+    /* T = 1: the query sits at position len - 1 and sees keys [0, len) */
     int len = max_len;
     if (has_lengths)
         len = clamp(lengths[len_off + b], 0, max_len);
-    /* T = 1: the query sits at position len - 1 and sees keys [0, len) */
+#if INTERLEAVE
+    /* split s takes key tiles s, s + num_splits, ...: the splits of a head stream side by side */
+    (void)chunk;
+    const int kend = len, ntot = (len + KT - 1) / KT;
+    const int ntiles = split < ntot ? (ntot - split + num_splits - 1) / num_splits : 0;
+#define TILE_KEY(t) (((t)*num_splits + split) * KT)
+#else
     const int kbeg = split * chunk;
     const int kend = min(kbeg + chunk, len);
     const int ntiles = kend > kbeg ? (kend - kbeg + KT - 1) / KT : 0;
+#define TILE_KEY(t) (kbeg + (t)*KT)
+#endif
 
     /* Q^T as B fragments: lane (g, t) holds query g, dims 2t, 2t + 1 (+ 8) of each k-step */
     uint qf[NKS][2];
@@ -188,7 +203,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
     for (int t = 0; t < NSTG - 1; t++) {
         if (t < ntiles)
             clkv_issue_kv_tile(smem + (2 * t) * TILE16, smem + (2 * t + 1) * TILE16, k16, v16, kb,
-                               vb, k_sl, v_sl, kbeg + t * KT, kend, lid, KT, CH, ROW16, WG_SIZE, 1);
+                               vb, k_sl, v_sl, TILE_KEY(t), kend, lid, KT, CH, ROW16, WG_SIZE, 1);
         clkv_cp_async_commit(); /* empty groups keep the group count uniform */
     }
 #endif
@@ -199,17 +214,17 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
         if (ahead < ntiles)
             clkv_issue_kv_tile(smem + (2 * (ahead % NSTG)) * TILE16,
                                smem + (2 * (ahead % NSTG) + 1) * TILE16, k16, v16, kb, vb, k_sl,
-                               v_sl, kbeg + ahead * KT, kend, lid, KT, CH, ROW16, WG_SIZE, 1);
+                               v_sl, TILE_KEY(ahead), kend, lid, KT, CH, ROW16, WG_SIZE, 1);
         clkv_cp_async_commit();
         CLKV_CP_ASYNC_WAIT(NSTG - 1); /* tile t has landed (this lane's copies) */
 #else
         clkv_issue_kv_tile(smem + (2 * st) * TILE16, smem + (2 * st + 1) * TILE16, k16, v16, kb, vb,
-                           k_sl, v_sl, kbeg + t * KT, kend, lid, KT, CH, ROW16, WG_SIZE, 0);
+                           k_sl, v_sl, TILE_KEY(t), kend, lid, KT, CH, ROW16, WG_SIZE, 0);
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
         __local const ushort *ks = (__local const ushort *)(smem + (2 * st) * TILE16);
         __local const ushort *vs = (__local const ushort *)(smem + (2 * st + 1) * TILE16);
-        const int j0 = kbeg + t * KT + w * KW; /* first key of this warp */
+        const int j0 = TILE_KEY(t) + w * KW; /* first key of this warp */
 
         /* S^T = K Q^T for the warp's KW keys x 8 queries */
         float s[NMT][4];

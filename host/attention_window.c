@@ -153,6 +153,27 @@ static int movmatrix_env(void) {
     return cached;
 }
 
+/* CLKV_DECODE_INTERLEAVE=0 (read once per process): the keyrows kernel's splits take
+ * contiguous key ranges instead of interleaved key tiles (split s: tiles s, s + splits, ...).
+ * Interleaved, the splits of a head read neighbouring tiles at any moment (H100, bf16 Hq 32 /
+ * Hkv 8, D 128, two alternations in one run: B 1 128K 191.8 / 192.3 -> 188.5 / 187.2 us, B 8
+ * 128K 1430.6 / 1430.6 -> 1427.1 / 1425.7 us, B 1 and B 8 at 4K / 32K within the spread).
+ * The same interleave in the 16-row kernel (attention_window_mma.cl) gained nothing for the
+ * DropKV window (T 8, 128K: attention 210.1 / 212.8 against 207.2 / 207.8 us) nor for the
+ * LongFlow step's attention (B 2, 32K slots: 118.0 / 118.4 against 118.1 / 118.7 us).
+ * Not a gain: a 1-D grid of one work-group per compute unit over the units' key tiles laid
+ * end to end (132 work-groups instead of 8 x 16 = 128 at B 1; work-groups crossing into the
+ * next (sequence, KV head), each unit merged by the last of its 17-18 work-groups): B 1 128K
+ * 195.5-198.6 against 192.2-192.7 us, B 8 128K 1434.8-1435.2 against 1429.9-1430.5 us. */
+static int interleave_env(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        const char *e = getenv("CLKV_DECODE_INTERLEAVE");
+        cached = !(e && e[0] == '0');
+    }
+    return cached;
+}
+
 /* Most partial states (splits x G) the keyrows kernel merges in its last work-group. */
 #define FUSED_MAX_STATES 64
 
@@ -415,6 +436,7 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
         if (p.keyrows) {
             clkv__defs_int(&fdefs, "MOVMATRIX", movmatrix_env());
             clkv__defs_int(&fdefs, "FUSED_MERGE", p.fused);
+            clkv__defs_int(&fdefs, "INTERLEAVE", interleave_env());
         } else {
             clkv__defs_int(&fdefs, "QT", p.fa_qt);
             clkv__defs_int(&fdefs, "NWK", p.fa_nwk);

@@ -68,6 +68,58 @@ static clkv_status bw_time(clkv_context *ctx, const bw_launch *l, int launches, 
     return st;
 }
 
+/* The probe's kernel, its launch geometry and buffers for one byte count. */
+typedef struct bw_probe {
+    cl_mem src, sink;
+    bw_launch launch;
+} bw_probe;
+
+static void bw_close(clkv_context *ctx, bw_probe *p) {
+    clkv_context_finish(ctx);
+    tool_release(&p->src);
+    tool_release(&p->sink);
+}
+
+/* Allocate and fill a source of `bytes` (a multiple of 16), build the probe kernel, set its
+ * arguments and run it twice untimed (code generation on CPUs, first-touch). */
+static clkv_status bw_open(clkv_context *ctx, uint64_t bytes, bw_probe *p) {
+    const clkv_device_info *info = clkv_context_device_info(ctx);
+    const int is_gpu = info->kind == CLKV_DEVICE_KIND_GPU;
+    size_t local, items;
+    uint32_t cus = info->compute_units ? info->compute_units : 1;
+    if (is_gpu) {
+        local = 256 <= info->max_work_group_size ? 256 : (size_t)info->max_work_group_size;
+        items = (size_t)cus * 8 * local; /* 8 groups of 256 per compute unit */
+    } else {
+        local = 1;
+        items = (size_t)cus * 4;
+    }
+    memset(p, 0, sizeof *p);
+    clkv_status st = tool_buffer(ctx, "bandwidth source", bytes, &p->src);
+    if (st == CLKV_OK) {
+        st = tool_buffer(ctx, "bandwidth sink", (uint64_t)items * sizeof(float), &p->sink);
+    }
+    if (st == CLKV_OK) {
+        /* Touch every page (a never-written buffer may read from a shared zero page). */
+        cl_float one = 1.0f;
+        cl_int err = clEnqueueFillBuffer(clkv_context_queue(ctx), p->src, &one, sizeof one, 0,
+                                         (size_t)bytes, 0, NULL, NULL);
+        st = err == CL_SUCCESS ? CLKV_OK : clkv__fail_cl(ctx, err, "clEnqueueFillBuffer");
+    }
+    const char *name = is_gpu ? "clkv_tool_read_strided" : "clkv_tool_read_blocked";
+    if (st == CLKV_OK) {
+        st = bw_setup(ctx, p->src, p->sink, bytes, name, items, local, &p->launch);
+    }
+    double secs = 0.0;
+    for (int i = 0; i < 2 && st == CLKV_OK; i++) {
+        st = bw_time(ctx, &p->launch, 1, &secs);
+    }
+    if (st != CLKV_OK) {
+        bw_close(ctx, p);
+    }
+    return st;
+}
+
 clkv_status tool_measure_bandwidth(clkv_context *ctx, int runs, tool_bandwidth *out) {
     const clkv_device_info *info = clkv_context_device_info(ctx);
     int is_gpu = info->kind == CLKV_DEVICE_KIND_GPU;
@@ -78,15 +130,6 @@ clkv_status tool_measure_bandwidth(clkv_context *ctx, int runs, tool_bandwidth *
     if (runs > 64) {
         runs = 64;
     }
-    size_t local, items;
-    uint32_t cus = info->compute_units ? info->compute_units : 1;
-    if (is_gpu) {
-        local = 256 <= info->max_work_group_size ? 256 : (size_t)info->max_work_group_size;
-        items = (size_t)cus * 8 * local; /* 8 groups of 256 per compute unit */
-    } else {
-        local = 1;
-        items = (size_t)cus * 4;
-    }
     out->bytes = bytes;
     out->runs = runs;
     out->method = is_gpu ? "strided" : "blocked";
@@ -94,30 +137,13 @@ clkv_status tool_measure_bandwidth(clkv_context *ctx, int runs, tool_bandwidth *
     out->gbps_best = NAN;
     out->launches_per_run = 1;
 
-    cl_mem src = NULL, sink = NULL;
-    clkv_status st = tool_buffer(ctx, "bandwidth source", bytes, &src);
-    if (st == CLKV_OK) {
-        st = tool_buffer(ctx, "bandwidth sink", (uint64_t)items * sizeof(float), &sink);
-    }
-    if (st == CLKV_OK) {
-        /* Touch every page (a never-written buffer may read from a shared zero page). */
-        cl_float one = 1.0f;
-        cl_int err = clEnqueueFillBuffer(clkv_context_queue(ctx), src, &one, sizeof one, 0,
-                                         (size_t)bytes, 0, NULL, NULL);
-        st = err == CL_SUCCESS ? CLKV_OK : clkv__fail_cl(ctx, err, "clEnqueueFillBuffer");
-    }
-    bw_launch l = {0};
-    const char *name = is_gpu ? "clkv_tool_read_strided" : "clkv_tool_read_blocked";
-    if (st == CLKV_OK) {
-        st = bw_setup(ctx, src, sink, bytes, name, items, local, &l);
+    bw_probe p;
+    clkv_status st = bw_open(ctx, bytes, &p);
+    if (st != CLKV_OK) {
+        return st;
     }
     double first = 0.0;
-    if (st == CLKV_OK) {
-        st = bw_time(ctx, &l, 1, &first); /* warm-up (code generation on CPUs) */
-    }
-    if (st == CLKV_OK) {
-        st = bw_time(ctx, &l, 1, &first);
-    }
+    st = bw_time(ctx, &p.launch, 1, &first);
     if (st == CLKV_OK) {
         int launches = first > 0.0 ? (int)ceil(0.02 / first) : 20;
         launches = launches < 1 ? 1 : (launches > 50 ? 50 : launches);
@@ -125,7 +151,7 @@ clkv_status tool_measure_bandwidth(clkv_context *ctx, int runs, tool_bandwidth *
         double gbps[64];
         for (int r = 0; r < runs && st == CLKV_OK; r++) {
             double secs = 0.0;
-            st = bw_time(ctx, &l, launches, &secs);
+            st = bw_time(ctx, &p.launch, launches, &secs);
             gbps[r] = (double)bytes / secs * 1e-9;
         }
         if (st == CLKV_OK) {
@@ -133,8 +159,31 @@ clkv_status tool_measure_bandwidth(clkv_context *ctx, int runs, tool_bandwidth *
             out->gbps_best = tool_max(gbps, runs);
         }
     }
-    clkv_context_finish(ctx);
-    tool_release(&src);
-    tool_release(&sink);
+    bw_close(ctx, &p);
+    return st;
+}
+
+clkv_status tool_time_read(clkv_context *ctx, uint64_t bytes, int iters, int repeats,
+                           double *median_s) {
+    *median_s = NAN;
+    bytes = (bytes + 15) & ~(uint64_t)15;
+    if (bytes == 0 || bytes / 16 > UINT32_MAX) {
+        return CLKV_OK; /* nothing to read, or beyond the probe's 32-bit index */
+    }
+    iters = iters < 1 ? 1 : iters;
+    repeats = repeats < 1 ? 1 : (repeats > 64 ? 64 : repeats);
+    bw_probe p;
+    clkv_status st = bw_open(ctx, bytes, &p);
+    if (st != CLKV_OK) {
+        return st;
+    }
+    double t[64];
+    for (int r = 0; r < repeats && st == CLKV_OK; r++) {
+        st = bw_time(ctx, &p.launch, iters, &t[r]);
+    }
+    if (st == CLKV_OK) {
+        *median_s = tool_median(t, repeats);
+    }
+    bw_close(ctx, &p);
     return st;
 }

@@ -73,7 +73,10 @@ void usage_bench_decode(FILE *f) {
             "\n"
             "Time per call: the host clock around each batch of --iters calls and a finish,\n"
             "divided by --iters; median (and min) over --repeats batches. Bytes: B*Hkv*L*D*2*\n"
-            "element size (K and V once). Progress goes to stderr, results to stdout.\n");
+            "element size (K and V once). probe_us: the bandwidth probe reading exactly those\n"
+            "bytes per launch, timed the same way (the floor of a one-launch streaming read,\n"
+            "launch gap and ramp included); %%probe = probe_us / median_us. Progress goes to\n"
+            "stderr, results to stdout.\n");
 }
 
 typedef struct decode_opts {
@@ -159,7 +162,8 @@ typedef struct shape_result {
     tool_timing t;
     uint64_t kv_bytes;
     double gbps, gbps_best, pct;
-    const char *check; /* "pass", "fail", "skipped" */
+    double probe_s, pct_probe; /* the probe reading kv_bytes once per launch, and median/it */
+    const char *check;         /* "pass", "fail", "skipped" */
     double check_err;
     uint64_t workspace_bytes;
 } shape_result;
@@ -181,7 +185,7 @@ static void run_shape(clkv_context *ctx, const decode_opts *o, const tool_bandwi
     r->error[0] = '\0';
     r->check = "skipped";
     r->check_err = NAN;
-    r->gbps = r->gbps_best = r->pct = NAN;
+    r->gbps = r->gbps_best = r->pct = r->probe_s = r->pct_probe = NAN;
     r->kv_bytes = 0;
     if (!lengths) {
         r->status = CLKV_ERR_OUT_OF_HOST_MEMORY;
@@ -234,6 +238,10 @@ static void run_shape(clkv_context *ctx, const decode_opts *o, const tool_bandwi
         tool_decode_free(&bufs);
     }
     free(lengths);
+    if (st == CLKV_OK) {
+        what = "streaming-read probe of the same bytes";
+        st = tool_time_read(ctx, r->kv_bytes, (int)o->iters, (int)o->repeats, &r->probe_s);
+    }
     if (st != CLKV_OK) {
         r->status = st;
         bench_error_text(ctx, st, what, r->error, sizeof r->error);
@@ -242,6 +250,7 @@ static void run_shape(clkv_context *ctx, const decode_opts *o, const tool_bandwi
     r->gbps = (double)r->kv_bytes / r->t.median_s * 1e-9;
     r->gbps_best = (double)r->kv_bytes / r->t.min_s * 1e-9;
     r->pct = 100.0 * r->gbps / bw->gbps_median;
+    r->pct_probe = 100.0 * r->probe_s / r->t.median_s;
 }
 
 static void fill_record(tool_record *rec, const bench_session *s, const decode_opts *o,
@@ -265,6 +274,8 @@ static void fill_record(tool_record *rec, const bench_session *s, const decode_o
     tool_record_num(rec, "gbps_best", r->gbps_best);
     tool_record_num(rec, "read_bw_gbps", s->bw.gbps_median);
     tool_record_num(rec, "pct_read_bw", r->pct);
+    tool_record_num(rec, "probe_same_bytes_us", r->probe_s * 1e6);
+    tool_record_num(rec, "pct_probe_same_bytes", r->pct_probe);
     tool_record_str(rec, "check", r->check);
     tool_record_num(rec, "check_max_abs_err", r->check_err);
     bench_record_status(rec, r->status, r->error);
@@ -295,8 +306,8 @@ static int bench_decode(int argc, char **argv) {
         if (o.splits) {
             printf("forced splits: %lld\n", (long long)o.splits);
         }
-        printf("%5s %8s %11s %11s %9s %9s %9s %9s %6s\n", "B", "L", "median_us", "min_us", "KV_MB",
-               "GB/s", "%readBW", "first_ms", "check");
+        printf("%5s %8s %11s %11s %9s %9s %9s %9s %8s %9s %6s\n", "B", "L", "median_us", "min_us",
+               "KV_MB", "GB/s", "%readBW", "probe_us", "%probe", "first_ms", "check");
         fflush(stdout);
     }
     tool_record rec;
@@ -317,10 +328,11 @@ static int bench_decode(int argc, char **argv) {
             }
             fill_record(&rec, &s, &o, &r);
             if (r.status == CLKV_OK) {
-                bench_emit_row(&s, &rec, "%5lld %8lld %11.2f %11.2f %9.2f %9.1f %9.1f %9.1f %6s\n",
-                               (long long)r.B, (long long)r.L, r.t.median_s * 1e6, r.t.min_s * 1e6,
-                               (double)r.kv_bytes * 1e-6, r.gbps, r.pct, r.t.first_call_s * 1e3,
-                               r.check);
+                bench_emit_row(
+                    &s, &rec, "%5lld %8lld %11.2f %11.2f %9.2f %9.1f %9.1f %9.2f %8.1f %9.1f %6s\n",
+                    (long long)r.B, (long long)r.L, r.t.median_s * 1e6, r.t.min_s * 1e6,
+                    (double)r.kv_bytes * 1e-6, r.gbps, r.pct, r.probe_s * 1e6, r.pct_probe,
+                    r.t.first_call_s * 1e3, r.check);
             } else {
                 bench_emit_row(&s, &rec, "%5lld %8lld  error: %s\n", (long long)r.B, (long long)r.L,
                                r.error);

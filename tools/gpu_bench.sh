@@ -73,8 +73,9 @@ if clkv:
 if torch:
     t0 = next(iter(torch.values()))
     print(f"torch {t0.get('torch')} on {t0.get('device')}, gqa={t0.get('gqa')}")
-print("ratio = clkv us / torch us (below 1: clkv faster)\n")
-hdr = f"{'B':>3} {'L':>7} {'KV MB':>8} | {'clkv us':>9} {'TB/s':>6} {'%readBW':>7} {'check':>6} | {'torch us':>9} {'TB/s':>6} | {'ratio':>6}"
+print("ratio = clkv us / torch us (below 1: clkv faster); probe us = the bandwidth probe "
+      "reading the same bytes in one launch, timed like clkv\n")
+hdr = f"{'B':>3} {'L':>7} {'KV MB':>8} | {'clkv us':>9} {'TB/s':>6} {'%readBW':>7} {'check':>6} | {'probe us':>9} | {'torch us':>9} {'TB/s':>6} | {'ratio':>6}"
 print(hdr)
 print("-" * len(hdr))
 for r in clkv:
@@ -87,7 +88,8 @@ for r in clkv:
     ratio = cu / tu if tu == tu and tu > 0 else float("nan")
     status = r.get("check", "") if r.get("status") == "ok" else "ERROR"
     print(f"{r['batch']:>3} {r['len']:>7} {kv_mb:>8.1f} | {cu:>9.2f} {ctb:>6.3f} "
-          f"{num(r, 'pct_read_bw'):>6.1f}% {status:>6} | {tu:>9.2f} {ttb:>6.3f} | {ratio:>6.3f}")
+          f"{num(r, 'pct_read_bw'):>6.1f}% {status:>6} | {num(r, 'probe_same_bytes_us'):>9.2f} | "
+          f"{tu:>9.2f} {ttb:>6.3f} | {ratio:>6.3f}")
     if r.get("status") != "ok":
         print(f"    clkv error: {r.get('error')}")
     if t and t.get("status") != "ok":
