@@ -249,13 +249,8 @@ pariskv_encode(__global const IN_T *k, long k_off, long k_sb, long k_sh, long k_
         v0 = CLKV_LOAD(IN_DTYPE)(k, base + t);
         v1 = CLKV_LOAD(IN_DTYPE)(k, base + t + TPK);
     }
-    const float mx = pkv_row_reduce(red, fmax(fabs(v0), fabs(v1)), lid, t, TPK, 0);
-    int ex = 0;
-    if (mx > 0.0f) {
-        frexp(mx, &ex); /* scale by 2^-ex: exact, max magnitude in [0.5, 1) */
-        v0 = ldexp(v0, -ex);
-        v1 = ldexp(v1, -ex);
-    }
+    int ex;
+    (void)pkv_pow2_scale(red, &v0, &v1, lid, t, &ex);
     __local float *x = xs + kr * HEAD_DIM;
     x[t] = as_float(as_uint(v0) ^ pkv_sign_bit(signs, t));
     x[t + TPK] = as_float(as_uint(v1) ^ pkv_sign_bit(signs, t + TPK));

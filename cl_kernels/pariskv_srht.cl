@@ -34,6 +34,21 @@ inline float pkv_row_reduce(__local float *red, float v, int lid, int t, int wid
     return red[lid - t];
 }
 
+/* Scale a row held as the pair (v0, v1) of each of its TPK lanes exactly by 2^-ex, ex the
+ * exponent that puts the row's largest magnitude in [0.5, 1) (0 where that magnitude is not
+ * above 0), and return that magnitude (before scaling). All lanes of the work-group must call
+ * it (pkv_row_reduce). */
+inline float pkv_pow2_scale(__local float *red, float *v0, float *v1, int lid, int t, int *ex) {
+    const float mx = pkv_row_reduce(red, fmax(fabs(*v0), fabs(*v1)), lid, t, TPK, 0);
+    *ex = 0;
+    if (mx > 0.0f) {
+        frexp(mx, ex);
+        *v0 = ldexp(*v0, -*ex);
+        *v1 = ldexp(*v1, -*ex);
+    }
+    return mx;
+}
+
 /* x <- H x on the row `x` (HEAD_DIM floats), lane t < TPK doing one butterfly per stage
  * (lanes t >= TPK only take the barriers). Starts and ends with a barrier. */
 inline void pkv_fwht(__local float *x, int t) {
@@ -67,13 +82,8 @@ inline void pkv_query_row(__global const IN_T *q, long base, long q_sh, int G, i
         v0 /= (float)G;
         v1 /= (float)G;
     }
-    const float mx = pkv_row_reduce(red, fmax(fabs(v0), fabs(v1)), lid, t, TPK, 0);
-    int ex = 0;
-    if (mx > 0.0f) {
-        frexp(mx, &ex); /* scale by 2^-ex: exact, max magnitude in [0.5, 1) */
-        v0 = ldexp(v0, -ex);
-        v1 = ldexp(v1, -ex);
-    }
+    int ex;
+    const float mx = pkv_pow2_scale(red, &v0, &v1, lid, t, &ex);
     const float ss = pkv_row_reduce(red, v0 * v0 + v1 * v1, lid, t, TPK, 1);
     if (t < TPK) {
         x[t] = as_float(as_uint(v0) ^ pkv_sign_bit(signs, t));
