@@ -161,6 +161,10 @@ static int movmatrix_env(void) {
  * The same interleave in the 16-row kernel (attention_window_mma.cl) gained nothing for the
  * DropKV window (T 8, 128K: attention 210.1 / 212.8 against 207.2 / 207.8 us) nor for the
  * LongFlow step's attention (B 2, 32K slots: 118.0 / 118.4 against 118.1 / 118.7 us).
+ * More work-groups than compute units were slower here too (same day, interleaved: B 8
+ * 128K 4 / 6 / 8 splits 1453-1494 us against 1435-1438 us with 2; B 1 128K 32 / 33 / 48
+ * splits 190.4-195.6 against 187.7-189.1 us with 16; 2 instead of 3 stages within the
+ * spread).
  * Not a gain: a 1-D grid of one work-group per compute unit over the units' key tiles laid
  * end to end (132 work-groups instead of 8 x 16 = 128 at B 1; work-groups crossing into the
  * next (sequence, KV head), each unit merged by the last of its 17-18 work-groups): B 1 128K
