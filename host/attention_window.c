@@ -129,28 +129,29 @@ static int env_int_once(int *slot, const char *name) {
     return *slot;
 }
 
+/* A switch read once into *slot (initially -1): on unless the variable starts with '0'. */
+static int env_on_once(int *slot, const char *name) {
+    if (*slot < 0) {
+        const char *e = getenv(name);
+        *slot = !(e && e[0] == '0');
+    }
+    return *slot;
+}
+
 /* CLKV_DECODE_KEYROWS (read once per process): unset or not "0" = decode-shaped calls (T = 1,
  * G <= 8) on the tensor cores take attention_window_keyrows.cl (the keys as mma rows, the G
  * queries padded to 8 as columns: half the tensor-core products of the 16-row kernel);
  * "0" = attention_window_mma.cl for them too. */
 static int keyrows_env(void) {
     static int cached = -1;
-    if (cached < 0) {
-        const char *e = getenv("CLKV_DECODE_KEYROWS");
-        cached = !(e && e[0] == '0');
-    }
-    return cached;
+    return env_on_once(&cached, "CLKV_DECODE_KEYROWS");
 }
 
 /* CLKV_DECODE_KEYROWS_MOVMATRIX=0 (read once per process): the keyrows kernel transposes the
  * attention weights with warp shuffles instead of movmatrix (a fallback and an A/B knob). */
 static int movmatrix_env(void) {
     static int cached = -1;
-    if (cached < 0) {
-        const char *e = getenv("CLKV_DECODE_KEYROWS_MOVMATRIX");
-        cached = !(e && e[0] == '0');
-    }
-    return cached;
+    return env_on_once(&cached, "CLKV_DECODE_KEYROWS_MOVMATRIX");
 }
 
 /* CLKV_DECODE_INTERLEAVE=0 (read once per process): the keyrows kernel's splits take
@@ -171,11 +172,7 @@ static int movmatrix_env(void) {
  * 195.5-198.6 against 192.2-192.7 us, B 8 128K 1434.8-1435.2 against 1429.9-1430.5 us. */
 static int interleave_env(void) {
     static int cached = -1;
-    if (cached < 0) {
-        const char *e = getenv("CLKV_DECODE_INTERLEAVE");
-        cached = !(e && e[0] == '0');
-    }
-    return cached;
+    return env_on_once(&cached, "CLKV_DECODE_INTERLEAVE");
 }
 
 /* Most partial states (splits x G) the keyrows kernel merges in its last work-group. */
@@ -186,11 +183,7 @@ static int interleave_env(void) {
  * work-group of each (sequence, KV head). */
 static int fused_env(void) {
     static int cached = -1;
-    if (cached < 0) {
-        const char *e = getenv("CLKV_DECODE_FUSED_MERGE");
-        cached = !(e && e[0] == '0');
-    }
-    return cached;
+    return env_on_once(&cached, "CLKV_DECODE_FUSED_MERGE");
 }
 
 static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, window_plan *p) {
