@@ -165,7 +165,9 @@ static int movmatrix_env(void) {
  * More work-groups than compute units were slower here too (same day, interleaved: B 8
  * 128K 4 / 6 / 8 splits 1453-1494 us against 1435-1438 us with 2; B 1 128K 32 / 33 / 48
  * splits 190.4-195.6 against 187.7-189.1 us with 16; 2 instead of 3 stages within the
- * spread).
+ * spread), and so were 8 warps per work-group instead of 4 (128-key tiles, same run: B 1
+ * 128K 203.5-204.7 us with 3 stages, 190.1-193.2 with 2, against 190.1-191.4; B 8 128K
+ * 1434.0-1446.2 against 1441.6-1442.3).
  * Not a gain: a 1-D grid of one work-group per compute unit over the units' key tiles laid
  * end to end (132 work-groups instead of 8 x 16 = 128 at B 1; work-groups crossing into the
  * next (sequence, KV head), each unit merged by the last of its 17-18 work-groups): B 1 128K
