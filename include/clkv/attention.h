@@ -133,11 +133,14 @@ clkv_status clkv_attention_decode_workspace_size(clkv_context *ctx,
  * tensor cores (exact 16-bit products, f32 accumulation; the attention weights as a 16-bit
  * high part plus a 16-bit residual, ~16 significant bits), within the same tolerances.
  * With T = 1 and G <= 8 (decode) that kernel puts the keys on the mma rows and the G query
- * heads (padded to 8) on the columns, which halves the tensor-core products per key; where
+ * heads (padded to 8) on the columns, which halves the tensor-core products per key; its
+ * splits take interleaved key tiles (split s: tiles s, s + splits, ...), and where
  * splits x G <= 64 the last work-group of each (sequence, KV head) merges the splits (one
  * launch; a small context-owned counter buffer, allocated on first use, keeps the tickets).
- * CLKV_DECODE_KEYROWS=0 in the environment (read once per process) keeps the 16-row form,
- * CLKV_DECODE_FUSED_MERGE=0 the separate merge kernel.
+ * The order in which keys are combined differs between these forms, so results may differ
+ * in the last bits (within the tolerances). In the environment (read once per process):
+ * CLKV_DECODE_KEYROWS=0 keeps the 16-row form, CLKV_DECODE_FUSED_MERGE=0 the separate merge
+ * kernel, CLKV_DECODE_INTERLEAVE=0 contiguous key ranges per split.
  */
 typedef struct clkv_attention_window_args {
     clkv_tensor q;
