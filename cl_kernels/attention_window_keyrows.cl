@@ -371,4 +371,5 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_win
     split_merge_fused(part_acc, ml_off, num_splits, Hq, b, kvh * G, G, tickets + bh, o, o_off, o_sb,
                       o_sh, lse, lse_off, lse_sb, lse_sh, has_lse, &is_last, merge_w, merge_l);
 #endif
+#undef TILE_KEY
 }

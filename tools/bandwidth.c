@@ -167,8 +167,10 @@ clkv_status tool_time_read(clkv_context *ctx, uint64_t bytes, int iters, int rep
                            double *median_s) {
     *median_s = NAN;
     bytes = (bytes + 15) & ~(uint64_t)15;
-    if (bytes == 0 || bytes / 16 > UINT32_MAX) {
-        return CLKV_OK; /* nothing to read, or beyond the probe's 32-bit index */
+    /* The strided probe steps a 32-bit float4 index past the end by up to BW_UNROLL grid
+     * strides before its loop test: keep the count at half the index range. */
+    if (bytes == 0 || bytes / 16 > UINT32_MAX / 2) {
+        return CLKV_OK; /* nothing to read, or beyond the probe's index range */
     }
     iters = iters < 1 ? 1 : iters;
     repeats = repeats < 1 ? 1 : (repeats > 64 ? 64 : repeats);

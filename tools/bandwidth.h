@@ -31,7 +31,7 @@ clkv_status tool_measure_bandwidth(clkv_context *ctx, int runs, tool_bandwidth *
  * benchmarks time their calls. It is the floor of a one-launch kernel that streams those
  * bytes once, launch gap and ramp included (below ~100 MB on a GPU these are a visible part
  * of the time, so the large-buffer bandwidth above overstates what such a read can reach).
- * NaN in *median_s for 0 bytes or beyond 64 GiB. Releases everything it allocates. */
+ * NaN in *median_s for 0 bytes or beyond 32 GiB. Releases everything it allocates. */
 clkv_status tool_time_read(clkv_context *ctx, uint64_t bytes, int iters, int repeats,
                            double *median_s);
 
