@@ -21,7 +21,12 @@
  *             nibbles, conflict-free lookups, was slower on H100: 63.5 -> 90.7 us at 1M
  *             tokens, the extra shifts and masks cost more than the bank conflicts; one
  *             histogram increment per distinct S of a warp (match.any) was no faster either:
- *             63.2 / 64.2 -> 64.9 / 64.9 us.)
+ *             63.2 / 64.2 -> 64.9 / 64.9 us. Nibble tables in registers, looked up with
+ *             shfl.sync.idx, a rotation and a shift: 61.6 -> 72.5 us. Diagnostic builds on
+ *             the same H100, 1M tokens: lookups made conflict-free broadcasts 60.8 us,
+ *             histogram increments made conflict-free 64.3 us, so neither the bank conflicts
+ *             nor the atomics bound the kernel; its 134 MB id stream does (the same-bytes
+ *             read probe takes ~49 us).)
  *   IDS_VEC16 1: id rows are 16-byte aligned and NBLK % 16 == 0 (uint4 loads)
  *   CV_TOK_MAX (optional, COLLIDE_V) cap on CV_TOK, the tokens whose ids are loaded first
  *             (H100, 1M tokens: 4 -> 62.1 us, 8 (no cap) 65.4 us, 2 62.7 us)
