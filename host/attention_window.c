@@ -171,7 +171,15 @@ static int movmatrix_env(void) {
  * Not a gain: a 1-D grid of one work-group per compute unit over the units' key tiles laid
  * end to end (132 work-groups instead of 8 x 16 = 128 at B 1; work-groups crossing into the
  * next (sequence, KV head), each unit merged by the last of its 17-18 work-groups): B 1 128K
- * 195.5-198.6 against 192.2-192.7 us, B 8 128K 1434.8-1435.2 against 1429.9-1430.5 us. */
+ * 195.5-198.6 against 192.2-192.7 us, B 8 128K 1434.8-1435.2 against 1429.9-1430.5 us.
+ * Not a gain either: the splits of a head drawing their key tiles from a per-head counter
+ * (atomic tickets, so a work-group on a faster compute unit takes more tiles). One ticket
+ * per tile: B 1 128K 188.5 -> 249.4 us, B 8 128K 1425.6 -> 1831.7 us on the H100; the same
+ * draws with the tiles kept static cost as much, so it is the atomic's round trip, which
+ * the fence of the next work-group barrier waits for. One ticket per 16 / 32 / 64 tiles
+ * (H200, two alternations): B 1 128K 139.3-139.9 / 136.3-137.0 / 135.8-135.9 against
+ * 134.6-135.5 us, B 8 128K 1050.7-1053.9 / 1037.3-1042.4 / 1037.0-1037.4 against
+ * 1018.6-1020.8 us (2026-11-27). */
 static int interleave_env(void) {
     static int cached = -1;
     return env_on_once(&cached, "CLKV_DECODE_INTERLEAVE");
