@@ -184,12 +184,19 @@ static void plan_launch(clkv_context *ctx, const clkv_select_topk_args *a, selec
     if (chunk < tile)
         chunk = tile;
     /* the 2-kernel pipeline: one tile per chunk. NVIDIA only, where it is measured and
-     * tested: on PoCL 3.1 (pthread device, 2 threads) select_hist_sort loses the local
-     * state of a work-group whose chunk is a short tail while other chunks run on the other
-     * thread (all-equal scores, smallest k of n = 4101 / 2053 / 4200 and k = n - 1: its bin
-     * runs stay unfilled, the row gets one index too many, and n = 4160, k = 4100 corrupted
-     * the heap), in 10-90 % of calls; with POCL_MAX_PTHREAD_COUNT=1 never, and the 3-kernel
-     * pipeline never. The root cause is not found. */
+     * tested: PoCL 3.1 miscompiles select_hist_sort. In the loop that places each key in
+     * its bin's run (after the histogram's barriers), the compiled work-item loop is
+     * unswitched on "key 0 of the work-item is in the row" (start + lid < end) evaluated
+     * once, from the registers the previous region's work-item loop left behind, i.e. for
+     * the last work-item only. In a chunk shorter than the work-group (the row's tail)
+     * that test is false, so no work-item places its first key: the run keeps whatever the
+     * local memory held before (x86 disassembly of the PoCL-built kernel, 2026-11-27;
+     * with the local memory poisoned first, 100 of 100 calls go wrong with one thread as
+     * with two). Before, the stale local data of the previous chunk often equalled the lost
+     * keys (all-equal scores): wrong results in 10-90 % of calls only, one index past the
+     * row, and once heap corruption through the wrong offsets. The 3-kernel pipeline and
+     * select_row have no such loop and pass the same stress on PoCL; NVIDIA's build of
+     * this kernel passed 9000 such calls (n = 2053 .. 8197, both orders). */
     const int kernels = clkv__env_int("CLKV_SELECT_KERNELS", 0);
     p->sort = ctx->info.nvidia_ptx && kernels != 3 && (!chunk_forced || chunk == tile) &&
               (len + tile - 1) / tile <= (kernels == 2 ? SORT_MAX_CH : SORT_AUTO_CH);
