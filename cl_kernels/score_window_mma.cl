@@ -37,6 +37,11 @@
  *   PREFETCH    1: the next tile's K/V fragments are loaded while this tile is computed
  *               (twice the fragment registers; measured slower on an H200: fewer resident
  *               warps); 0 (default): loaded at the top of each tile
+ * Not kept: streaming each warp's K/V rows through two cp.async stages in local memory (64 KiB
+ * per work-group, fragments read back conflict-free): H200, DropKV bf16 Hq 32 / Hkv 8, W 8,
+ * 128K keys, scorer 188.7 -> 271.9 / 275.7 us; SnapKV 104.9 -> 117.0, AnDPro 162.8 -> 238.5
+ * (2026-11-27). The kernel is bound by its arithmetic rather than its loads (SnapKV, which
+ * reads only K, runs at 55 % of read bandwidth), and the stages halve the resident warps.
  */
 #define M_DROPKV 0
 #define M_SNAPKV 1
