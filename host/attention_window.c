@@ -179,7 +179,10 @@ static int movmatrix_env(void) {
  * the fence of the next work-group barrier waits for. One ticket per 16 / 32 / 64 tiles
  * (H200, two alternations): B 1 128K 139.3-139.9 / 136.3-137.0 / 135.8-135.9 against
  * 134.6-135.5 us, B 8 128K 1050.7-1053.9 / 1037.3-1042.4 / 1037.0-1037.4 against
- * 1018.6-1020.8 us (2026-11-27). */
+ * 1018.6-1020.8 us (2026-11-27).
+ * More splits were slower on the H200 too (same day, two alternations): B 1 128K 24 / 32 splits
+ * 198.7-199.1 / 158.6-159.3 against 133.8 us with 16, B 1 32K 64.2-64.7 / 53.3-53.5 against
+ * 40.5-40.6 us; 2 / 4 stages 132.9-133.2 / 136.4-136.5 us at 128K. */
 static int interleave_env(void) {
     static int cached = -1;
     return env_on_once(&cached, "CLKV_DECODE_INTERLEAVE");
