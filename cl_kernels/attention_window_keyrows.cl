@@ -28,7 +28,8 @@
  *                               o and lse (no merge kernel); 0 (default): partial states only
  *   INTERLEAVE                  1: split s takes the key tiles s, s + num_splits, ... (the
  *                               splits of a head read neighbouring memory at any moment);
- *                               0 (default): split s takes keys [s chunk, (s + 1) chunk)
+ *                               0: split s takes keys [s chunk, (s + 1) chunk) (the -D
+ *                               default; the host passes 1 unless CLKV_DECODE_INTERLEAVE=0)
  *
  * Warp w takes the keys [w KW, w KW + KW) of every K/V tile; the 4 warps combine their
  * (m, l, acc) through local memory at the end and the work-group writes o and lse (one

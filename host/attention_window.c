@@ -154,18 +154,11 @@ static int movmatrix_env(void) {
     return env_on_once(&cached, "CLKV_DECODE_KEYROWS_MOVMATRIX");
 }
 
-/* CLKV_DECODE_INTERLEAVE=0 (read once per process): the keyrows kernel's splits take
- * contiguous key ranges instead of interleaved key tiles (split s: tiles s, s + splits, ...).
- * Interleaved, the splits of a head read neighbouring tiles at any moment (H100, bf16 Hq 32 /
- * Hkv 8, D 128, two alternations in one run: B 1 128K 191.8 / 192.3 -> 188.5 / 187.2 us, B 8
- * 128K 1430.6 / 1430.6 -> 1427.1 / 1425.7 us, B 1 and B 8 at 4K / 32K within the spread).
- * The same interleave in the 16-row kernel (attention_window_mma.cl) gained nothing for the
- * DropKV window (T 8, 128K: attention 210.1 / 212.8 against 207.2 / 207.8 us) nor for the
- * LongFlow step's attention (B 2, 32K slots: 118.0 / 118.4 against 118.1 / 118.7 us).
- * More work-groups than compute units were slower here too (same day, interleaved: B 8
+/* Decode variants of the keyrows kernel measured and dropped (H100 unless stated):
+ * slower were more work-groups than compute units (same day as the interleave, interleaved: B 8
  * 128K 4 / 6 / 8 splits 1453-1494 us against 1435-1438 us with 2; B 1 128K 32 / 33 / 48
  * splits 190.4-195.6 against 187.7-189.1 us with 16; 2 instead of 3 stages within the
- * spread), and so were 8 warps per work-group instead of 4 (128-key tiles, same run: B 1
+ * spread) and 8 warps per work-group instead of 4 (128-key tiles, same run: B 1
  * 128K 203.5-204.7 us with 3 stages, 190.1-193.2 with 2, against 190.1-191.4; B 8 128K
  * 1434.0-1446.2 against 1441.6-1442.3).
  * Not a gain: a 1-D grid of one work-group per compute unit over the units' key tiles laid
@@ -183,6 +176,15 @@ static int movmatrix_env(void) {
  * More splits were slower on the H200 too (same day, two alternations): B 1 128K 24 / 32 splits
  * 198.7-199.1 / 158.6-159.3 against 133.8 us with 16, B 1 32K 64.2-64.7 / 53.3-53.5 against
  * 40.5-40.6 us; 2 / 4 stages 132.9-133.2 / 136.4-136.5 us at 128K. */
+
+/* CLKV_DECODE_INTERLEAVE=0 (read once per process): the keyrows kernel's splits take
+ * contiguous key ranges instead of interleaved key tiles (split s: tiles s, s + splits, ...).
+ * Interleaved, the splits of a head read neighbouring tiles at any moment (H100, bf16 Hq 32 /
+ * Hkv 8, D 128, two alternations in one run: B 1 128K 191.8 / 192.3 -> 188.5 / 187.2 us, B 8
+ * 128K 1430.6 / 1430.6 -> 1427.1 / 1425.7 us, B 1 and B 8 at 4K / 32K within the spread).
+ * The same interleave in the 16-row kernel (attention_window_mma.cl) gained nothing for the
+ * DropKV window (T 8, 128K: attention 210.1 / 212.8 against 207.2 / 207.8 us) nor for the
+ * LongFlow step's attention (B 2, 32K slots: 118.0 / 118.4 against 118.1 / 118.7 us). */
 static int interleave_env(void) {
     static int cached = -1;
     return env_on_once(&cached, "CLKV_DECODE_INTERLEAVE");
