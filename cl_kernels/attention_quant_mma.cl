@@ -8,9 +8,9 @@
  * attention_decode_merge reads).
  *
  * Build options: Q_DTYPE, RES_DTYPE, META_DTYPE, HEAD_DIM, KBITS, VBITS, GQ (as in
- * attention_quant.cl); NST (default 4): tiles in flight per warp (cp.async stages in local
- * memory: key and value codes, value metadata, and the key metadata of a tile that starts
- * a key group).
+ * attention_quant.cl); NST (the host passes 3 at 4-bit keys and values, 4 otherwise;
+ * default 4): tiles in flight per warp (cp.async stages in local memory: key and value
+ * codes, value metadata, and the key metadata of a tile that starts a key group).
  *
  * A warp walks its token range in tiles of 16 tokens (a tile lies in one key group and is
  * all quantized or all residual: n_quant is a multiple of GQ >= 16 and splits start at
@@ -53,13 +53,19 @@
  *
  * Cost (H100, D 128, G 4, B 8, 128K tokens, groups of 128; ptxas sm_90: 128 registers,
  * 4 work-groups per SM): about 380 warp instructions per 16-token tile in the steady
- * state (16 mma). Streaming the same bytes with no arithmetic takes ~65 % of the kernel's
- * time; local-memory reads, registers per thread (96-136), stages in flight (2-4) and
- * work-group counts changed the time by less than 3 % each, so the rest is instruction
- * issue and per-tile latency. A variant stepping two tiles per iteration (two independent
- * key products, one softmax per 32 tokens) measured 2-10 % slower on the H100 and was
- * dropped; so was keeping the key operand's fragments in registers (+10 %, register
- * pressure). */
+ * state (16 mma). Issuing the copies from running pointers and shared addresses computed
+ * once (see copy_plan) cut the copy issue from ~57 to ~40 instructions per tile and the
+ * registers to 96 at 2-bit codes (ptxas sm_90), and the time by 3-6 % (H100, two
+ * alternations: 2-bit B 1 128K 58.5 / 58.2 -> 56.5 / 57.0 us, B 8 32K 104.3 / 104.3 ->
+ * 98.8 / 99.4, B 8 128K 349.8 / 351.7 -> 329.0 / 328.6; 4-bit with 3 stages B 1 128K
+ * 74.8 / 75.4 -> 73.4 / 74.9, B 8 32K 140.9 / 139.5 -> 135.3 / 134.9, B 8 128K 459.3 /
+ * 457.2 -> 443.3 / 443.3; 2026-11-27). Streaming the same bytes with no arithmetic takes
+ * ~65 % of the kernel's time; local-memory reads, registers per thread (96-136), stages in
+ * flight (2-4) and work-group counts changed the time by less than 3 % each, so the rest
+ * is instruction issue and per-tile latency. A variant stepping two tiles per iteration
+ * (two independent key products, one softmax per 32 tokens) measured 2-10 % slower on the
+ * H100 and was dropped; so was keeping the key operand's fragments in registers (+10 %,
+ * register pressure). */
 
 #define HP 4 /* query heads per work-group */
 #define NWARP 4
@@ -191,18 +197,24 @@ inline float shfl(float x, int m) {
 /* The copies of one tile (16-byte cp.async chunks): chunk i of a tile is key codes
  * (i < KC_N), value codes, value scales, value minima; in global memory each of the four is
  * contiguous per tile and the next tile's lies one fixed stride further. Lane l copies the
- * chunks l, l + 32, ... of every tile: per such round a source pointer at tile 0 and the
- * per-tile stride, set up once, so a copy costs one 64-bit multiply-add. */
+ * chunks l, l + 32, ... of every tile. A warp issues its tiles in order, so per such round
+ * the plan keeps a source pointer at the next tile to issue (advanced by the round's
+ * stride after each tile) and the chunk's byte offset in a stage; the stages are addressed
+ * by 32-bit shared-window addresses computed once. (Computed from the tile index per
+ * copy, as before, the issue took ~57 instructions per tile instead of ~40: the compiler
+ * rebuilt the local-memory base from the CTA id and the thread id every iteration.) */
 #define TILE_N (KC_N + VC_N + 2 * VM_N)
 #define NRND ((TILE_N + 31) / 32)
+#define STG_BYTES (16 * STG_N)
 typedef struct copy_plan {
     __global const uchar *src[NRND];
     uint stride[NRND];
-    int dst[NRND]; /* stage chunk */
+    uint dst[NRND]; /* byte offset in a stage */
 } copy_plan;
 
-inline void plan_copies(copy_plan *cp, int lane, __global const uint *kcb, __global const uint *vcb,
-                        __global const meta_t *vsb, __global const meta_t *vmb) {
+inline void plan_copies(copy_plan *cp, int lane, long tile0, __global const uint *kcb,
+                        __global const uint *vcb, __global const meta_t *vsb,
+                        __global const meta_t *vmb) {
     UNROLL
     for (int r = 0; r < NRND; r++) {
         const int i = lane + 32 * r;
@@ -222,26 +234,34 @@ inline void plan_copies(copy_plan *cp, int lane, __global const uint *kcb, __glo
             n = VC_N;
             d = i + SKW((i - KC_N) / VW4);
         }
-        cp->src[r] = s;
+        cp->src[r] = s + tile0 * (16 * (long)n);
         cp->stride[r] = 16 * n;
-        cp->dst[r] = d;
+        cp->dst[r] = 16u * (uint)d;
     }
 }
 
-/* Copy tile `tile` (tokens 16 tile ..) into stage st, and the key metadata of its group
- * when with_km. */
-inline void issue_tile(__local uint4 *st, int lane, const copy_plan *cp, int tile, int with_km,
+/* 16-byte cp.async to a shared-window address */
+inline void cp_async16_sa(uint dst, __global const uchar *src) {
+    asm volatile(CLKV_CP_ASYNC16_OP " [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+
+/* Copy the plan's next tile, `tile`, into the stage at shared address st (and the key
+ * metadata of its group when with_km), then advance the plan to the following tile. */
+inline void issue_tile(uint st, int lane, copy_plan *cp, int tile, int with_km,
                        __global const meta_t *ksb, __global const meta_t *kmb) {
     UNROLL
-    for (int r = 0; r < NRND; r++)
+    for (int r = 0; r < NRND; r++) {
         if (TILE_N % 32 == 0 || r < NRND - 1 || lane + 32 * r < TILE_N)
-            clkv_cp_async16(st + cp->dst[r], cp->src[r] + (ulong)tile * cp->stride[r]);
+            cp_async16_sa(st + cp->dst[r], cp->src[r]);
+        cp->src[r] += cp->stride[r];
+    }
     if (with_km) {
         const long g = (long)tile * 16 / GQ * HEAD_DIM;
         __global const uchar *s0 = (__global const uchar *)(ksb + g);
         __global const uchar *s1 = (__global const uchar *)(kmb + g);
         for (int i = lane; i < 2 * KM_N; i += 32)
-            clkv_cp_async16(st + KM_OFF + i, i < KM_N ? s0 + 16 * i : s1 + 16 * (i - KM_N));
+            cp_async16_sa(st + 16u * (uint)(KM_OFF + i),
+                          i < KM_N ? s0 + 16 * i : s1 + 16 * (i - KM_N));
     }
 }
 
@@ -378,22 +398,28 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
 
     const int ntiles = end > start ? (end - start + 15) / 16 : 0;
     copy_plan cp;
-    plan_copies(&cp, lane, kcb, vcb, vsb, vmb);
+    plan_copies(&cp, lane, start / 16, kcb, vcb, vsb, vmb);
+    /* shared-window address of this warp's stage 0 (a shuffle keeps the compiler from
+     * rebuilding it from the CTA and thread ids in the loop) */
+    const uint stg_sa = as_uint(shfl(as_float((uint)(size_t)stg[wid][0]), 0));
     UNROLL
     for (int i = 0; i < NST - 1; i++) {
         const int bi = start + 16 * i;
         if (i < ntiles && bi < nq)
-            issue_tile(stg[wid][i], lane, &cp, bi / 16, i == 0 || bi % GQ == 0, ksb, kmb);
+            issue_tile(stg_sa + (uint)i * STG_BYTES, lane, &cp, bi / 16, i == 0 || bi % GQ == 0,
+                       ksb, kmb);
         clkv_cp_async_commit(); /* empty groups keep the count uniform */
     }
+    uint issue_off = (NST - 1) * STG_BYTES; /* stage of tile it + NST - 1 */
     for (int it = 0; it < ntiles; it++) {
         const int base = start + 16 * it;
         {
             const int ia = it + NST - 1, ba = start + 16 * ia;
             if (ia < ntiles && ba < nq)
-                issue_tile(stg[wid][ia % NST], lane, &cp, ba / 16, ia == 0 || ba % GQ == 0, ksb,
+                issue_tile(stg_sa + issue_off, lane, &cp, ba / 16, ia == 0 || ba % GQ == 0, ksb,
                            kmb);
             clkv_cp_async_commit();
+            issue_off = issue_off == (NST - 1) * STG_BYTES ? 0u : issue_off + STG_BYTES;
         }
         CLKV_CP_ASYNC_WAIT(NST - 1); /* this lane's copies of tile it have landed */
         clkv_warp_sync();            /* and every lane's */
