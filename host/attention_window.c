@@ -177,6 +177,25 @@ static int movmatrix_env(void) {
  * 198.7-199.1 / 158.6-159.3 against 133.8 us with 16, B 1 32K 64.2-64.7 / 53.3-53.5 against
  * 40.5-40.6 us; 2 / 4 stages 132.9-133.2 / 136.4-136.5 us at 128K. */
 
+/* Where the decode kernel's time goes (H200, bf16 Hq 32 / Hkv 8, D 128, 2026-11-27;
+ * diagnostic builds through CLKV_KERNEL_DIR, not kept): with the math removed (copies,
+ * waits and barriers only) B 8 128K takes 980-985 us and B 1 128K 132-133 us, against
+ * 996-1022 / 134-135 us for the kernel and 949 / 125 us for the same-bytes streaming probe;
+ * with the copies removed, 409 / 58 us. So the cp.async pipeline alone stays 3 % (B 8) to
+ * 6 % (B 1) short of the probe, and the math adds 1.5-4 %. Not a gain:
+ *   - 2 or 3 resident work-groups per compute unit (16 keys per warp, 2 or 3 stages, B 8 4
+ *     or 6 splits: 1027-1049 us; copies only 1007 us; B 1 32 or 48 splits 139-147 us);
+ *   - Hopper bulk copies (cp.async.bulk of each 256-byte K and V row into the padded tiles,
+ *     one mbarrier per stage instead of cp.async groups): correct, but B 8 128K 2575 us
+ *     (1901 copies only) with the default tiles; with 32 keys per warp and 3 stages the
+ *     copies alone took 128.5 us at B 1 128K (988 at B 8) yet the kernel 178 / 1395 us;
+ *   - 132 instead of 128 work-groups (66 KV heads, 2 splits, B 1 128K: 1.045x the probe
+ *     against 1.057x with 64 heads).
+ * PyTorch's peer on this machine is cuDNN's sm80 flash kernel (16 x 128 x 128 tiles, 128
+ * threads, 86 KB local memory, 183 registers, 256 work-groups: 32 splits at B 1, 4 at B 8,
+ * two per compute unit) plus a 2-3 us reduction kernel; its main kernel runs at the probe's
+ * time (125.6 us at B 1 128K, 946 us at B 8 128K). */
+
 /* CLKV_DECODE_INTERLEAVE=0 (read once per process): the keyrows kernel's splits take
  * contiguous key ranges instead of interleaved key tiles (split s: tiles s, s + splits, ...).
  * Interleaved, the splits of a head read neighbouring tiles at any moment (H100, bf16 Hq 32 /
