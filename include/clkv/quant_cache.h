@@ -209,7 +209,8 @@ clkv_status clkv_quant_cache_append(clkv_quant_cache *cache,
  * CLKV_QUANT_MMA = 0 disables it, 2 takes it wherever it applies,
  * CLKV_QUANT_MMA_WARPS (automatic splits aim at this many warps per compute unit, default
  * 64), CLKV_QUANT_MMA_MINTOK (shortest automatic split, default 256 tokens),
- * CLKV_QUANT_MMA_STAGES (16-token tiles in flight per warp, default 4).
+ * CLKV_QUANT_MMA_STAGES (16-token tiles in flight per warp, default 3 with 4-bit keys and
+ * values, 4 otherwise).
  * Errors: CLKV_ERR_ARG_NULL (cache, args, q, o), CLKV_ERR_ARG_DTYPE, CLKV_ERR_ARG_SHAPE
  * (dims disagree with the cache, Hq % Hkv != 0), CLKV_ERR_ARG_RANGE (non-finite scale,
  * negative num_splits, Hq above 65535), CLKV_ERR_ARG_STRIDE, CLKV_ERR_ARG_ALIGNMENT,
