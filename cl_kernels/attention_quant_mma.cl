@@ -241,11 +241,6 @@ inline void plan_copies(copy_plan *cp, int lane, long tile0, __global const uint
     }
 }
 
-/* 16-byte cp.async to a shared-window address */
-inline void cp_async16_sa(uint dst, __global const uchar *src) {
-    asm volatile(CLKV_CP_ASYNC16_OP " [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-
 /* Copy the plan's next tile, `tile`, into the stage at shared address st (and the key
  * metadata of its group when with_km), then advance the plan to the following tile. */
 inline void issue_tile(uint st, int lane, copy_plan *cp, int tile, int with_km,
@@ -253,7 +248,7 @@ inline void issue_tile(uint st, int lane, copy_plan *cp, int tile, int with_km,
     UNROLL
     for (int r = 0; r < NRND; r++) {
         if (TILE_N % 32 == 0 || r < NRND - 1 || lane + 32 * r < TILE_N)
-            cp_async16_sa(st + cp->dst[r], cp->src[r]);
+            clkv_cp_async16_sa(st + cp->dst[r], cp->src[r]);
         cp->src[r] += cp->stride[r];
     }
     if (with_km) {
@@ -261,8 +256,8 @@ inline void issue_tile(uint st, int lane, copy_plan *cp, int tile, int with_km,
         __global const uchar *s0 = (__global const uchar *)(ksb + g);
         __global const uchar *s1 = (__global const uchar *)(kmb + g);
         for (int i = lane; i < 2 * KM_N; i += 32)
-            cp_async16_sa(st + 16u * (uint)(KM_OFF + i),
-                          i < KM_N ? s0 + 16 * i : s1 + 16 * (i - KM_N));
+            clkv_cp_async16_sa(st + 16u * (uint)(KM_OFF + i),
+                               i < KM_N ? s0 + 16 * i : s1 + 16 * (i - KM_N));
     }
 }
 
@@ -400,8 +395,9 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     const int ntiles = end > start ? (end - start + 15) / 16 : 0;
     copy_plan cp;
     plan_copies(&cp, lane, start / 16, kcb, vcb, vsb, vmb);
-    /* shared-window address of this warp's stage 0 (a shuffle keeps the compiler from
-     * rebuilding it from the CTA and thread ids in the loop) */
+    /* shared-window address of this warp's stage 0, passed through a shuffle so that the
+     * compiler holds it rather than rebuilding it from the CTA and thread ids in the loop
+     * (the copy issue of the SASS no longer reads them; not timed without the shuffle) */
     const uint stg_sa = as_uint(shfl(as_float((uint)(size_t)stg[wid][0]), 0));
     UNROLL
     for (int i = 0; i < NST - 1; i++) {

@@ -221,9 +221,13 @@ inline float clkv_exp2_ftz(float x) {
 #else
 #define CLKV_CP_ASYNC16_OP "cp.async.cg.shared.global"
 #endif
+/* the same copy to a 32-bit shared-window address (NVIDIA only: for pipelines that keep
+ * their stage addresses as numbers, see attention_quant_mma.cl) */
+inline void clkv_cp_async16_sa(uint dst, __global const uchar *src) {
+    asm volatile(CLKV_CP_ASYNC16_OP " [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
 inline void clkv_cp_async16(__local uint4 *dst, __global const uchar *src) {
-    const uint d = (uint)(size_t)dst;
-    asm volatile(CLKV_CP_ASYNC16_OP " [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+    clkv_cp_async16_sa((uint)(size_t)dst, src);
 }
 /* 4-byte copy (sources whose alignment is only 4 bytes; goes through L1). */
 inline void clkv_cp_async4(__local int *dst, __global const int *src) {

@@ -180,7 +180,7 @@ static int movmatrix_env(void) {
 /* Where the decode kernel's time goes (H200, bf16 Hq 32 / Hkv 8, D 128, 2026-11-27;
  * diagnostic builds through CLKV_KERNEL_DIR, not kept): with the math removed (copies,
  * waits and barriers only) B 8 128K takes 980-985 us and B 1 128K 132-133 us, against
- * 996-1022 / 134-135 us for the kernel and 949 / 125 us for the same-bytes streaming probe;
+ * 996-1022 / 134-138 us for the kernel and 949 / 125 us for the same-bytes streaming probe;
  * with the copies removed, 409 / 58 us. So the cp.async pipeline alone stays 3 % (B 8) to
  * 6 % (B 1) short of the probe, and the math adds 1.5-4 %. Not a gain:
  *   - 2 or 3 resident work-groups per compute unit (16 keys per warp, 2 or 3 stages, B 8 4
