@@ -41,6 +41,7 @@ struct clkv_context {
     char *build_log; /* of the last failed build, malloc'd */
 
     struct clkv_program_entry *programs; /* in-memory program cache (linked list) */
+    struct clkv_kernel_memo *memo;       /* (file, -D set, kernel) -> kernel, see get_kernel */
     clkv_cache_stats stats;
     int disk_cache_enabled;
     char cache_dir[1024];
@@ -93,19 +94,24 @@ clkv_status clkv__kernel_source(clkv_context *ctx, const char *file, char **text
 /* ---- -D option sets ---- */
 
 #define CLKV_DEFS_MAX 32
-#define CLKV_DEF_LEN 96
 
+/* A -D set as (name, integer value) pairs; the option text "-DNAME=VALUE" is only written
+ * when a kernel is not yet in the context's kernel memo (see clkv__get_kernel), so that a
+ * launch that finds its kernel pays no formatting. */
 typedef struct clkv_defs {
     int count;
-    char items[CLKV_DEFS_MAX][CLKV_DEF_LEN]; /* each "NAME=VALUE" or "NAME" */
+    const char *names[CLKV_DEFS_MAX]; /* string literals (see clkv__defs_int) */
+    long long values[CLKV_DEFS_MAX];
 } clkv_defs;
 
 void clkv__defs_init(clkv_defs *d);
-/* Add "NAME=VALUE" (value printed as an integer). Silently ignores overflow of the
- * table: the program key then still includes everything added before; the table is
+/* Add NAME=VALUE. NAME must be a string literal: the kernel memo keeps and compares the
+ * pointer, which identifies the text only for storage that lives as long as the process
+ * (the macro rejects anything but a literal at compile time). Silently ignores overflow of
+ * the table: the program key then still includes everything added before; the table is
  * large enough for every kernel in the library. */
-void clkv__defs_int(clkv_defs *d, const char *name, long long value);
-void clkv__defs_str(clkv_defs *d, const char *name, const char *value);
+#define clkv__defs_int(d, name, value) clkv__defs_add((d), "" name "", (value))
+void clkv__defs_add(clkv_defs *d, const char *literal_name, long long value);
 
 /* ---- programs and kernels (runtime/program_cache.c) ---- */
 

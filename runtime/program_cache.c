@@ -9,6 +9,7 @@
  * for another key is rejected and rebuilt, never trusted. Writes go to a temporary file
  * that is renamed into place, so concurrent contexts never see a partial entry. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,20 +42,12 @@ void clkv__defs_init(clkv_defs *d) {
     d->count = 0;
 }
 
-void clkv__defs_str(clkv_defs *d, const char *name, const char *value) {
+void clkv__defs_add(clkv_defs *d, const char *literal_name, long long value) {
     if (d->count >= CLKV_DEFS_MAX)
         return;
-    if (value)
-        snprintf(d->items[d->count], CLKV_DEF_LEN, "%s=%s", name, value);
-    else
-        snprintf(d->items[d->count], CLKV_DEF_LEN, "%s", name);
+    d->names[d->count] = literal_name;
+    d->values[d->count] = value;
     d->count++;
-}
-
-void clkv__defs_int(clkv_defs *d, const char *name, long long value) {
-    char v[32];
-    snprintf(v, sizeof v, "%lld", value);
-    clkv__defs_str(d, name, v);
 }
 
 static int cmp_str(const void *a, const void *b) {
@@ -63,13 +56,17 @@ static int cmp_str(const void *a, const void *b) {
 
 /* "-cl-std=CL1.2 -DA=1 -DB=2 ..." with the caller's defines sorted, plus the context's,
  * written into `out` (on the caller's stack: this runs on every kernel lookup). */
-#define OPTIONS_MAX (32 + (CLKV_DEFS_MAX + 4) * (CLKV_DEF_LEN + 3))
+#define DEF_LEN 96 /* "NAME=VALUE" */
+#define OPTIONS_MAX (32 + (CLKV_DEFS_MAX + 4) * (DEF_LEN + 3))
 
 static void options_string(const clkv_context *ctx, const clkv_defs *defs, char out[OPTIONS_MAX]) {
+    char text[CLKV_DEFS_MAX][DEF_LEN];
     const char *items[CLKV_DEFS_MAX + 4];
     int n = 0;
-    for (int i = 0; defs && i < defs->count; i++)
-        items[n++] = defs->items[i];
+    for (int i = 0; defs && i < defs->count; i++) {
+        snprintf(text[i], DEF_LEN, "%s=%lld", defs->names[i], defs->values[i]);
+        items[n++] = text[i];
+    }
     if (ctx->info.nvidia_ptx) {
         items[n++] = "CLKV_NVIDIA_PTX=1";
         if (ctx->cp_l2 == 64 || ctx->cp_l2 == 128 || ctx->cp_l2 == 256)
@@ -420,7 +417,70 @@ static void entry_free(struct clkv_program_entry *e) {
     free(e);
 }
 
+/* ---- kernel memo ----
+ * A direct-mapped table in front of the program list: a hit returns the kernel from the
+ * -D set as given, without writing the option text, sorting it and comparing it with
+ * every cached program (about 2 us of host time per launch before; NVIDIA launches are
+ * host-bound below a few MB of K/V). A slot holds one (file, kernel name, -D set) as
+ * given by a caller: the names of the set by pointer (literals, see clkv__defs_int), the
+ * file and kernel names as text. A different order of the same defines is another slot
+ * that resolves to the same program. */
+#define MEMO_SLOTS 128
+
+typedef struct memo_slot {
+    cl_kernel kernel; /* NULL: empty */
+    char file[64];
+    char name[64];
+    clkv_defs defs;
+} memo_slot;
+
+struct clkv_kernel_memo {
+    memo_slot slot[MEMO_SLOTS];
+};
+
+static uint64_t memo_hash(const char *file, const clkv_defs *defs, const char *kernel_name) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over the texts, the name pointers, values */
+    for (const char *c = file; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    for (const char *c = kernel_name; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    for (int i = 0; defs && i < defs->count; i++) {
+        h = (h ^ (uint64_t)(uintptr_t)defs->names[i]) * 1099511628211ull;
+        h = (h ^ (uint64_t)defs->values[i]) * 1099511628211ull;
+    }
+    return h;
+}
+
+static int memo_match(const memo_slot *m, const char *file, const clkv_defs *defs,
+                      const char *kernel_name) {
+    const int n = defs ? defs->count : 0;
+    if (!m->kernel || m->defs.count != n || strcmp(m->file, file) != 0 ||
+        strcmp(m->name, kernel_name) != 0)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (m->defs.names[i] != defs->names[i] || m->defs.values[i] != defs->values[i])
+            return 0;
+    return 1;
+}
+
+static void memo_put(memo_slot *m, const char *file, const clkv_defs *defs, const char *kernel_name,
+                     cl_kernel kernel) {
+    /* names that do not fit are not memoized (the slow path still finds them) */
+    if (!m || strlen(file) >= sizeof m->file || strlen(kernel_name) >= sizeof m->name)
+        return;
+    m->kernel = kernel;
+    memcpy(m->file, file, strlen(file) + 1);
+    memcpy(m->name, kernel_name, strlen(kernel_name) + 1);
+    m->defs.count = defs ? defs->count : 0;
+    for (int i = 0; i < m->defs.count; i++) {
+        m->defs.names[i] = defs->names[i];
+        m->defs.values[i] = defs->values[i];
+    }
+}
+
 void clkv__program_cache_clear(clkv_context *ctx) {
+    free(ctx->memo); /* its kernels belong to the programs released below */
+    ctx->memo = NULL;
     struct clkv_program_entry *e = ctx->programs;
     while (e) {
         struct clkv_program_entry *next = e->next;
@@ -463,6 +523,15 @@ static clkv_status find_or_build(clkv_context *ctx, const char *file, const clkv
 
 clkv_status clkv__get_kernel(clkv_context *ctx, const char *file, const clkv_defs *defs,
                              const char *kernel_name, cl_kernel *out) {
+    if (!ctx->memo)
+        ctx->memo = calloc(1, sizeof *ctx->memo); /* none (out of memory): no memo */
+    memo_slot *m =
+        ctx->memo ? &ctx->memo->slot[memo_hash(file, defs, kernel_name) % MEMO_SLOTS] : NULL;
+    if (m && memo_match(m, file, defs, kernel_name)) {
+        ctx->stats.memory_hits++;
+        *out = m->kernel;
+        return CLKV_OK;
+    }
     struct clkv_program_entry *e = NULL;
     clkv_status st = find_or_build(ctx, file, defs, &e);
     if (st != CLKV_OK)
@@ -470,6 +539,7 @@ clkv_status clkv__get_kernel(clkv_context *ctx, const char *file, const clkv_def
     for (int i = 0; i < e->nkernels; i++) {
         if (strcmp(e->kernels[i].name, kernel_name) == 0) {
             *out = e->kernels[i].kernel;
+            memo_put(m, file, defs, kernel_name, *out);
             return CLKV_OK;
         }
     }
@@ -487,5 +557,6 @@ clkv_status clkv__get_kernel(clkv_context *ctx, const char *file, const clkv_def
     snprintf(slot->name, sizeof slot->name, "%s", kernel_name);
     slot->kernel = k;
     *out = k;
+    memo_put(m, file, defs, kernel_name, k);
     return CLKV_OK;
 }

@@ -88,6 +88,38 @@ static void test_memory_hit_and_option_order(void **state) {
     clkv_context_destroy(ctx);
 }
 
+/* The kernel memo in front of the program list: a repeated lookup is a memory hit that
+ * returns the same kernel, another value of one define is another program, and after
+ * the in-memory cache is dropped the lookup loads the program again (never a released
+ * kernel from the memo). */
+static void test_kernel_memo(void **state) {
+    (void)state;
+    clkv_context *ctx = context_with_cache("memo");
+    cl_kernel k1, k2, k3, k4;
+    get_probe_kernel(ctx, 3, &k1);
+    const clkv_cache_stats s1 = stats(ctx);
+    get_probe_kernel(ctx, 3, &k2);
+    const clkv_cache_stats s2 = stats(ctx);
+    assert_ptr_equal(k1, k2);
+    assert_int_equal(s2.memory_hits, s1.memory_hits + 1);
+    assert_int_equal(s2.builds + s2.disk_hits, s1.builds + s1.disk_hits);
+
+    get_probe_kernel(ctx, 4, &k3);
+    const clkv_cache_stats s3 = stats(ctx);
+    assert_ptr_not_equal(k3, k1);
+    assert_int_equal(s3.builds + s3.disk_hits, s2.builds + s2.disk_hits + 1);
+
+    clkv__program_cache_clear(ctx);
+    get_probe_kernel(ctx, 3, &k4);
+    const clkv_cache_stats s4 = stats(ctx);
+    assert_int_equal(s4.builds + s4.disk_hits, s3.builds + s3.disk_hits + 1);
+    char name[64];
+    assert_int_equal(clGetKernelInfo(k4, CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL),
+                     CL_SUCCESS);
+    assert_string_equal(name, "attention_decode_merge");
+    clkv_context_destroy(ctx);
+}
+
 static void test_disk_hit_and_rebuilds(void **state) {
     (void)state;
     clkv_context *ctx = context_with_cache("disk");
@@ -300,6 +332,7 @@ int main(void) {
     mkdir(tmp_root, 0755);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_memory_hit_and_option_order),
+        cmocka_unit_test(test_kernel_memo),
         cmocka_unit_test(test_disk_hit_and_rebuilds),
         cmocka_unit_test(test_disk_cache_off),
         cmocka_unit_test(test_build_failure_keeps_log),
