@@ -38,6 +38,7 @@
 #define Q_T CLKV_STORAGE(Q_DTYPE)
 #define KV_T CLKV_STORAGE(KV_DTYPE)
 #define O_T CLKV_STORAGE(O_DTYPE)
+#include "kernel_args.cl"
 
 #define D4 (HEAD_DIM / 4)     /* float4 columns of a row */
 #define LD4 (D4 + 1)          /* padded row of the Q and K tiles (float4 units) */
@@ -216,13 +217,11 @@ inline float dot4(float4 a, float4 b) {
     return fma(a.x, b.x, fma(a.y, b.y, fma(a.z, b.z, a.w * b.w)));
 }
 
-__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_window_partial(
-    __global const Q_T *q, long q_off, long q_sb, long q_sh, long q_st, __global const KV_T *k,
-    long k_off, long k_sb, long k_sh, long k_sl, __global const KV_T *v, long v_off, long v_sb,
-    long v_sh, long v_sl, __global const int *lengths, long len_off, int has_lengths, int max_len,
-    int T, int Hq, int G, int n_qtiles, int chunk, int num_splits, float scale_log2, int direct,
-    __global O_T *o, long o_off, long o_sb, long o_sh, long o_st, __global float *lse, long lse_off,
-    long lse_sb, long lse_sh, long lse_st, int has_lse, __global float *part_acc, long ml_off) {
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global const KV_T *v,
+                         __global const int *lengths, __global O_T *o, __global float *lse,
+                         __global float *part_acc, const window_scalars P) {
+    WINDOW_UNPACK
 #if MMA
     __local ushort qs[QT][LDH];
     __local ushort ks[KT][LDH];

@@ -77,6 +77,7 @@
 #if FUSED_MERGE
 #include "split_merge.cl"
 #endif
+#include "kernel_args.cl"
 
 #define mma16816 CLKV_MMA(KV_DTYPE)
 #define split16x2 CLKV_SPLIT16X2(KV_DTYPE)
@@ -121,14 +122,11 @@ inline uint q_pair(__global const Q_T *q, long rowbase, int valid, int col) {
     return (uint)p[0] | (uint)p[1] << 16;
 }
 
-__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_window_partial(
-    __global const Q_T *q, long q_off, long q_sb, long q_sh, long q_st, __global const KV_T *k,
-    long k_off, long k_sb, long k_sh, long k_sl, __global const KV_T *v, long v_off, long v_sb,
-    long v_sh, long v_sl, __global const int *lengths, long len_off, int has_lengths, int max_len,
-    int T, int Hq, int G, int n_qtiles, int chunk, int num_splits, float scale_log2, int direct,
-    __global O_T *o, long o_off, long o_sb, long o_sh, long o_st, __global float *lse, long lse_off,
-    long lse_sb, long lse_sh, long lse_st, int has_lse, __global float *part_acc, long ml_off,
-    __global int *tickets) {
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global const KV_T *v,
+                         __global const int *lengths, __global O_T *o, __global float *lse,
+                         __global float *part_acc, const window_scalars P, __global int *tickets) {
+    WINDOW_UNPACK
     __local uint4 smem[NSTG * 2 * TILE16];
     __local float wm[NW][QN], wl[NW][QN];
     __local int is_last;

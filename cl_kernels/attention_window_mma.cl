@@ -44,6 +44,7 @@
 #ifndef LONGFLOW
 #define LONGFLOW 0
 #endif
+#include "kernel_args.cl" /* the scalars of both entry kernels */
 
 #if NWQ * NWK != 4 || (KW != 16 && KW != 32 && KW != 64) || (HEAD_DIM != 64 && HEAD_DIM != 128)
 #error "attention_window_mma: inconsistent tile parameters"
@@ -227,13 +228,11 @@ inline uint q_pair(__global const Q_T *q, long rowbase, int valid, int col) {
 }
 
 #if !LONGFLOW
-__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_window_partial(
-    __global const Q_T *q, long q_off, long q_sb, long q_sh, long q_st, __global const KV_T *k,
-    long k_off, long k_sb, long k_sh, long k_sl, __global const KV_T *v, long v_off, long v_sb,
-    long v_sh, long v_sl, __global const int *lengths, long len_off, int has_lengths, int max_len,
-    int T, int Hq, int G, int n_qtiles, int chunk, int num_splits, float scale_log2, int direct,
-    __global O_T *o, long o_off, long o_sb, long o_sh, long o_st, __global float *lse, long lse_off,
-    long lse_sb, long lse_sh, long lse_st, int has_lse, __global float *part_acc, long ml_off) {
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global const KV_T *v,
+                         __global const int *lengths, __global O_T *o, __global float *lse,
+                         __global float *part_acc, const window_scalars P) {
+    WINDOW_UNPACK
     __local uint4 smem[NSTG * 2 * TILE16];
     __local float wm[NWK][QT], wl[NWK][QT];
 
@@ -992,14 +991,15 @@ inline void lf_score_item(int m, int chunk, __global const int *pos, __global in
     barrier(CLK_LOCAL_MEM_FENCE); /* *flag and rk / ri are reused by the next item */
 }
 
+/* The buffers, then the scalars as one struct (see kernel_args.cl), unpacked into
+ * constants named as the parameters of lf_attend, lf_score_item and lf_merge. */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
-longflow_step_mma(LF_ATT_PARAMS, int n_attn, int n_score, int n_items, __global int *ctr,
-                  int unit_off, int arr_off, int scd_off, int bat_off, int protect, int n_chunks,
-                  int spt, long cand_off, __global void *o, int o_dt, long o_off, long o_sb,
-                  long o_sh, __global float *lse, long lse_off, long lse_sb, long lse_sh,
-                  int has_lse, __global float *scores, long sc_off, long sc_sb, long sc_sh,
-                  int has_scores, __global int *vout, long vo_off, long vo_sb, long vo_sh,
-                  int has_vout) {
+longflow_step_mma(__global const Q_T *q, __global const void *kn, __global const void *vn,
+                  __global KV_T *k, __global KV_T *v, __global int *pos, __global int *victim,
+                  __global int *next_pos, __global float *ws, __global int *ctr, __global void *o,
+                  __global float *lse, __global float *scores, __global int *vout,
+                  const lf_step_scalars P) {
+    LF_STEP_UNPACK
     __local uint4 smem[NSTG * 2 * TILE16];
     __local int spos[NSTG][KT];
     __local float wm[NWK][QT], wl[NWK][QT];

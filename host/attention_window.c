@@ -8,6 +8,8 @@
 #include "host/attention_common.h"
 #include "runtime/internal.h"
 
+#include "cl_kernels/kernel_args.cl" /* after the OpenCL types */
+
 #define KERNEL_FILE "attention_window.cl"
 #define MMA_KERNEL_FILE "attention_window_mma.cl"         /* tensor-core variant (NVIDIA) */
 #define KEYROWS_KERNEL_FILE "attention_window_keyrows.cl" /* its decode form (T = 1, G <= 8) */
@@ -494,46 +496,44 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
     if (p.fused && (st = clkv__counters(ctx, (size_t)(p.B * p.Hkv), &tickets)))
         return st;
 
-    /* Partial arrays in the workspace: acc first, then (m, l) pairs. */
+    /* Partial arrays in the workspace: acc first, then (m, l) pairs. The partial kernel
+     * takes its scalars as one struct (cl_kernels/kernel_args.cl says why). */
     const cl_long ml_off = (cl_long)(p.part_acc_bytes / 4);
-    const cl_long q_off = clkv__elem_offset(&args->q), q_sb = args->q.strides[0],
-                  q_sh = args->q.strides[1], q_st = args->q.strides[2];
-    const cl_long k_off = clkv__elem_offset(&args->k), k_sb = args->k.strides[0],
-                  k_sh = args->k.strides[1], k_sl = args->k.strides[2];
-    const cl_long v_off = clkv__elem_offset(&args->v), v_sb = args->v.strides[0],
-                  v_sh = args->v.strides[1], v_sl = args->v.strides[2];
-    const cl_mem len_buf = args->lengths.buf;
-    const cl_long len_off = len_buf ? clkv__elem_offset(&args->lengths) : 0;
-    const cl_mem o_buf = args->o.buf, lse_buf = args->lse.buf;
-    const cl_long o_off = clkv__elem_offset(&args->o), o_sb = args->o.strides[0],
-                  o_sh = args->o.strides[1], o_st = args->o.strides[2];
-    const cl_long lse_off = lse_buf ? clkv__elem_offset(&args->lse) : 0,
-                  lse_sb = lse_buf ? args->lse.strides[0] : 0,
-                  lse_sh = lse_buf ? args->lse.strides[1] : 0,
-                  lse_st = lse_buf ? args->lse.strides[2] : 0;
-    const cl_int has_len = len_buf != NULL, max_len = p.max_len, T = (cl_int)p.T, Hq = (cl_int)p.Hq,
-                 G = (cl_int)p.G, n_qtiles = p.n_qtiles, chunk = p.chunk, splits = p.splits,
-                 has_lse = lse_buf != NULL, direct_i = direct;
-    const cl_float scale_log2 = p.scale * 1.4426950408889634f;
-    st = clkv__set_args(
-        ctx, kp, "attention_window_partial", 40, CLKV_ARG(args->q.buf), CLKV_ARG(q_off),
-        CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(q_st), CLKV_ARG(args->k.buf), CLKV_ARG(k_off),
-        CLKV_ARG(k_sb), CLKV_ARG(k_sh), CLKV_ARG(k_sl), CLKV_ARG(args->v.buf), CLKV_ARG(v_off),
-        CLKV_ARG(v_sb), CLKV_ARG(v_sh), CLKV_ARG(v_sl), CLKV_ARG(len_buf), CLKV_ARG(len_off),
-        CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(T), CLKV_ARG(Hq), CLKV_ARG(G),
-        CLKV_ARG(n_qtiles), CLKV_ARG(chunk), CLKV_ARG(splits), CLKV_ARG(scale_log2),
-        CLKV_ARG(direct_i), CLKV_ARG(o_buf), CLKV_ARG(o_off), CLKV_ARG(o_sb), CLKV_ARG(o_sh),
-        CLKV_ARG(o_st), CLKV_ARG(lse_buf), CLKV_ARG(lse_off), CLKV_ARG(lse_sb), CLKV_ARG(lse_sh),
-        CLKV_ARG(lse_st), CLKV_ARG(has_lse), CLKV_ARG(ws), CLKV_ARG(ml_off));
+    const cl_mem len_buf = args->lengths.buf, o_buf = args->o.buf, lse_buf = args->lse.buf;
+    window_scalars P;
+    memset(&P, 0, sizeof P);
+    P.q_off = clkv__elem_offset(&args->q);
+    P.q_sb = args->q.strides[0], P.q_sh = args->q.strides[1], P.q_st = args->q.strides[2];
+    P.k_off = clkv__elem_offset(&args->k);
+    P.k_sb = args->k.strides[0], P.k_sh = args->k.strides[1], P.k_sl = args->k.strides[2];
+    P.v_off = clkv__elem_offset(&args->v);
+    P.v_sb = args->v.strides[0], P.v_sh = args->v.strides[1], P.v_sl = args->v.strides[2];
+    P.len_off = len_buf ? clkv__elem_offset(&args->lengths) : 0;
+    P.o_off = clkv__elem_offset(&args->o);
+    P.o_sb = args->o.strides[0], P.o_sh = args->o.strides[1], P.o_st = args->o.strides[2];
+    if (lse_buf) {
+        P.lse_off = clkv__elem_offset(&args->lse);
+        P.lse_sb = args->lse.strides[0], P.lse_sh = args->lse.strides[1];
+        P.lse_st = args->lse.strides[2];
+    }
+    P.ml_off = ml_off;
+    P.has_lengths = len_buf != NULL, P.max_len = p.max_len, P.T = (cl_int)p.T;
+    P.Hq = (cl_int)p.Hq, P.G = (cl_int)p.G, P.n_qtiles = p.n_qtiles, P.chunk = p.chunk;
+    P.num_splits = p.splits, P.direct = direct, P.has_lse = lse_buf != NULL;
+    P.scale_log2 = p.scale * 1.4426950408889634f;
+    st = clkv__set_args(ctx, kp, "attention_window_partial", 8, CLKV_ARG(args->q.buf),
+                        CLKV_ARG(args->k.buf), CLKV_ARG(args->v.buf), CLKV_ARG(len_buf),
+                        CLKV_ARG(o_buf), CLKV_ARG(lse_buf), CLKV_ARG(ws), CLKV_ARG(P));
     if (st == CLKV_OK && p.keyrows)
-        st = clkv__set_args_at(ctx, kp, "attention_window_partial", 40, 1, CLKV_ARG(tickets));
+        st = clkv__set_args_at(ctx, kp, "attention_window_partial", 8, 1, CLKV_ARG(tickets));
     const cl_long n_rows = (cl_long)(p.B * p.Hq * p.T);
     if (st == CLKV_OK && merge)
         st = clkv__set_args(ctx, km, "attention_window_merge", 17, CLKV_ARG(ws), CLKV_ARG(ml_off),
-                            CLKV_ARG(splits), CLKV_ARG(Hq), CLKV_ARG(T), CLKV_ARG(n_rows),
-                            CLKV_ARG(o_buf), CLKV_ARG(o_off), CLKV_ARG(o_sb), CLKV_ARG(o_sh),
-                            CLKV_ARG(o_st), CLKV_ARG(lse_buf), CLKV_ARG(lse_off), CLKV_ARG(lse_sb),
-                            CLKV_ARG(lse_sh), CLKV_ARG(lse_st), CLKV_ARG(has_lse));
+                            CLKV_ARG(P.num_splits), CLKV_ARG(P.Hq), CLKV_ARG(P.T), CLKV_ARG(n_rows),
+                            CLKV_ARG(o_buf), CLKV_ARG(P.o_off), CLKV_ARG(P.o_sb), CLKV_ARG(P.o_sh),
+                            CLKV_ARG(P.o_st), CLKV_ARG(lse_buf), CLKV_ARG(P.lse_off),
+                            CLKV_ARG(P.lse_sb), CLKV_ARG(P.lse_sh), CLKV_ARG(P.lse_st),
+                            CLKV_ARG(P.has_lse));
     /* Every kernel passes the local-memory check before any is enqueued. */
     if (st == CLKV_OK)
         st = clkv__check_local_mem(ctx, kp, "attention_window_partial", 0);

@@ -9,6 +9,8 @@
 
 #include "host/longflow_internal.h"
 
+#include "cl_kernels/kernel_args.cl" /* after the OpenCL types */
+
 #define PARTIAL_FILE "longflow_partial.cl"
 #define FINISH_FILE "longflow_finish.cl"
 #define MMA_FILE "attention_window_mma.cl" /* -DLONGFLOW=1: longflow_partial_mma */
@@ -309,26 +311,51 @@ static lf_out_args out_args(const lf_pass *ps) {
     return a;
 }
 
-/* Arguments 29.. of longflow_step_mma (after the 29 it shares with longflow_partial_mma). */
-static clkv_status set_fused_args(clkv_longflow_cache *c, const lf_pass *ps, cl_kernel k,
-                                  cl_long cand_off) {
+/* All arguments of longflow_step_mma: its 14 buffers, then its scalars as one struct
+ * (cl_kernels/kernel_args.cl says why). */
+static clkv_status set_step_args(clkv_longflow_cache *c, const lf_pass *ps, cl_kernel k, cl_mem ws,
+                                 cl_long ml_off, cl_long y_off, cl_long cand_off) {
     const lf_plan *p = &c->plan;
     const lf_counter_layout l = lf__counter_layout(c);
-    const cl_int n_attn = p->sc_attn, n_score = p->sc_wgs,
-                 n_items = (cl_int)(c->B * c->Hm) * p->sc_chunks;
-    const cl_int unit_off = l.unit, arr_off = l.arr, scd_off = l.scd, bat_off = l.bat,
-                 protect = c->protect, n_chunks = p->sc_chunks, spt = p->sc_spt;
     const lf_out_args a = out_args(ps);
-    return clkv__set_args_at(
-        c->ctx, k, "longflow_step_mma", 29, 32, CLKV_ARG(n_attn), CLKV_ARG(n_score),
-        CLKV_ARG(n_items), CLKV_ARG(c->counters), CLKV_ARG(unit_off), CLKV_ARG(arr_off),
-        CLKV_ARG(scd_off), CLKV_ARG(bat_off), CLKV_ARG(protect), CLKV_ARG(n_chunks), CLKV_ARG(spt),
-        CLKV_ARG(cand_off), CLKV_ARG(a.o_buf), CLKV_ARG(a.o_dt), CLKV_ARG(a.o_off),
-        CLKV_ARG(a.o_sb), CLKV_ARG(a.o_sh), CLKV_ARG(a.lse_buf), CLKV_ARG(a.lse_off),
-        CLKV_ARG(a.lse_sb), CLKV_ARG(a.lse_sh), CLKV_ARG(a.has_lse), CLKV_ARG(a.sc_buf),
-        CLKV_ARG(a.sc_off), CLKV_ARG(a.sc_sb), CLKV_ARG(a.sc_sh), CLKV_ARG(a.has_sc),
-        CLKV_ARG(a.vo_buf), CLKV_ARG(a.vo_off), CLKV_ARG(a.vo_sb), CLKV_ARG(a.vo_sh),
-        CLKV_ARG(a.has_vo));
+    lf_step_scalars P;
+    memset(&P, 0, sizeof P);
+    P.do_write = ps->mode == 0;
+    P.Hq = (cl_int)c->Hq;
+    P.G = (cl_int)c->G;
+    P.n_qtiles = p->mma_qtiles;
+    P.S = (cl_int)c->S;
+    P.chunk = p->mma_chunk;
+    P.num_splits = p->mma_splits;
+    P.scale_log2 = ps->scale * 1.4426950408889634f;
+    P.ml_off = ml_off;
+    P.y_off = y_off;
+    P.cand_off = cand_off;
+    cl_mem q_buf, kn_buf, vn_buf;
+    opt_tensor(ps->q, &q_buf, &P.q_off, &P.q_sb, &P.q_sh);
+    opt_tensor(ps->k_new, &kn_buf, &P.kn_off, &P.kn_sb, &P.kn_sh);
+    opt_tensor(ps->v_new, &vn_buf, &P.vn_off, &P.vn_sb, &P.vn_sh);
+    P.n_dt = kn_buf ? (cl_int)ps->k_new->dtype : 0;
+    P.n_attn = p->sc_attn;
+    P.n_score = p->sc_wgs;
+    P.n_items = (cl_int)(c->B * c->Hm) * p->sc_chunks;
+    P.unit_off = l.unit;
+    P.arr_off = l.arr;
+    P.scd_off = l.scd;
+    P.bat_off = l.bat;
+    P.protect = c->protect;
+    P.n_chunks = p->sc_chunks;
+    P.spt = p->sc_spt;
+    P.o_dt = a.o_dt;
+    P.o_off = a.o_off, P.o_sb = a.o_sb, P.o_sh = a.o_sh;
+    P.lse_off = a.lse_off, P.lse_sb = a.lse_sb, P.lse_sh = a.lse_sh, P.has_lse = a.has_lse;
+    P.sc_off = a.sc_off, P.sc_sb = a.sc_sb, P.sc_sh = a.sc_sh, P.has_scores = a.has_sc;
+    P.vo_off = a.vo_off, P.vo_sb = a.vo_sb, P.vo_sh = a.vo_sh, P.has_vout = a.has_vo;
+    return clkv__set_args(c->ctx, k, "longflow_step_mma", 15, CLKV_ARG(q_buf), CLKV_ARG(kn_buf),
+                          CLKV_ARG(vn_buf), CLKV_ARG(c->k), CLKV_ARG(c->v), CLKV_ARG(c->pos),
+                          CLKV_ARG(c->victim), CLKV_ARG(c->next_pos), CLKV_ARG(ws),
+                          CLKV_ARG(c->counters), CLKV_ARG(a.o_buf), CLKV_ARG(a.lse_buf),
+                          CLKV_ARG(a.sc_buf), CLKV_ARG(a.vo_buf), CLKV_ARG(P));
 }
 
 clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event *done) {
@@ -409,7 +436,9 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
         const cl_int do_write = ps->mode == 0;
         const cl_float scale_log2 = ps->scale * 1.4426950408889634f;
         const cl_int n_qtiles = p->mma_qtiles;
-        if (use_mma)
+        if (fused)
+            st = set_step_args(c, ps, kp, ws, ml_off, y_off, cand_off);
+        else if (use_mma)
             st = clkv__set_args(
                 ctx, kp, mma_name, 29, CLKV_ARG(q_buf), CLKV_ARG(q_off), CLKV_ARG(q_sb),
                 CLKV_ARG(q_sh), CLKV_ARG(kn_buf), CLKV_ARG(n_dt), CLKV_ARG(kn_off), CLKV_ARG(kn_sb),
@@ -428,8 +457,6 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
                 CLKV_ARG(Hkv), CLKV_ARG(G), CLKV_ARG(nhg), CLKV_ARG(S), CLKV_ARG(chunk),
                 CLKV_ARG(splits), CLKV_ARG(scale_log2), CLKV_ARG(ws), CLKV_ARG(ml_off),
                 CLKV_ARG(y_off));
-        if (st == CLKV_OK && fused)
-            st = set_fused_args(c, ps, kp, cand_off);
         if (st == CLKV_OK)
             st = clkv__check_local_mem(ctx, kp, use_mma ? mma_name : "longflow_partial", 0);
         if (st != CLKV_OK)

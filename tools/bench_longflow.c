@@ -39,7 +39,9 @@ void usage_bench_longflow(FILE *f) {
             "  --format F          text | json | csv                      (default text)\n"
             "\n"
             "Time per call: the host clock around each batch of --iters calls and a finish,\n"
-            "divided by --iters; median over --repeats batches. partial_us / finish_us: the\n"
+            "divided by --iters; median over --repeats batches. host_us: the same clock around\n"
+            "the calls alone (the host time of a step: validation, kernel lookup, arguments,\n"
+            "enqueue), median over the batches. partial_us / finish_us: the\n"
             "step's kernels from profiling events over --iters more back-to-back steps\n"
             "(finish: the duration of the step's last kernel; partial: the gap between two\n"
             "steps' last kernels, i.e. the earlier kernels and the launch gaps). On NVIDIA with\n"
@@ -138,8 +140,12 @@ static int parse_opts(int argc, char **argv, lf_opts *o) {
 }
 
 /* Per-call time of `iters` back-to-back steps (host clock around them and a finish). */
+/* Per call: the host clock around `iters` calls and a finish, and (host) around the calls
+ * alone, i.e. the host time a step costs (validation, kernel lookup, arguments, enqueue)
+ * while the GPU runs the earlier steps. */
 static clkv_status time_steps(clkv_context *ctx, clkv_longflow_cache *c,
-                              const clkv_longflow_step_args *a, int iters, double *per_call) {
+                              const clkv_longflow_step_args *a, int iters, double *per_call,
+                              double *host) {
     const double t0 = tool_now();
     for (int i = 0; i < iters; i++) {
         clkv_status st = clkv_longflow_step(c, a, NULL);
@@ -147,25 +153,28 @@ static clkv_status time_steps(clkv_context *ctx, clkv_longflow_cache *c,
             return st;
         }
     }
+    const double t1 = tool_now();
     clkv_status st = clkv_context_finish(ctx);
     *per_call = (tool_now() - t0) / iters;
+    *host = (t1 - t0) / iters;
     return st;
 }
 
 static clkv_status time_step_runs(clkv_context *ctx, clkv_longflow_cache *c,
                                   const clkv_longflow_step_args *a, const lf_opts *o,
-                                  tool_timing *t) {
-    double warm, per[1000];
-    clkv_status st = time_steps(ctx, c, a, 1, &t->first_call_s);
+                                  tool_timing *t, double *host_s) {
+    double warm, host, per[BENCH_MAX_REPEATS], hosts[BENCH_MAX_REPEATS];
+    clkv_status st = time_steps(ctx, c, a, 1, &t->first_call_s, &host);
     if (st == CLKV_OK && o->warmup > 0) {
-        st = time_steps(ctx, c, a, (int)o->warmup, &warm);
+        st = time_steps(ctx, c, a, (int)o->warmup, &warm, &host);
     }
     for (int r = 0; r < o->repeats && st == CLKV_OK; r++) {
-        st = time_steps(ctx, c, a, (int)o->iters, &per[r]);
+        st = time_steps(ctx, c, a, (int)o->iters, &per[r], &hosts[r]);
     }
     if (st == CLKV_OK) {
         t->median_s = tool_median(per, (int)o->repeats);
         t->min_s = tool_min(per, (int)o->repeats);
+        *host_s = tool_median(hosts, (int)o->repeats);
     }
     return st;
 }
@@ -219,6 +228,7 @@ typedef struct lf_result {
     char error[256];
     tool_timing step, decode;
     double partial_s, finish_s; /* per-kernel split of a step (time_kernels) */
+    double host_s;              /* host time per step (time_steps) */
     uint64_t kv_bytes;
     double gbps, pct, ratio;
 } lf_result;
@@ -291,7 +301,7 @@ static void run_shape(clkv_context *ctx, const lf_opts *o, const tool_bandwidth 
         sa.o = clkv_tensor_3d(bo, o->dtype, B, Hq, D);
         fprintf(stderr, "[bench] longflow B=%lld S=%lld...\n", (long long)B, (long long)S);
         what = "clkv_longflow_step";
-        st = time_step_runs(ctx, c, &sa, o, &r->step);
+        st = time_step_runs(ctx, c, &sa, o, &r->step, &r->host_s);
         if (st == CLKV_OK)
             st = time_kernels(ctx, c, &sa, (int)o->iters, &r->partial_s, &r->finish_s);
         if (st == CLKV_OK) {
@@ -343,6 +353,7 @@ static void fill_record(tool_record *rec, const clkv_device_info *info, const lf
     tool_record_num(rec, "first_call_ms", r->step.first_call_s * 1e3);
     tool_record_num(rec, "partial_us", r->partial_s * 1e6);
     tool_record_num(rec, "finish_us", r->finish_s * 1e6);
+    tool_record_num(rec, "host_us", r->host_s * 1e6);
     tool_record_num(rec, "decode_median_us", r->decode.median_s * 1e6);
     tool_record_num(rec, "ratio_vs_decode", r->ratio);
     tool_record_int(rec, "kv_bytes", (long long)r->kv_bytes);
@@ -385,8 +396,9 @@ int bench_longflow(int argc, char **argv) {
                clkv_dtype_name(o.dtype),
                o.mode == CLKV_LONGFLOW_PER_LAYER ? "per-layer" : "per-kv-head", (long long)o.hq,
                (long long)o.hkv, (long long)o.dim, (long long)o.iters, (long long)o.repeats);
-        printf("%5s %8s %11s %11s %10s %9s %9s %9s %9s %11s %7s\n", "B", "S", "step_us", "min_us",
-               "partial_us", "finish_us", "KV_MB", "GB/s", "%readBW", "decode_us", "ratio");
+        printf("%5s %8s %11s %11s %8s %10s %9s %9s %9s %9s %11s %7s\n", "B", "S", "step_us",
+               "min_us", "host_us", "partial_us", "finish_us", "KV_MB", "GB/s", "%readBW",
+               "decode_us", "ratio");
         fflush(stdout);
     }
     int failed = 0, index = 0;
@@ -417,10 +429,11 @@ int bench_longflow(int argc, char **argv) {
                 }
                 tool_csv_row(stdout, &rec);
             } else if (r.status == CLKV_OK) {
-                printf("%5lld %8lld %11.2f %11.2f %10.2f %9.2f %9.2f %9.1f %9.1f %11.2f %7.3f\n",
-                       (long long)r.B, (long long)r.S, r.step.median_s * 1e6, r.step.min_s * 1e6,
-                       r.partial_s * 1e6, r.finish_s * 1e6, (double)r.kv_bytes * 1e-6, r.gbps,
-                       r.pct, r.decode.median_s * 1e6, r.ratio);
+                printf(
+                    "%5lld %8lld %11.2f %11.2f %8.2f %10.2f %9.2f %9.2f %9.1f %9.1f %11.2f %7.3f\n",
+                    (long long)r.B, (long long)r.S, r.step.median_s * 1e6, r.step.min_s * 1e6,
+                    r.host_s * 1e6, r.partial_s * 1e6, r.finish_s * 1e6, (double)r.kv_bytes * 1e-6,
+                    r.gbps, r.pct, r.decode.median_s * 1e6, r.ratio);
             } else {
                 printf("%5lld %8lld  error: %s\n", (long long)r.B, (long long)r.S, r.error);
             }
