@@ -93,6 +93,7 @@
  * empty with SP_LDS_SUM (barriers inside unrolled loops multiply PoCL's barrier regions) */
 #define ROWS_NO_UNROLL SP_LDS_SUM
 #include "decode_rows.cl"
+#include "kernel_args.cl"
 
 #define TILE (NRG * UNROLL)
 #define KV_T CLKV_STORAGE(KV_DTYPE)
@@ -184,25 +185,20 @@ inline int sp_candidate(int t, int n, int s_end, int l_lo) {
 }
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_sparse_partial(
-    __global const Q_T *q, long q_off, long q_sb, long q_sh, __global const KV_T *k, long k_off,
-    long k_sb, long k_sh, long k_sl, __global const KV_T *v, long v_off, long v_sb, long v_sh,
-    long v_sl, __global const KV_T *ks, long ks_off, long ks_sb, long ks_sh, long ks_sl,
-    __global const KV_T *vs, long vs_off, long vs_sb, long vs_sh, long vs_sl,
-    __global const int *lengths, long len_off, int has_lengths, int max_len, __global int *idx,
-    long idx_off, long idx_sb, long idx_sh, int n_idx, int sink, int local_len, int Hq, int G,
-    int nhg, int chunk, int num_splits, float scale_log2, __global float *part_acc, long ml_off
+    __global const Q_T *q, __global const KV_T *k, __global const KV_T *v, __global const KV_T *ks,
+    __global const KV_T *vs, __global const int *lengths, __global int *idx,
+    __global float *part_acc, const sparse_scalars P
 #if SP_LASTIDX
     ,
-    __global O_T *o, long o_off, long o_sb, long o_sh, __global float *lse, long lse_off,
-    long lse_sb, long lse_sh, int has_lse, __global int *tickets
+    __global O_T *o, __global float *lse, __global int *tickets
 #endif
 #if SP_TOPK
     ,
-    __global const float *cs, long cs_off, long cs_sb, long cs_sh, __global const int *cand,
-    long ca_off, long ca_sb, long ca_sh, __global const int *plan, long plan_off, int max_cand,
-    __global const uint *kh, long kh_off, __global const ulong *kbuf, long kb_off
+    __global const float *cs, __global const int *cand, __global const int *plan,
+    __global const uint *kh, __global const ulong *kbuf
 #endif
 ) {
+    SPARSE_UNPACK
     __global float *part_ml = part_acc + ml_off;
     const int lid = (int)get_local_id(0);
 

@@ -31,9 +31,9 @@
  * lengths, o, lse, part_acc (the keyrows kernel takes tickets after the struct) */
 #define WINDOW_LONG_FIELDS(X)                                                                      \
     X(q_off)                                                                                       \
-    X(q_sb) X(q_sh) X(q_st) X(k_off) X(k_sb) X(k_sh) X(k_sl) X(v_off) X(v_sb) X(v_sh) X(v_sl)      \
-        X(len_off) X(o_off) X(o_sb) X(o_sh) X(o_st) X(lse_off) X(lse_sb) X(lse_sh) X(lse_st)       \
-            X(ml_off)
+    X(q_sb)                                                                                        \
+    X(q_sh) X(q_st) X(k_off) X(k_sb) X(k_sh) X(k_sl) X(v_off) X(v_sb) X(v_sh) X(v_sl) X(len_off)   \
+        X(o_off) X(o_sb) X(o_sh) X(o_st) X(lse_off) X(lse_sb) X(lse_sh) X(lse_st) X(ml_off)
 #define WINDOW_INT_FIELDS(X)                                                                       \
     X(has_lengths)                                                                                 \
     X(max_len) X(T) X(Hq) X(G) X(n_qtiles) X(chunk) X(num_splits) X(direct) X(has_lse) X(pad_)
@@ -48,18 +48,45 @@ typedef struct window_scalars {
     const float scale_log2 = P.scale_log2;                                                         \
     (void)pad_;
 
+/* attention_sparse_partial (attention_sparse.cl; host/attention_sparse.c), after its
+ * buffers q, k, v, ks, vs, lengths, idx, part_acc (then o, lse, tickets where SP_LASTIDX,
+ * then cs, cand, plan, kh, kbuf where SP_TOPK; fields of absent buffers are 0) */
+#define SPARSE_LONG_FIELDS(X)                                                                      \
+    X(q_off)                                                                                       \
+    X(q_sb) X(q_sh) X(k_off) X(k_sb) X(k_sh) X(k_sl) X(v_off) X(v_sb) X(v_sh) X(v_sl) X(ks_off)    \
+        X(ks_sb) X(ks_sh) X(ks_sl) X(vs_off) X(vs_sb) X(vs_sh) X(vs_sl) X(len_off) X(idx_off)      \
+            X(idx_sb) X(idx_sh) X(ml_off) X(o_off) X(o_sb) X(o_sh) X(lse_off) X(lse_sb) X(lse_sh)  \
+                X(cs_off) X(cs_sb) X(cs_sh) X(ca_off) X(ca_sb) X(ca_sh) X(plan_off) X(kh_off)      \
+                    X(kb_off)
+#define SPARSE_INT_FIELDS(X)                                                                       \
+    X(has_lengths)                                                                                 \
+    X(max_len) X(n_idx) X(sink) X(local_len) X(Hq) X(G) X(nhg) X(chunk) X(num_splits) X(has_lse)   \
+        X(max_cand) X(pad_)
+typedef struct sparse_scalars {
+    SPARSE_LONG_FIELDS(KARGS_DECL_LONG)
+    SPARSE_INT_FIELDS(KARGS_DECL_INT)
+    KARGS_FLOAT_T scale_log2;
+} sparse_scalars;
+#define SPARSE_UNPACK                                                                              \
+    SPARSE_LONG_FIELDS(KARGS_UNPACK_LONG)                                                          \
+    SPARSE_INT_FIELDS(KARGS_UNPACK_INT)                                                            \
+    const float scale_log2 = P.scale_log2;                                                         \
+    (void)pad_;
+
 /* longflow_step_mma (attention_window_mma.cl with -DLONGFLOW=1; host/longflow_step.c),
  * after its 14 buffers */
 #define LF_STEP_LONG_FIELDS(X)                                                                     \
     X(q_off)                                                                                       \
-    X(q_sb) X(q_sh) X(kn_off) X(kn_sb) X(kn_sh) X(vn_off) X(vn_sb) X(vn_sh) X(ml_off) X(y_off)     \
-        X(cand_off) X(o_off) X(o_sb) X(o_sh) X(lse_off) X(lse_sb) X(lse_sh) X(sc_off) X(sc_sb)     \
-            X(sc_sh) X(vo_off) X(vo_sb) X(vo_sh)
+    X(q_sb)                                                                                        \
+    X(q_sh) X(kn_off) X(kn_sb) X(kn_sh) X(vn_off) X(vn_sb) X(vn_sh) X(ml_off) X(y_off) X(cand_off) \
+        X(o_off) X(o_sb) X(o_sh) X(lse_off) X(lse_sb) X(lse_sh) X(sc_off) X(sc_sb) X(sc_sh)        \
+            X(vo_off) X(vo_sb) X(vo_sh)
 #define LF_STEP_INT_FIELDS(X)                                                                      \
     X(n_dt)                                                                                        \
-    X(do_write) X(Hq) X(G) X(n_qtiles) X(S) X(chunk) X(num_splits) X(n_attn) X(n_score) X(n_items) \
-        X(unit_off) X(arr_off) X(scd_off) X(bat_off) X(protect) X(n_chunks) X(spt) X(o_dt)         \
-            X(has_lse) X(has_scores) X(has_vout) X(pad_)
+    X(do_write)                                                                                    \
+    X(Hq) X(G) X(n_qtiles) X(S) X(chunk) X(num_splits) X(n_attn) X(n_score) X(n_items) X(unit_off) \
+        X(arr_off) X(scd_off) X(bat_off) X(protect) X(n_chunks) X(spt) X(o_dt) X(has_lse)          \
+            X(has_scores) X(has_vout) X(pad_)
 typedef struct lf_step_scalars {
     LF_STEP_LONG_FIELDS(KARGS_DECL_LONG)
     LF_STEP_INT_FIELDS(KARGS_DECL_INT)

@@ -9,6 +9,8 @@
 #include "host/attention_internal.h"
 #include "runtime/internal.h"
 
+#include "cl_kernels/kernel_args.cl" /* after the OpenCL types */
+
 #define KERNEL_FILE "attention_sparse.cl"
 #define MAX_GROUP 8
 #define MAX_HASH_SLOTS 8192
@@ -280,48 +282,64 @@ static clkv_status launch(clkv_context *ctx, const clkv_attention_sparse_args *a
         return st;
     const cl_long ml_off = (cl_long)(p.part_acc_bytes / 4);
 
-    /* Selected rows (SEL_ROWS); absent: k / v stand in (never read). */
+    /* The partial kernel takes its scalars as one struct (cl_kernels/kernel_args.cl says
+     * why). Selected rows (SEL_ROWS); absent: k / v stand in (never read). */
     const clkv_tensor *KS = p.sel ? &args->k_sel : &args->k, *VS = p.sel ? &args->v_sel : &args->v;
-    const cl_long ks_off = clkv__elem_offset(KS), ks_sb = KS->strides[0], ks_sh = KS->strides[1],
-                  ks_sl = KS->strides[2];
-    const cl_long vs_off = clkv__elem_offset(VS), vs_sb = VS->strides[0], vs_sh = VS->strides[1],
-                  vs_sl = VS->strides[2];
     const cl_mem len_buf = args->lengths.buf;
-    const cl_long len_off = len_buf ? clkv__elem_offset(&args->lengths) : 0;
     /* Without idx the kernel still needs a valid buffer argument: it never reads it. */
     const cl_mem idx_buf = args->idx.buf ? args->idx.buf : args->q.buf;
-    const cl_long idx_off = args->idx.buf ? clkv__elem_offset(&args->idx) : 0,
-                  idx_sb = args->idx.buf ? args->idx.strides[0] : 0,
-                  idx_sh = args->idx.buf ? args->idx.strides[1] : 0;
-    const cl_int has_len = len_buf != NULL, max_len = p.max_len, n_idx = (cl_int)p.NI,
-                 sink = p.sink, local_len = p.local, Hq = (cl_int)p.Hq, G = (cl_int)p.G,
-                 nhg = p.nhg, chunk = p.chunk, splits = p.splits;
-    const cl_float scale_log2 = p.scale * 1.4426950408889634f;
-    st = clkv__attn_set_qkv_args(ctx, kp, "attention_sparse_partial", &args->q, &args->k, &args->v);
-    if (st == CLKV_OK)
-        st = clkv__set_args_at(
-            ctx, kp, "attention_sparse_partial", CLKV_ATTN_QKV_NARGS, 29, CLKV_ARG(KS->buf),
-            CLKV_ARG(ks_off), CLKV_ARG(ks_sb), CLKV_ARG(ks_sh), CLKV_ARG(ks_sl), CLKV_ARG(VS->buf),
-            CLKV_ARG(vs_off), CLKV_ARG(vs_sb), CLKV_ARG(vs_sh), CLKV_ARG(vs_sl), CLKV_ARG(len_buf),
-            CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(idx_buf),
-            CLKV_ARG(idx_off), CLKV_ARG(idx_sb), CLKV_ARG(idx_sh), CLKV_ARG(n_idx), CLKV_ARG(sink),
-            CLKV_ARG(local_len), CLKV_ARG(Hq), CLKV_ARG(G), CLKV_ARG(nhg), CLKV_ARG(chunk),
-            CLKV_ARG(splits), CLKV_ARG(scale_log2), CLKV_ARG(ws), CLKV_ARG(ml_off));
+    sparse_scalars P;
+    memset(&P, 0, sizeof P);
+    P.q_off = clkv__elem_offset(&args->q), P.q_sb = args->q.strides[0];
+    P.q_sh = args->q.strides[1];
+    P.k_off = clkv__elem_offset(&args->k), P.k_sb = args->k.strides[0];
+    P.k_sh = args->k.strides[1], P.k_sl = args->k.strides[2];
+    P.v_off = clkv__elem_offset(&args->v), P.v_sb = args->v.strides[0];
+    P.v_sh = args->v.strides[1], P.v_sl = args->v.strides[2];
+    P.ks_off = clkv__elem_offset(KS), P.ks_sb = KS->strides[0], P.ks_sh = KS->strides[1];
+    P.ks_sl = KS->strides[2];
+    P.vs_off = clkv__elem_offset(VS), P.vs_sb = VS->strides[0], P.vs_sh = VS->strides[1];
+    P.vs_sl = VS->strides[2];
+    P.len_off = len_buf ? clkv__elem_offset(&args->lengths) : 0;
+    if (args->idx.buf) {
+        P.idx_off = clkv__elem_offset(&args->idx);
+        P.idx_sb = args->idx.strides[0], P.idx_sh = args->idx.strides[1];
+    }
+    P.ml_off = ml_off;
+    P.has_lengths = len_buf != NULL, P.max_len = p.max_len, P.n_idx = (cl_int)p.NI;
+    P.sink = p.sink, P.local_len = p.local, P.Hq = (cl_int)p.Hq, P.G = (cl_int)p.G;
+    P.nhg = p.nhg, P.chunk = p.chunk, P.num_splits = p.splits;
+    P.scale_log2 = p.scale * 1.4426950408889634f;
+    const cl_mem lse_buf = args->lse.buf;
+    if (p.step) {
+        P.o_off = clkv__elem_offset(&args->o), P.o_sb = args->o.strides[0];
+        P.o_sh = args->o.strides[1];
+        if (lse_buf) {
+            P.lse_off = clkv__elem_offset(&args->lse), P.lse_sb = args->lse.strides[0];
+            P.lse_sh = args->lse.strides[1];
+        }
+        P.has_lse = lse_buf != NULL;
+    }
+    if (tk) {
+        P.cs_off = tk->cs_off, P.cs_sb = tk->cs_sb, P.cs_sh = tk->cs_sh;
+        P.ca_off = tk->ca_off, P.ca_sb = tk->ca_sb, P.ca_sh = tk->ca_sh;
+        P.plan_off = tk->plan_off, P.max_cand = tk->max_cand;
+        P.kh_off = tk->kh_off, P.kb_off = tk->kb_off;
+    }
+    st = clkv__set_args(ctx, kp, "attention_sparse_partial", 9, CLKV_ARG(args->q.buf),
+                        CLKV_ARG(args->k.buf), CLKV_ARG(args->v.buf), CLKV_ARG(KS->buf),
+                        CLKV_ARG(VS->buf), CLKV_ARG(len_buf), CLKV_ARG(idx_buf), CLKV_ARG(ws),
+                        CLKV_ARG(P));
     if (st == CLKV_OK && p.step) {
         const cl_mem tix = tickets ? tickets : ws; /* never used without the fused merge */
-        if ((st = clkv__attn_set_out_args(ctx, kp, "attention_sparse_partial",
-                                          CLKV_ATTN_QKV_NARGS + 29, &args->o, &args->lse)) ==
-            CLKV_OK)
-            st = clkv__set_args_at(ctx, kp, "attention_sparse_partial", CLKV_ATTN_QKV_NARGS + 38, 1,
-                                   CLKV_ARG(tix));
+        st = clkv__set_args_at(ctx, kp, "attention_sparse_partial", 9, 3, CLKV_ARG(args->o.buf),
+                               CLKV_ARG(lse_buf), CLKV_ARG(tix));
     }
     if (st == CLKV_OK && tk)
-        st = clkv__set_args_at(ctx, kp, "attention_sparse_partial", CLKV_ATTN_QKV_NARGS + 39, 15,
-                               CLKV_ARG(tk->cs), CLKV_ARG(tk->cs_off), CLKV_ARG(tk->cs_sb),
-                               CLKV_ARG(tk->cs_sh), CLKV_ARG(tk->cand), CLKV_ARG(tk->ca_off),
-                               CLKV_ARG(tk->ca_sb), CLKV_ARG(tk->ca_sh), CLKV_ARG(tk->plan),
-                               CLKV_ARG(tk->plan_off), CLKV_ARG(tk->max_cand), CLKV_ARG(tk->ws),
-                               CLKV_ARG(tk->kh_off), CLKV_ARG(tk->ws), CLKV_ARG(tk->kb_off));
+        st = clkv__set_args_at(ctx, kp, "attention_sparse_partial", 12, 5, CLKV_ARG(tk->cs),
+                               CLKV_ARG(tk->cand), CLKV_ARG(tk->plan), CLKV_ARG(tk->ws),
+                               CLKV_ARG(tk->ws));
+    const cl_int splits = p.splits, Hq = (cl_int)p.Hq;
     if (st == CLKV_OK && km)
         st = clkv__attn_set_merge_args(ctx, km, ws, ml_off, splits, Hq, &args->o, &args->lse);
     if (st == CLKV_OK &&

@@ -28,6 +28,8 @@ void usage_bench_retrieval(FILE *f) {
             "             the host-resident store\n"
             "  step       clkv_pariskv_index_step: append, search, (gather,) sparse attention\n"
             "            (these four: host clock around --iters back-to-back calls)\n"
+            "  step_host  the host clock around the step calls alone: the host time of a step\n"
+            "             (validation, kernel lookups, arguments, enqueues)\n"
             "\n"
             "options (lists are comma-separated):\n"
             "  --batch N           sequences B                      (default 1)\n"
@@ -132,6 +134,7 @@ static double span(cl_event a, cl_event b) {
 
 typedef struct retr_result {
     double collide, select, rerank, search, sparse, gather, step; /* seconds, medians */
+    double step_host;                 /* host time per step (time_calls), median */
     double kernel[PKV_SEARCH_EVENTS]; /* each search kernel alone (0: not enqueued) */
     int64_t zone, cand;
 } retr_result;
@@ -178,12 +181,14 @@ static clkv_status profile_stages(clkv_context *ctx, clkv_pariskv_index *ix, con
 typedef clkv_status (*retr_call)(clkv_context *ctx, void *user, int i);
 
 /* Median over `repeats` batches of `iters` calls (host clock, finish after each batch),
- * after one untimed warm-up call. */
+ * after one untimed warm-up call; *host_median (may be NULL): the same clock around the
+ * calls alone, i.e. the host time of a call while the device runs the earlier ones. */
 static clkv_status time_calls(clkv_context *ctx, retr_call f, void *user, int iters, int repeats,
-                              double *median) {
-    double *t = (double *)calloc((size_t)repeats, sizeof(double));
+                              double *median, double *host_median) {
+    double *t = (double *)calloc(2 * (size_t)repeats, sizeof(double));
     if (!t)
         return CLKV_ERR_OUT_OF_HOST_MEMORY;
+    double *h = t + repeats;
     int n = 0;
     clkv_status st = f(ctx, user, n++);
     if (st == CLKV_OK)
@@ -192,12 +197,16 @@ static clkv_status time_calls(clkv_context *ctx, retr_call f, void *user, int it
         const double t0 = tool_now();
         for (int i = 0; i < iters && st == CLKV_OK; i++)
             st = f(ctx, user, n++);
+        h[r] = (tool_now() - t0) / iters;
         if (st == CLKV_OK)
             st = clkv_context_finish(ctx);
         t[r] = (tool_now() - t0) / iters;
     }
-    if (st == CLKV_OK)
+    if (st == CLKV_OK) {
         *median = tool_median(t, repeats);
+        if (host_median)
+            *host_median = tool_median(h, repeats);
+    }
     free(t);
     return st;
 }
@@ -316,7 +325,7 @@ static clkv_status run_len(clkv_context *ctx, const retr_opts *o, int64_t len, r
         st = profile_stages(ctx, s.ix, &s.q, &s.idx, (int)o->repeats, r);
     }
     if (st == CLKV_OK)
-        st = time_calls(ctx, call_search, &s, (int)o->iters, (int)o->repeats, &r->search);
+        st = time_calls(ctx, call_search, &s, (int)o->iters, (int)o->repeats, &r->search, NULL);
     if (st == CLKV_OK) {
         clkv_attention_sparse_args sa = CLKV_ATTENTION_SPARSE_ARGS_INIT;
         sa.q = da.q;
@@ -329,7 +338,7 @@ static clkv_status run_len(clkv_context *ctx, const retr_opts *o, int64_t len, r
         sa.sink = cfg.sink;
         sa.local = cfg.local;
         s.sparse = sa;
-        st = time_calls(ctx, call_sparse, &s, (int)o->iters, (int)o->repeats, &r->sparse);
+        st = time_calls(ctx, call_sparse, &s, (int)o->iters, (int)o->repeats, &r->sparse, NULL);
     }
     if (st == CLKV_OK && o->offload) {
         const size_t bytes =
@@ -344,7 +353,7 @@ static clkv_status run_len(clkv_context *ctx, const retr_opts *o, int64_t len, r
         s.gather.k_out = clkv_tensor_4d(sel_buf[0], o->dtype, o->batch, o->hkv, o->top_k, o->dim);
         s.gather.v_out = clkv_tensor_4d(sel_buf[1], o->dtype, o->batch, o->hkv, o->top_k, o->dim);
         if (st == CLKV_OK)
-            st = time_calls(ctx, call_gather, &s, (int)o->iters, (int)o->repeats, &r->gather);
+            st = time_calls(ctx, call_gather, &s, (int)o->iters, (int)o->repeats, &r->gather, NULL);
     }
     if (st == CLKV_OK) {
         clkv_pariskv_step_args sa = CLKV_PARISKV_STEP_ARGS_INIT;
@@ -354,7 +363,8 @@ static clkv_status run_len(clkv_context *ctx, const retr_opts *o, int64_t len, r
         sa.lengths = da.lengths;
         sa.o = da.o;
         s.step = sa;
-        st = time_calls(ctx, call_step, &s, (int)o->iters, (int)o->repeats, &r->step);
+        st =
+            time_calls(ctx, call_step, &s, (int)o->iters, (int)o->repeats, &r->step, &r->step_host);
     }
     clkv_context_finish(ctx);
     clkv_pariskv_index_destroy(s.ix);
@@ -391,8 +401,8 @@ int bench_retrieval(int argc, char **argv) {
            (long long)o.batch, (long long)o.hq, (long long)o.hkv, (long long)o.dim,
            clkv_dtype_name(o.dtype), (long long)o.top_k,
            o.offload ? "host memory (--offload)" : "device memory");
-    printf("%9s %9s %8s %9s %9s %9s %9s %9s %9s %9s\n", "len", "zone", "cand", "collide", "select",
-           "rerank", "search", "sparse", "gather", "step");
+    printf("%9s %9s %8s %9s %9s %9s %9s %9s %9s %9s %9s\n", "len", "zone", "cand", "collide",
+           "select", "rerank", "search", "sparse", "gather", "step", "step_host");
     fflush(stdout);
     int failed = 0;
     for (int i = 0; i < o.nlen; i++) {
@@ -409,9 +419,10 @@ int bench_retrieval(int argc, char **argv) {
             snprintf(gather, sizeof gather, "%.1f", r.gather * 1e6);
         else
             snprintf(gather, sizeof gather, "-");
-        printf("%9lld %9lld %8lld %9.1f %9.1f %9.1f %9.1f %9.1f %9s %9.1f\n", (long long)o.len[i],
-               (long long)r.zone, (long long)r.cand, r.collide * 1e6, r.select * 1e6,
-               r.rerank * 1e6, r.search * 1e6, r.sparse * 1e6, gather, r.step * 1e6);
+        printf("%9lld %9lld %8lld %9.1f %9.1f %9.1f %9.1f %9.1f %9s %9.1f %9.1f\n",
+               (long long)o.len[i], (long long)r.zone, (long long)r.cand, r.collide * 1e6,
+               r.select * 1e6, r.rerank * 1e6, r.search * 1e6, r.sparse * 1e6, gather, r.step * 1e6,
+               r.step_host * 1e6);
         if (o.per_kernel) {
             printf("%9s kernels:", "");
             for (int e = 0; e < PKV_SEARCH_EVENTS; e++)
