@@ -344,7 +344,17 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
          * (its partial states would otherwise rival the K/V bytes) */
         const int64_t cu = (int64_t)ctx->info.compute_units;
         const int64_t target = cu * (gpu ? (p->fa ? 2 : 4) : 2);
-        const int64_t min_chunk = gpu ? (p->fa ? 512 : 256) : 512;
+        /* Decode (keyrows) splits of at least 128 keys, 512 for the other tensor-core
+         * forms: at short contexts 512 left most compute units idle (B 2 over 1K keys: 2
+         * splits, 32 work-groups). H100, bf16, Hq 32 / Hkv 8, D 128, two runs, 512 -> 128
+         * (256 / 64 in between or equal): B 1 1K 12.7 / 12.8 -> 8.2 / 9.4 us, B 1 4K 13.4 /
+         * 13.3 -> 11.1 / 11.3, B 2 1K 12.7 / 12.7 -> 8.7 / 8.9; B 1 16K, B 2 4K-16K and B 8
+         * 1K-16K unchanged (their splits are capped elsewhere). CLKV_WINDOW_FA_MIN_CHUNK
+         * (read once) overrides both for tuning. */
+        static int mc_cached = INT_MIN;
+        const int mc_env = env_int_once(&mc_cached, "CLKV_WINDOW_FA_MIN_CHUNK");
+        const int64_t fa_min = mc_env > 0 ? mc_env : p->keyrows ? 128 : 512;
+        const int64_t min_chunk = gpu ? (p->fa ? fa_min : 256) : 512;
         splits = units > 0 ? ceil_div(target, units) : 1;
         /* Tensor-core kernel with few row tiles (a small window): at most one work-group
          * per compute unit, in one wave (H200, T = 8, 8 KV heads: 16 splits 30 us at 16K
@@ -367,8 +377,14 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
         const int sp_env = env_int_once(&sp_cached, "CLKV_WINDOW_FA_SPLITS");
         if (p->fa && sp_env > 0) /* tuning override */
             splits = sp_env;
+        const int64_t wanted = splits;
         if (splits > ceil_div(len, min_chunk))
             splits = ceil_div(len, min_chunk);
+        /* shorter decode chunks must not cost the fused merge (at most FUSED_MAX_STATES
+         * states) that 512-key chunks kept: then as many splits as it holds */
+        const int64_t s512 = wanted < ceil_div(len, 512) ? wanted : ceil_div(len, 512);
+        if (p->keyrows && splits * p->G > FUSED_MAX_STATES && s512 * p->G <= FUSED_MAX_STATES)
+            splits = s512 > FUSED_MAX_STATES / p->G ? s512 : FUSED_MAX_STATES / p->G;
         /* keep the partial states within a quarter of the largest buffer */
         const uint64_t per_split = (uint64_t)(p->B * p->Hq * p->T) * (uint64_t)(p->D + 2) * 4;
         while (splits > 1 && per_split * (uint64_t)splits > ctx->info.max_alloc_bytes / 4)
