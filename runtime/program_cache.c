@@ -55,7 +55,8 @@ static int cmp_str(const void *a, const void *b) {
 }
 
 /* "-cl-std=CL1.2 -DA=1 -DB=2 ..." with the caller's defines sorted, plus the context's,
- * written into `out` (on the caller's stack: this runs on every kernel lookup). */
+ * written into `out` (on the caller's stack; only on a kernel-memo miss and for the
+ * disk-cache path). */
 #define DEF_LEN 96 /* "NAME=VALUE" */
 #define OPTIONS_MAX (32 + (CLKV_DEFS_MAX + 4) * (DEF_LEN + 3))
 
