@@ -358,6 +358,44 @@ static clkv_status set_step_args(clkv_longflow_cache *c, const lf_pass *ps, cl_k
                           CLKV_ARG(a.sc_buf), CLKV_ARG(a.vo_buf), CLKV_ARG(P));
 }
 
+/* Arguments of the two-kernel step's partial kernel: longflow_partial_mma (use_mma) or
+ * longflow_partial. */
+static clkv_status set_partial_args(clkv_longflow_cache *c, const lf_pass *ps, cl_kernel k,
+                                    int use_mma, cl_mem ws, cl_long ml_off, cl_long y_off) {
+    const lf_plan *p = &c->plan;
+    cl_mem q_buf, kn_buf, vn_buf;
+    cl_long q_off, q_sb, q_sh, kn_off, kn_sb, kn_sh, vn_off, vn_sb, vn_sh;
+    opt_tensor(ps->q, &q_buf, &q_off, &q_sb, &q_sh);
+    opt_tensor(ps->k_new, &kn_buf, &kn_off, &kn_sb, &kn_sh);
+    opt_tensor(ps->v_new, &vn_buf, &vn_off, &vn_sb, &vn_sh);
+    const cl_int q_dt = q_buf ? (cl_int)ps->q->dtype : 0,
+                 n_dt = kn_buf ? (cl_int)ps->k_new->dtype : 0;
+    const cl_int do_write = ps->mode == 0;
+    const cl_float scale_log2 = ps->scale * 1.4426950408889634f;
+    const cl_int Hq = (cl_int)c->Hq, Hkv = (cl_int)c->Hkv, G = (cl_int)c->G, S = (cl_int)c->S,
+                 nhg = p->nhg, n_qtiles = p->mma_qtiles;
+    if (use_mma) {
+        const cl_int chunk = p->mma_chunk, splits = p->mma_splits;
+        return clkv__set_args(
+            c->ctx, k, "longflow_partial_mma", 29, CLKV_ARG(q_buf), CLKV_ARG(q_off), CLKV_ARG(q_sb),
+            CLKV_ARG(q_sh), CLKV_ARG(kn_buf), CLKV_ARG(n_dt), CLKV_ARG(kn_off), CLKV_ARG(kn_sb),
+            CLKV_ARG(kn_sh), CLKV_ARG(vn_buf), CLKV_ARG(vn_off), CLKV_ARG(vn_sb), CLKV_ARG(vn_sh),
+            CLKV_ARG(c->k), CLKV_ARG(c->v), CLKV_ARG(c->pos), CLKV_ARG(c->victim),
+            CLKV_ARG(c->next_pos), CLKV_ARG(do_write), CLKV_ARG(Hq), CLKV_ARG(G),
+            CLKV_ARG(n_qtiles), CLKV_ARG(S), CLKV_ARG(chunk), CLKV_ARG(splits),
+            CLKV_ARG(scale_log2), CLKV_ARG(ws), CLKV_ARG(ml_off), CLKV_ARG(y_off));
+    }
+    const cl_int chunk = p->chunk, splits = p->splits;
+    return clkv__set_args(
+        c->ctx, k, "longflow_partial", 31, CLKV_ARG(q_buf), CLKV_ARG(q_dt), CLKV_ARG(q_off),
+        CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(kn_buf), CLKV_ARG(n_dt), CLKV_ARG(kn_off),
+        CLKV_ARG(kn_sb), CLKV_ARG(kn_sh), CLKV_ARG(vn_buf), CLKV_ARG(vn_off), CLKV_ARG(vn_sb),
+        CLKV_ARG(vn_sh), CLKV_ARG(c->k), CLKV_ARG(c->v), CLKV_ARG(c->pos), CLKV_ARG(c->victim),
+        CLKV_ARG(c->next_pos), CLKV_ARG(do_write), CLKV_ARG(Hq), CLKV_ARG(Hkv), CLKV_ARG(G),
+        CLKV_ARG(nhg), CLKV_ARG(S), CLKV_ARG(chunk), CLKV_ARG(splits), CLKV_ARG(scale_log2),
+        CLKV_ARG(ws), CLKV_ARG(ml_off), CLKV_ARG(y_off));
+}
+
 clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event *done) {
     clkv_context *ctx = c->ctx;
     const lf_plan *p = &c->plan;
@@ -421,42 +459,12 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
     const cl_long ml_off = (cl_long)(p->acc_bytes / 4);
     const cl_long y_off = (cl_long)((p->acc_bytes + p->ml_bytes) / 4);
     const cl_long cand_off = (cl_long)((p->acc_bytes + p->ml_bytes + p->y_bytes) / 4);
-    const cl_int Hq = (cl_int)c->Hq, Hkv = (cl_int)c->Hkv, G = (cl_int)c->G, nhg = p->nhg,
-                 S = (cl_int)c->S, chunk = use_mma ? p->mma_chunk : p->chunk,
+    const cl_int Hq = (cl_int)c->Hq, Hkv = (cl_int)c->Hkv, G = (cl_int)c->G, S = (cl_int)c->S,
                  splits = use_mma ? p->mma_splits : p->splits;
 
     if (kp) {
-        cl_mem q_buf, kn_buf, vn_buf;
-        cl_long q_off, q_sb, q_sh, kn_off, kn_sb, kn_sh, vn_off, vn_sb, vn_sh;
-        opt_tensor(ps->q, &q_buf, &q_off, &q_sb, &q_sh);
-        opt_tensor(ps->k_new, &kn_buf, &kn_off, &kn_sb, &kn_sh);
-        opt_tensor(ps->v_new, &vn_buf, &vn_off, &vn_sb, &vn_sh);
-        const cl_int q_dt = q_buf ? (cl_int)ps->q->dtype : 0,
-                     n_dt = kn_buf ? (cl_int)ps->k_new->dtype : 0;
-        const cl_int do_write = ps->mode == 0;
-        const cl_float scale_log2 = ps->scale * 1.4426950408889634f;
-        const cl_int n_qtiles = p->mma_qtiles;
-        if (fused)
-            st = set_step_args(c, ps, kp, ws, ml_off, y_off, cand_off);
-        else if (use_mma)
-            st = clkv__set_args(
-                ctx, kp, mma_name, 29, CLKV_ARG(q_buf), CLKV_ARG(q_off), CLKV_ARG(q_sb),
-                CLKV_ARG(q_sh), CLKV_ARG(kn_buf), CLKV_ARG(n_dt), CLKV_ARG(kn_off), CLKV_ARG(kn_sb),
-                CLKV_ARG(kn_sh), CLKV_ARG(vn_buf), CLKV_ARG(vn_off), CLKV_ARG(vn_sb),
-                CLKV_ARG(vn_sh), CLKV_ARG(c->k), CLKV_ARG(c->v), CLKV_ARG(c->pos),
-                CLKV_ARG(c->victim), CLKV_ARG(c->next_pos), CLKV_ARG(do_write), CLKV_ARG(Hq),
-                CLKV_ARG(G), CLKV_ARG(n_qtiles), CLKV_ARG(S), CLKV_ARG(chunk), CLKV_ARG(splits),
-                CLKV_ARG(scale_log2), CLKV_ARG(ws), CLKV_ARG(ml_off), CLKV_ARG(y_off));
-        else
-            st = clkv__set_args(
-                ctx, kp, "longflow_partial", 31, CLKV_ARG(q_buf), CLKV_ARG(q_dt), CLKV_ARG(q_off),
-                CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(kn_buf), CLKV_ARG(n_dt), CLKV_ARG(kn_off),
-                CLKV_ARG(kn_sb), CLKV_ARG(kn_sh), CLKV_ARG(vn_buf), CLKV_ARG(vn_off),
-                CLKV_ARG(vn_sb), CLKV_ARG(vn_sh), CLKV_ARG(c->k), CLKV_ARG(c->v), CLKV_ARG(c->pos),
-                CLKV_ARG(c->victim), CLKV_ARG(c->next_pos), CLKV_ARG(do_write), CLKV_ARG(Hq),
-                CLKV_ARG(Hkv), CLKV_ARG(G), CLKV_ARG(nhg), CLKV_ARG(S), CLKV_ARG(chunk),
-                CLKV_ARG(splits), CLKV_ARG(scale_log2), CLKV_ARG(ws), CLKV_ARG(ml_off),
-                CLKV_ARG(y_off));
+        st = fused ? set_step_args(c, ps, kp, ws, ml_off, y_off, cand_off)
+                   : set_partial_args(c, ps, kp, use_mma, ws, ml_off, y_off);
         if (st == CLKV_OK)
             st = clkv__check_local_mem(ctx, kp, use_mma ? mma_name : "longflow_partial", 0);
         if (st != CLKV_OK)
