@@ -2,8 +2,8 @@
  * host-bound at small shapes: host files include this file as a C header and the kernels
  * as a fragment, so both sides see one field list in one order (eight-byte fields first,
  * then an even count of four-byte ones: no padding on either side). A kernel unpacks the
- * fields into constants of the same names (WINDOW_UNPACK, LF_STEP_UNPACK), so its body
- * reads as with separate parameters.
+ * fields into constants of the same names (WINDOW_UNPACK, LF_STEP_UNPACK, KARGS_UNPACK), so
+ * its body reads as with separate parameters.
  * Why: NVIDIA's clEnqueueNDRangeKernel costs about 0.07 us of host time per scalar
  * argument and 0.27 us per buffer (H100, driver 580.159.04, empty kernels, best of 5 x
  * 1000 enqueues in two runs: 12 buffers + 49 scalars 11.0 / 15.0 us per enqueue, the same
@@ -97,5 +97,55 @@ typedef struct lf_step_scalars {
     LF_STEP_INT_FIELDS(KARGS_UNPACK_INT)                                                           \
     const float scale_log2 = P.scale_log2;                                                         \
     (void)pad_;
+
+/* ParisKV Stage I (pariskv_collide.cl; host/pariskv_collide.c). The workspace (bonus
+ * tables, S, histograms, chunk info, Stage II's state) is one buffer argument `ws` of each
+ * kernel; the *_off fields locate the parts in it, in elements of each part's type. */
+/* pkv_rank, after its buffers qr, cnt, plan, ws (then qin, signs, qn where RANK_QT) */
+#define PKV_RANK_LONG_FIELDS(X)                                                                    \
+    X(qr_off)                                                                                      \
+    X(qr_sb)                                                                                       \
+    X(qr_sh) X(c_off) X(c_sb) X(c_sh) X(c_sblk) X(plan_off) X(bonus_off) X(rh_off) X(kh_off)       \
+        X(q_off) X(q_sb) X(q_sh) X(qn_off) X(qn_sb) X(qn_sh)
+#define PKV_RANK_INT_FIELDS(X) X(B) X(Hkv) X(kh_len) X(G) X(has_qn) X(pad_)
+/* pkv_collide, after its buffers ids, plan, ws, dbg */
+#define PKV_COLLIDE_LONG_FIELDS(X)                                                                 \
+    X(id_off)                                                                                      \
+    X(id_sb)                                                                                       \
+    X(id_sh) X(id_sl) X(plan_off) X(bonus_off) X(s_off) X(s_sb) X(s_sh) X(dbg_off) X(dbg_sb)       \
+        X(dbg_sh) X(ch_off) X(rh_off)
+#define PKV_COLLIDE_INT_FIELDS(X) X(B) X(zone_start) X(max_zone) X(has_dbg) X(nchunks) X(pad_)
+/* pkv_threshold and pkv_compact, after their buffers (threshold: ws, plan, cand; compact:
+ * ws, plan, cand) */
+#define PKV_SELECT_LONG_FIELDS(X)                                                                  \
+    X(ch_off)                                                                                      \
+    X(rh_off) X(plan_off) X(ci_off) X(cd_off) X(cd_sb) X(cd_sh) X(kh_off) X(s_off) X(s_sb) X(s_sh)
+#define PKV_SELECT_INT_FIELDS(X)                                                                   \
+    X(nchunks)                                                                                     \
+    X(B) X(Hkv) X(max_cand) X(fill_cand) X(kh_len) X(zone_start) X(max_zone)
+
+/* ParisKV Stage II (pariskv_rerank.cl; host/pariskv_rerank.c): pkv_rerank after its
+ * buffers qr, qn, codes, wts, plan, cand, cs, ws (and the levels after the struct);
+ * pkv_topk_collect after cs, plan, ws; pkv_topk after cs, cand, plan, idx, ws */
+#define PKV_RERANK_LONG_FIELDS(X)                                                                  \
+    X(qr_off)                                                                                      \
+    X(qr_sb)                                                                                       \
+    X(qr_sh) X(qn_off) X(qn_sb) X(qn_sh) X(cd_off) X(cd_sb) X(cd_sh) X(cd_sl) X(w_off) X(w_sb)     \
+        X(w_sh) X(w_sl) X(plan_off) X(ca_off) X(ca_sb) X(ca_sh) X(cs_off) X(cs_sb) X(cs_sh)        \
+            X(kh_off) X(kb_off) X(ix_off) X(ix_sb) X(ix_sh)
+#define PKV_RERANK_INT_FIELDS(X) X(B) X(max_cand) X(top_k) X(pad_)
+
+#define KARGS_STRUCT(name, LONGS, INTS)                                                            \
+    typedef struct name {                                                                          \
+        LONGS(KARGS_DECL_LONG)                                                                     \
+        INTS(KARGS_DECL_INT)                                                                       \
+    } name;
+#define KARGS_UNPACK(LONGS, INTS)                                                                  \
+    LONGS(KARGS_UNPACK_LONG)                                                                       \
+    INTS(KARGS_UNPACK_INT)
+KARGS_STRUCT(pkv_rank_scalars, PKV_RANK_LONG_FIELDS, PKV_RANK_INT_FIELDS)
+KARGS_STRUCT(pkv_collide_scalars, PKV_COLLIDE_LONG_FIELDS, PKV_COLLIDE_INT_FIELDS)
+KARGS_STRUCT(pkv_select_scalars, PKV_SELECT_LONG_FIELDS, PKV_SELECT_INT_FIELDS)
+KARGS_STRUCT(pkv_rerank_scalars, PKV_RERANK_LONG_FIELDS, PKV_RERANK_INT_FIELDS)
 
 #endif

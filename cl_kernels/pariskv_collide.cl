@@ -79,6 +79,7 @@
 #endif
 
 #define SCAN_WG WG
+#include "kernel_args.cl"
 #include "pariskv_scan.cl"
 
 /* The threshold of a row from its histogram tot[NBINS] (local) and C: the smallest value
@@ -132,16 +133,16 @@ inline void pkc_threshold(__local const uint *tot, int C, __local ulong *tmp, __
  * with the counting loop split over 4 work-items per centroid, 20 us with float4 / uint4
  * reads and 1 work-item per centroid.) */
 __kernel __attribute__((reqd_work_group_size(NC, 1, 1))) void
-pkv_rank(__global float *qr, long qr_off, long qr_sb, long qr_sh, __global const uint *cnt,
-         long c_off, long c_sb, long c_sh, long c_sblk, __global const int *plan, long plan_off,
-         int B, int Hkv, __global uchar *bonus, long bonus_off, __global uint *rowhist, long rh_off,
-         __global uint *k_hist, long kh_off, int kh_len
+pkv_rank(__global float *qr, __global const uint *cnt, __global const int *plan, __global uint *ws,
+         const pkv_rank_scalars P
 #if RANK_QT
          ,
-         __global const IN_T *qin, long q_off, long q_sb, long q_sh, int G, uint8 signs,
-         __global float *qn, long qn_off, long qn_sb, long qn_sh, int has_qn
+         __global const IN_T *qin, uint8 signs, __global float *qn
 #endif
 ) {
+    KARGS_UNPACK(PKV_RANK_LONG_FIELDS, PKV_RANK_INT_FIELDS)
+    __global uchar *bonus = (__global uchar *)ws;
+    __global uint *rowhist = ws, *k_hist = ws;
     __local float sc[NC];
     __local uint ct[NC];
     const int c = (int)get_local_id(0), blk = (int)get_group_id(1), bh = (int)get_group_id(2);
@@ -224,11 +225,12 @@ pkv_rank(__global float *qr, long qr_off, long qr_sb, long qr_sh, __global const
  * Grid (nchunks * WG, Hkv, B), local (WG). Token i = chunk*CHUNK + r*WG + lid (coalesced
  * id rows). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
-pkv_collide(__global const uchar *ids, long id_off, long id_sb, long id_sh, long id_sl,
-            __global const int *plan, long plan_off, int B, int zone_start, int max_zone,
-            __global const uchar *bonus, long bonus_off, __global S_T *sc, long s_off, long s_sb,
-            long s_sh, __global int *dbg, long dbg_off, long dbg_sb, long dbg_sh, int has_dbg,
-            __global uint *chist, long ch_off, int nchunks, __global uint *rowhist, long rh_off) {
+pkv_collide(__global const uchar *ids, __global const int *plan, __global uint *ws,
+            __global int *dbg, const pkv_collide_scalars P) {
+    KARGS_UNPACK(PKV_COLLIDE_LONG_FIELDS, PKV_COLLIDE_INT_FIELDS)
+    __global const uchar *bonus = (__global const uchar *)ws;
+    __global S_T *sc = (__global S_T *)ws;
+    __global uint *chist = ws, *rowhist = ws;
     __local uchar tab[NBLK * NC];
     __local uint hist[CSUB * NBINS]; /* one histogram per 32 work-items (less contention) */
     const int lid = (int)get_local_id(0), chunk = (int)get_group_id(0);
@@ -356,10 +358,12 @@ pkv_collide(__global const uchar *ids, long id_off, long id_sb, long id_sh, long
  * Also zeroes the row's Stage II state (k_hist: kh_len words per row).
  * Grid (WG, B * Hkv), local (WG). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
-pkv_threshold(__global const uint *chist, long ch_off, int nchunks, __global const uint *rowhist,
-              long rh_off, __global const int *plan, long plan_off, int B, int Hkv, int max_cand,
-              __global int *cinfo, long ci_off, __global int *cand, long cd_off, long cd_sb,
-              long cd_sh, int fill_cand, __global uint *k_hist, long kh_off, int kh_len) {
+pkv_threshold(__global uint *ws, __global const int *plan, __global int *cand,
+              const pkv_select_scalars P) {
+    KARGS_UNPACK(PKV_SELECT_LONG_FIELDS, PKV_SELECT_INT_FIELDS)
+    __global const uint *chist = ws, *rowhist = ws;
+    __global int *cinfo = (__global int *)ws;
+    __global uint *k_hist = ws;
     __local uint tot[NBINS];
     __local int sh[2];
     __local ulong tmp[WG];
@@ -433,15 +437,15 @@ pkv_threshold(__global const uint *chist, long ch_off, int nchunks, __global con
 #endif
 #define PKC_SV CLKV_CAT(S_T, PKC_VW)
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
-pkv_compact(__global const S_T *sc, long s_off, long s_sb, long s_sh, __global const int *plan,
-            long plan_off, int zone_start, int max_zone, __global const int *cinfo, long ci_off,
-            int nchunks, __global int *cand, long cd_off, long cd_sb, long cd_sh,
-            __global const uint *chist, long ch_off, __global const uint *rowhist, long rh_off,
-            int B, int max_cand, int fill_cand) {
+pkv_compact(__global const uint *ws, __global const int *plan, __global int *cand,
+            const pkv_select_scalars P) {
+    KARGS_UNPACK(PKV_SELECT_LONG_FIELDS, PKV_SELECT_INT_FIELDS)
+    __global const S_T *sc = (__global const S_T *)ws;
+    __global const int *cinfo = (__global const int *)ws;
+    __global const uint *chist = ws, *rowhist = ws;
     __local ulong tmp[WG];
     const int lid = (int)get_local_id(0), chunk = (int)get_group_id(0);
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
-    const int Hkv = (int)get_num_groups(1);
     const long bh = (long)b * Hkv + h;
     const int n = clamp(plan[plan_off + b], 0, max_zone);
     const int i0 = chunk * CHUNK + lid * PER_ITEM;

@@ -43,6 +43,7 @@
 #define SCAN_WG WG
 #include "pariskv_scan.cl"
 #include "pariskv_topk.cl"
+#include "kernel_args.cl"
 #define KH_PER (KH_BINS > WG ? KH_BINS / WG : 1) /* bins per work-item in the bin scan */
 #ifndef KH_COARSE
 #define KH_COARSE 0
@@ -145,13 +146,10 @@ inline float pkr_piece(float acc, int pc, const uint4 *cv, const uint4 *wv,
  * runs its exact radix select): same top-k through a slower selection.
  * Grid (ceil(max_cand / RR_SPAN) * WG, Hkv, B), local (WG). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
-pkv_rerank(__global const float *qr, long qr_off, long qr_sb, long qr_sh, __global const float *qn,
-           long qn_off, long qn_sb, long qn_sh, __global const uchar *codes, long cd_off,
-           long cd_sb, long cd_sh, long cd_sl, __global const W_T *wts, long w_off, long w_sb,
-           long w_sh, long w_sl, float8 lev, __global const int *plan, long plan_off, int B,
-           int max_cand, __global const int *cand, long ca_off, long ca_sb, long ca_sh,
-           __global float *cs, long cs_off, long cs_sb, long cs_sh, __global uint *kh,
-           long kh_off) {
+pkv_rerank(__global const float *qr, __global const float *qn, __global const uchar *codes,
+           __global const W_T *wts, __global const int *plan, __global const int *cand,
+           __global float *cs, __global uint *kh, const pkv_rerank_scalars P, float8 lev) {
+    KARGS_UNPACK(PKV_RERANK_LONG_FIELDS, PKV_RERANK_INT_FIELDS)
     __local float4 q4[HEAD_DIM / 4];
     __local float *q = (__local float *)q4;
     __local float av[16]; /* signed levels by nibble: av[8 + t] = a[t], av[t] = -a[t] */
@@ -358,9 +356,10 @@ inline int pkr_thr_bin_coarse(__global const uint *kr, __local ulong *tmp, __loc
  * row). kh[row][KH_CNT] counts the appended entries, kh[row][KH_CNT + 1] gets the count.
  * Grid (ceil(max_cand / (WG * TC_ITEMS)) * WG, Hkv, B), local (WG). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
-pkv_topk_collect(__global const float *cs, long cs_off, long cs_sb, long cs_sh,
-                 __global const int *plan, long plan_off, int B, int max_cand, int top_k,
-                 __global uint *kh, long kh_off, __global ulong *kbuf, long kb_off) {
+pkv_topk_collect(__global const float *cs, __global const int *plan, __global uint *kh,
+                 const pkv_rerank_scalars P) {
+    KARGS_UNPACK(PKV_RERANK_LONG_FIELDS, PKV_RERANK_INT_FIELDS)
+    __global ulong *kbuf = (__global ulong *)kh;
     __local ulong tmp[WG];
     __local int sh[2];
     __local uint l_base;
@@ -428,10 +427,10 @@ pkv_topk_collect(__global const float *cs, long cs_off, long cs_sb, long cs_sh,
 /* Final top-k per (b, h) (pkr_topk_row in pariskv_topk.cl): idx gets the row's top-k
  * positions ascending, then -1 up to top_k. Grid (WG, Hkv, B), local (WG). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
-pkv_topk(__global const float *cs, long cs_off, long cs_sb, long cs_sh, __global const int *cand,
-         long ca_off, long ca_sb, long ca_sh, __global const int *plan, long plan_off, int B,
-         int max_cand, int top_k, __global int *idx, long ix_off, long ix_sb, long ix_sh,
-         __global const uint *kh, long kh_off, __global const ulong *kbuf, long kb_off) {
+pkv_topk(__global const float *cs, __global const int *cand, __global const int *plan,
+         __global int *idx, __global const uint *kh, const pkv_rerank_scalars P) {
+    KARGS_UNPACK(PKV_RERANK_LONG_FIELDS, PKV_RERANK_INT_FIELDS)
+    __global const ulong *kbuf = (__global const ulong *)kh;
     __local ulong big[TK_BIG];
     __local ulong tmp[WG];
     __local uint sel[TK_RANK > 0 ? TK_RANK : 1];

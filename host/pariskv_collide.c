@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "host/pariskv_retrieve_internal.h"
+#include "cl_kernels/kernel_args.cl" /* after the OpenCL types */
 
 #define KERNEL_FILE "pariskv_collide.cl"
 
@@ -80,18 +81,17 @@ clkv_status clkv_pariskv_plan(const int64_t *n, int64_t B, int64_t top_k, double
     return CLKV_OK;
 }
 
-/* pkv_rank's RANK_QT arguments 20..30: the raw query, its group size, the signs, q_norm. */
+/* pkv_rank's RANK_QT fields (the raw query, its group size, q_norm) and buffer arguments
+ * 5..7: the raw query, the signs, q_norm. */
 static clkv_status set_rank_query_args(clkv_context *ctx, cl_kernel kr,
-                                       const clkv_pariskv_search_args *a,
-                                       const pkv_search_plan *p) {
+                                       const clkv_pariskv_search_args *a, const pkv_search_plan *p,
+                                       pkv_rank_scalars *P) {
     const clkv_tensor *Q = p->q_raw, *QN = &a->q_norm;
-    const cl_long q_off = clkv__elem_offset(Q), q_sb = Q->strides[0], q_sh = Q->strides[1];
-    const cl_int G = (cl_int)(Q->dims[1] / p->Hkv), has_qn = 1;
-    const cl_long qn_off = clkv__elem_offset(QN), qn_sb = QN->strides[0], qn_sh = QN->strides[1];
-    return clkv__set_args_at(ctx, kr, "pkv_rank", 20, 11, CLKV_ARG(Q->buf), CLKV_ARG(q_off),
-                             CLKV_ARG(q_sb), CLKV_ARG(q_sh), CLKV_ARG(G), CLKV_ARG(p->signs),
-                             CLKV_ARG(QN->buf), CLKV_ARG(qn_off), CLKV_ARG(qn_sb), CLKV_ARG(qn_sh),
-                             CLKV_ARG(has_qn));
+    P->q_off = clkv__elem_offset(Q), P->q_sb = Q->strides[0], P->q_sh = Q->strides[1];
+    P->G = (cl_int)(Q->dims[1] / p->Hkv), P->has_qn = 1;
+    P->qn_off = clkv__elem_offset(QN), P->qn_sb = QN->strides[0], P->qn_sh = QN->strides[1];
+    return clkv__set_args_at(ctx, kr, "pkv_rank", 5, 3, CLKV_ARG(Q->buf), CLKV_ARG(p->signs),
+                             CLKV_ARG(QN->buf));
 }
 
 clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_search_args *a,
@@ -129,65 +129,70 @@ clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_s
         (st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "pkv_compact", &kp)))
         return st;
 
-    const cl_int B = (cl_int)p->B, Hkv = (cl_int)p->Hkv, zone_start = (cl_int)p->zone_start,
-                 max_zone = (cl_int)p->max_zone, max_cand = (cl_int)p->max_cand,
-                 nchunks = p->nchunks;
+    /* Scalars as structs (cl_kernels/kernel_args.cl says why); every workspace part is
+     * addressed through the one `ws` argument. */
     const clkv_tensor *QR = &a->q_rot, *CN = &a->counts, *ID = &a->ids, *PL = &a->plan;
-    const cl_long qr_off = clkv__elem_offset(QR), qr_sb = QR->strides[0], qr_sh = QR->strides[1];
-    const cl_long c_off = clkv__elem_offset(CN), c_sb = CN->strides[0], c_sh = CN->strides[1],
-                  c_sblk = CN->strides[2];
     const cl_long plan_off = clkv__elem_offset(PL);
-    const cl_long bonus_off = (cl_long)p->off_bonus;
-    const cl_long id_off = clkv__elem_offset(ID), id_sb = ID->strides[0], id_sh = ID->strides[1],
-                  id_sl = ID->strides[2];
+    const cl_long ch_off = (cl_long)(p->off_hist / 4), rh_off = (cl_long)(p->off_rowhist / 4);
+    /* Stage II's per-row score histogram and counters (zeroed by pkv_rank / pkv_threshold) */
+    const cl_long kh_off = (cl_long)(p->off_khist / 4);
     /* S lives in the workspace as [B, Hkv, s_row] of 1 or 2 bytes. */
     const cl_long s_es = p->s_wide ? 2 : 1;
     const cl_long s_off = (cl_long)p->off_s / s_es, s_sh = (cl_long)p->s_row,
                   s_sb = (cl_long)(p->Hkv * p->s_row);
+
+    pkv_rank_scalars R;
+    memset(&R, 0, sizeof R);
+    R.qr_off = clkv__elem_offset(QR), R.qr_sb = QR->strides[0], R.qr_sh = QR->strides[1];
+    R.c_off = clkv__elem_offset(CN), R.c_sb = CN->strides[0], R.c_sh = CN->strides[1];
+    R.c_sblk = CN->strides[2];
+    R.plan_off = plan_off, R.bonus_off = (cl_long)p->off_bonus, R.rh_off = rh_off;
+    R.kh_off = kh_off;
+    R.B = (cl_int)p->B, R.Hkv = (cl_int)p->Hkv, R.kh_len = PKV_KHIST_WORDS;
+    if (p->q_raw && (st = set_rank_query_args(ctx, kr, a, p, &R)))
+        return st;
+
     const clkv_tensor *DB = &a->collide_scores;
     const cl_mem dbg = DB->buf;
-    const cl_long dbg_off = dbg ? clkv__elem_offset(DB) : 0, dbg_sb = dbg ? DB->strides[0] : 0,
-                  dbg_sh = dbg ? DB->strides[1] : 0;
-    const cl_int has_dbg = dbg != NULL;
-    const cl_long ch_off = (cl_long)(p->off_hist / 4), ci_off = (cl_long)(p->off_cinfo / 4),
-                  rh_off = (cl_long)(p->off_rowhist / 4);
+    pkv_collide_scalars C;
+    memset(&C, 0, sizeof C);
+    C.id_off = clkv__elem_offset(ID), C.id_sb = ID->strides[0], C.id_sh = ID->strides[1];
+    C.id_sl = ID->strides[2];
+    C.plan_off = plan_off, C.bonus_off = (cl_long)p->off_bonus;
+    C.s_off = s_off, C.s_sb = s_sb, C.s_sh = s_sh;
+    if (dbg) {
+        C.dbg_off = clkv__elem_offset(DB), C.dbg_sb = DB->strides[0], C.dbg_sh = DB->strides[1];
+    }
+    C.ch_off = ch_off, C.rh_off = rh_off;
+    C.B = (cl_int)p->B, C.zone_start = (cl_int)p->zone_start, C.max_zone = (cl_int)p->max_zone;
+    C.has_dbg = dbg != NULL, C.nchunks = p->nchunks;
+
     /* Candidates: the caller's tensor or the workspace [B, Hkv, max_cand]. */
     const cl_mem cand = a->candidates.buf ? a->candidates.buf : ws;
-    const cl_long cd_off =
-        a->candidates.buf ? clkv__elem_offset(&a->candidates) : (cl_long)(p->off_cand / 4);
-    const cl_long cd_sb = a->candidates.buf ? a->candidates.strides[0] : p->Hkv * p->max_cand;
-    const cl_long cd_sh = a->candidates.buf ? a->candidates.strides[1] : p->max_cand;
-    const cl_int fill_cand = a->candidates.buf ? (cl_int)a->candidates.dims[2] : 0;
-    /* Stage II's per-row score histogram and counters (zeroed by pkv_threshold). */
-    const cl_long kh_off = (cl_long)(p->off_khist / 4);
-    const cl_int kh_len = PKV_KHIST_WORDS;
+    pkv_select_scalars S;
+    memset(&S, 0, sizeof S);
+    S.ch_off = ch_off, S.rh_off = rh_off, S.plan_off = plan_off;
+    S.ci_off = (cl_long)(p->off_cinfo / 4);
+    if (a->candidates.buf) {
+        S.cd_off = clkv__elem_offset(&a->candidates), S.cd_sb = a->candidates.strides[0];
+        S.cd_sh = a->candidates.strides[1], S.fill_cand = (cl_int)a->candidates.dims[2];
+    } else {
+        S.cd_off = (cl_long)(p->off_cand / 4), S.cd_sb = p->Hkv * p->max_cand;
+        S.cd_sh = p->max_cand;
+    }
+    S.kh_off = kh_off, S.s_off = s_off, S.s_sb = s_sb, S.s_sh = s_sh;
+    S.nchunks = p->nchunks, S.B = (cl_int)p->B, S.Hkv = (cl_int)p->Hkv;
+    S.max_cand = (cl_int)p->max_cand, S.kh_len = PKV_KHIST_WORDS;
+    S.zone_start = (cl_int)p->zone_start, S.max_zone = (cl_int)p->max_zone;
 
-    if ((st = clkv__set_args(ctx, kr, "pkv_rank", 20, CLKV_ARG(QR->buf), CLKV_ARG(qr_off),
-                             CLKV_ARG(qr_sb), CLKV_ARG(qr_sh), CLKV_ARG(CN->buf), CLKV_ARG(c_off),
-                             CLKV_ARG(c_sb), CLKV_ARG(c_sh), CLKV_ARG(c_sblk), CLKV_ARG(PL->buf),
-                             CLKV_ARG(plan_off), CLKV_ARG(B), CLKV_ARG(Hkv), CLKV_ARG(ws),
-                             CLKV_ARG(bonus_off), CLKV_ARG(ws), CLKV_ARG(rh_off), CLKV_ARG(ws),
-                             CLKV_ARG(kh_off), CLKV_ARG(kh_len))) ||
-        (p->q_raw && (st = set_rank_query_args(ctx, kr, a, p))) ||
-        (st = clkv__set_args(
-             ctx, kc, "pkv_collide", 26, CLKV_ARG(ID->buf), CLKV_ARG(id_off), CLKV_ARG(id_sb),
-             CLKV_ARG(id_sh), CLKV_ARG(id_sl), CLKV_ARG(PL->buf), CLKV_ARG(plan_off), CLKV_ARG(B),
-             CLKV_ARG(zone_start), CLKV_ARG(max_zone), CLKV_ARG(ws), CLKV_ARG(bonus_off),
-             CLKV_ARG(ws), CLKV_ARG(s_off), CLKV_ARG(s_sb), CLKV_ARG(s_sh), CLKV_ARG(dbg),
-             CLKV_ARG(dbg_off), CLKV_ARG(dbg_sb), CLKV_ARG(dbg_sh), CLKV_ARG(has_dbg), CLKV_ARG(ws),
-             CLKV_ARG(ch_off), CLKV_ARG(nchunks), CLKV_ARG(ws), CLKV_ARG(rh_off))) ||
-        (kt && (st = clkv__set_args(
-                    ctx, kt, "pkv_threshold", 20, CLKV_ARG(ws), CLKV_ARG(ch_off), CLKV_ARG(nchunks),
-                    CLKV_ARG(ws), CLKV_ARG(rh_off), CLKV_ARG(PL->buf), CLKV_ARG(plan_off),
-                    CLKV_ARG(B), CLKV_ARG(Hkv), CLKV_ARG(max_cand), CLKV_ARG(ws), CLKV_ARG(ci_off),
-                    CLKV_ARG(cand), CLKV_ARG(cd_off), CLKV_ARG(cd_sb), CLKV_ARG(cd_sh),
-                    CLKV_ARG(fill_cand), CLKV_ARG(ws), CLKV_ARG(kh_off), CLKV_ARG(kh_len)))) ||
-        (st = clkv__set_args(
-             ctx, kp, "pkv_compact", 22, CLKV_ARG(ws), CLKV_ARG(s_off), CLKV_ARG(s_sb),
-             CLKV_ARG(s_sh), CLKV_ARG(PL->buf), CLKV_ARG(plan_off), CLKV_ARG(zone_start),
-             CLKV_ARG(max_zone), CLKV_ARG(ws), CLKV_ARG(ci_off), CLKV_ARG(nchunks), CLKV_ARG(cand),
-             CLKV_ARG(cd_off), CLKV_ARG(cd_sb), CLKV_ARG(cd_sh), CLKV_ARG(ws), CLKV_ARG(ch_off),
-             CLKV_ARG(ws), CLKV_ARG(rh_off), CLKV_ARG(B), CLKV_ARG(max_cand), CLKV_ARG(fill_cand))))
+    if ((st = clkv__set_args(ctx, kr, "pkv_rank", 5, CLKV_ARG(QR->buf), CLKV_ARG(CN->buf),
+                             CLKV_ARG(PL->buf), CLKV_ARG(ws), CLKV_ARG(R))) ||
+        (st = clkv__set_args(ctx, kc, "pkv_collide", 5, CLKV_ARG(ID->buf), CLKV_ARG(PL->buf),
+                             CLKV_ARG(ws), CLKV_ARG(dbg), CLKV_ARG(C))) ||
+        (kt && (st = clkv__set_args(ctx, kt, "pkv_threshold", 4, CLKV_ARG(ws), CLKV_ARG(PL->buf),
+                                    CLKV_ARG(cand), CLKV_ARG(S)))) ||
+        (st = clkv__set_args(ctx, kp, "pkv_compact", 4, CLKV_ARG(ws), CLKV_ARG(PL->buf),
+                             CLKV_ARG(cand), CLKV_ARG(S))))
         return st;
     if ((st = clkv__check_local_mem(ctx, kr, "pkv_rank", 0)) ||
         (st = clkv__check_local_mem(ctx, kc, "pkv_collide", 0)) ||

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "host/pariskv_retrieve_internal.h"
+#include "cl_kernels/kernel_args.cl" /* after the OpenCL types */
 
 #define KERNEL_FILE "pariskv_rerank.cl"
 #define COLLECT_ITEMS_DEFAULT 4
@@ -111,42 +112,35 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
         return st;
     const clkv_tensor *QR = &a->q_rot, *QN = &a->q_norm, *CD = &a->codes, *W = &a->weights,
                       *PL = &a->plan, *IX = &a->idx;
-    const cl_long qr_off = clkv__elem_offset(QR), qr_sb = QR->strides[0], qr_sh = QR->strides[1];
-    const cl_long qn_off = clkv__elem_offset(QN), qn_sb = QN->strides[0], qn_sh = QN->strides[1];
-    const cl_long cd_off = clkv__elem_offset(CD), cd_sb = CD->strides[0], cd_sh = CD->strides[1],
-                  cd_sl = CD->strides[2];
-    const cl_long w_off = clkv__elem_offset(W), w_sb = W->strides[0], w_sh = W->strides[1],
-                  w_sl = W->strides[2];
     cl_float8 lev;
     for (int t = 0; t < 8; t++)
         lev.s[t] = p->levels.a[t];
-    const cl_long plan_off = clkv__elem_offset(PL);
-    const cl_int B = (cl_int)p->B, max_cand = (cl_int)p->max_cand, top_k = (cl_int)p->top_k;
     clkv__topk_src tk;
     clkv__pariskv_topk_src(a, p, ws, &tk);
     const cl_mem cand = tk.cand, cs = tk.cs;
-    const cl_long ca_off = tk.ca_off, ca_sb = tk.ca_sb, ca_sh = tk.ca_sh;
-    const cl_long cs_off = tk.cs_off, cs_sb = tk.cs_sb, cs_sh = tk.cs_sh;
-    const cl_long ix_off = clkv__elem_offset(IX), ix_sb = IX->strides[0], ix_sh = IX->strides[1];
-    const cl_long kh_off = tk.kh_off, kb_off = tk.kb_off;
-    if ((st = clkv__set_args(
-             ctx, kr, "pkv_rerank", 33, CLKV_ARG(QR->buf), CLKV_ARG(qr_off), CLKV_ARG(qr_sb),
-             CLKV_ARG(qr_sh), CLKV_ARG(QN->buf), CLKV_ARG(qn_off), CLKV_ARG(qn_sb), CLKV_ARG(qn_sh),
-             CLKV_ARG(CD->buf), CLKV_ARG(cd_off), CLKV_ARG(cd_sb), CLKV_ARG(cd_sh), CLKV_ARG(cd_sl),
-             CLKV_ARG(W->buf), CLKV_ARG(w_off), CLKV_ARG(w_sb), CLKV_ARG(w_sh), CLKV_ARG(w_sl),
-             CLKV_ARG(lev), CLKV_ARG(PL->buf), CLKV_ARG(plan_off), CLKV_ARG(B), CLKV_ARG(max_cand),
-             CLKV_ARG(cand), CLKV_ARG(ca_off), CLKV_ARG(ca_sb), CLKV_ARG(ca_sh), CLKV_ARG(cs),
-             CLKV_ARG(cs_off), CLKV_ARG(cs_sb), CLKV_ARG(cs_sh), CLKV_ARG(ws), CLKV_ARG(kh_off))) ||
-        (st = clkv__set_args(ctx, kc, "pkv_topk_collect", 13, CLKV_ARG(cs), CLKV_ARG(cs_off),
-                             CLKV_ARG(cs_sb), CLKV_ARG(cs_sh), CLKV_ARG(PL->buf),
-                             CLKV_ARG(plan_off), CLKV_ARG(B), CLKV_ARG(max_cand), CLKV_ARG(top_k),
-                             CLKV_ARG(ws), CLKV_ARG(kh_off), CLKV_ARG(ws), CLKV_ARG(kb_off))) ||
-        (st = clkv__set_args(ctx, kt, "pkv_topk", 21, CLKV_ARG(cs), CLKV_ARG(cs_off),
-                             CLKV_ARG(cs_sb), CLKV_ARG(cs_sh), CLKV_ARG(cand), CLKV_ARG(ca_off),
-                             CLKV_ARG(ca_sb), CLKV_ARG(ca_sh), CLKV_ARG(PL->buf),
-                             CLKV_ARG(plan_off), CLKV_ARG(B), CLKV_ARG(max_cand), CLKV_ARG(top_k),
-                             CLKV_ARG(IX->buf), CLKV_ARG(ix_off), CLKV_ARG(ix_sb), CLKV_ARG(ix_sh),
-                             CLKV_ARG(ws), CLKV_ARG(kh_off), CLKV_ARG(ws), CLKV_ARG(kb_off))))
+    /* One scalar struct for the three kernels (cl_kernels/kernel_args.cl says why); the
+     * score histogram (kh_off, u32) and the pair buffers (kb_off, u64) are in ws. */
+    pkv_rerank_scalars P;
+    memset(&P, 0, sizeof P);
+    P.qr_off = clkv__elem_offset(QR), P.qr_sb = QR->strides[0], P.qr_sh = QR->strides[1];
+    P.qn_off = clkv__elem_offset(QN), P.qn_sb = QN->strides[0], P.qn_sh = QN->strides[1];
+    P.cd_off = clkv__elem_offset(CD), P.cd_sb = CD->strides[0], P.cd_sh = CD->strides[1];
+    P.cd_sl = CD->strides[2];
+    P.w_off = clkv__elem_offset(W), P.w_sb = W->strides[0], P.w_sh = W->strides[1];
+    P.w_sl = W->strides[2];
+    P.plan_off = clkv__elem_offset(PL);
+    P.ca_off = tk.ca_off, P.ca_sb = tk.ca_sb, P.ca_sh = tk.ca_sh;
+    P.cs_off = tk.cs_off, P.cs_sb = tk.cs_sb, P.cs_sh = tk.cs_sh;
+    P.kh_off = tk.kh_off, P.kb_off = tk.kb_off;
+    P.ix_off = clkv__elem_offset(IX), P.ix_sb = IX->strides[0], P.ix_sh = IX->strides[1];
+    P.B = (cl_int)p->B, P.max_cand = (cl_int)p->max_cand, P.top_k = (cl_int)p->top_k;
+    if ((st = clkv__set_args(ctx, kr, "pkv_rerank", 10, CLKV_ARG(QR->buf), CLKV_ARG(QN->buf),
+                             CLKV_ARG(CD->buf), CLKV_ARG(W->buf), CLKV_ARG(PL->buf), CLKV_ARG(cand),
+                             CLKV_ARG(cs), CLKV_ARG(ws), CLKV_ARG(P), CLKV_ARG(lev))) ||
+        (st = clkv__set_args(ctx, kc, "pkv_topk_collect", 4, CLKV_ARG(cs), CLKV_ARG(PL->buf),
+                             CLKV_ARG(ws), CLKV_ARG(P))) ||
+        (st = clkv__set_args(ctx, kt, "pkv_topk", 6, CLKV_ARG(cs), CLKV_ARG(cand),
+                             CLKV_ARG(PL->buf), CLKV_ARG(IX->buf), CLKV_ARG(ws), CLKV_ARG(P))))
         return st;
     if ((st = clkv__check_local_mem(ctx, kr, "pkv_rerank", 0)) ||
         (st = clkv__check_local_mem(ctx, kc, "pkv_topk_collect", 0)) ||
