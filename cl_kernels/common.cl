@@ -249,6 +249,19 @@ inline void clkv_cp_async_commit(void) {}
 #define CLKV_CP_ASYNC_WAIT(n) ((void)0)
 #endif
 
+/* ---- device-wide ordering, for "last work-group to arrive" schemes ---- */
+
+/* Orders this work-item's earlier global memory operations before its later ones,
+ * device-wide (CUDA __threadfence): call it before the barrier that precedes the arrival
+ * atomic. */
+inline void clkv_fence_device(void) {
+#ifdef CLKV_NVIDIA_PTX
+    asm volatile("membar.gl;" ::: "memory");
+#else
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+#endif
+}
+
 /* ---- online softmax (base-2 logits) ---- */
 
 /* Merge partial state (m2, l2) into (m, l): returns the factor the old accumulator must

@@ -34,15 +34,6 @@ inline int cand_better(float ka, int ia, float kb, int ib) {
     return ka < kb || (ka == kb && ia < ib);
 }
 
-/* Orders this work-item's global writes before its later global atomics, device-wide. */
-inline void fence_device(void) {
-#ifdef CLKV_NVIDIA_PTX
-    asm volatile("membar.gl;" ::: "memory");
-#else
-    mem_fence(CLK_GLOBAL_MEM_FENCE);
-#endif
-}
-
 /* Reduce (key, idx) candidates of the work-group into rk[0], ri[0] (visible to every
  * work-item on return). On NVIDIA a warp butterfly (cand_better is a total order on
  * candidates, so every lane ends with its warp's best), then one lane over the warps;
@@ -229,7 +220,7 @@ void score_map(__global float *ws, long ml_off, long y_off, long cand_off, int n
         __global int *cr = cand + ((long)bu * n_chunks + chunk) * 2;
         atomic_xchg(cr, as_int(red[0]));
         atomic_xchg(cr + 1, red_i[0]);
-        fence_device();
+        clkv_fence_device();
         *last = atomic_inc(counters + bu) == n_chunks - 1;
     }
     barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);

@@ -76,16 +76,6 @@
 #define CAND_LOCAL 4096       /* candidates resolved in local memory (more: from the list) */
 #define CAND_BATCH 8          /* candidate loads in flight per work-item */
 
-/* Orders this work-item's earlier global writes and atomics before its later ones,
- * device-wide (CUDA __threadfence). */
-inline void sel_fence(void) {
-#ifdef CLKV_NVIDIA_PTX
-    asm volatile("membar.gl;" ::: "memory");
-#else
-    mem_fence(CLK_GLOBAL_MEM_FENCE);
-#endif
-}
-
 /* Loads of data other work-groups of this launch wrote (after their fence and arrival):
  * past the non-coherent L1. NVIDIA with SEL_CG (default): ld.global.cg (cached in L2
  * only); otherwise volatile loads. */
@@ -118,7 +108,7 @@ inline uint2 sel_ld2(__global const uint2 *p) {
 inline int sel_arrive(__global uint *counter, uint nchunks, __local uint *flag) {
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
     if (get_local_id(0) == 0) {
-        sel_fence();
+        clkv_fence_device();
         const uint prev = atomic_inc(counter);
         const uint last = prev == nchunks - 1u;
         if (last)
@@ -128,7 +118,7 @@ inline int sel_arrive(__global uint *counter, uint nchunks, __local uint *flag) 
     barrier(CLK_LOCAL_MEM_FENCE);
     const int last = *flag != 0u;
     if (last)
-        sel_fence();
+        clkv_fence_device();
     return last;
 }
 
@@ -490,7 +480,7 @@ __kernel void select_cand(__global const float *scores, long s_off, long s_sb, l
         rcc[g * 2] = tgt;
         rcc[g * 2 + 1] = teq;
     }
-    sel_fence(); /* the candidates and counts before the arrival */
+    clkv_fence_device(); /* the candidates and counts before the arrival */
     if (!sel_arrive(rc + CTR_ARRIVE2, (uint)nchunks, &flag))
         return;
 
@@ -790,7 +780,7 @@ __kernel void select_hist_sort(__global float *scores, long s_off, long s_sb, lo
     const uint clen = (uint)max(end - start, 0L);
     for (uint i = lid; i < clen; i += SEL_WG)
         skeys[(size_t)g * chunk + i] = ls[i];
-    sel_fence(); /* the keys, table and histogram before the arrival */
+    clkv_fence_device(); /* the keys, table and histogram before the arrival */
     if (!sel_arrive(rc + CTR_ARRIVE1, (uint)nchunks, &flag))
         return;
 
