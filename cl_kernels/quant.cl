@@ -260,7 +260,8 @@ __kernel void dequant_values(__global const uint *codes, long c_off, long c_sb, 
  * slot p - n_quant) or from the input (rounded to the residual dtype first, so the result
  * does not depend on how the token history was cut into appends). Three kernels run in
  * this order on the in-order queue: quantize (keys and values; reads the old residual),
- * write the new residual, advance the counters. */
+ * write the new residual, advance the counters; a one-token append (decode) runs all three
+ * steps in one launch, cache_append_token. */
 #ifdef RES_DTYPE
 #ifndef V_DTYPE
 #error "V_DTYPE must be defined with RES_DTYPE"
@@ -309,13 +310,10 @@ inline void cache_state(__global const int *counts, __global const int *cnt, lon
  * key group kg (group tokens) of channel d in completed block blk; items [nk, total):
  * values, item (bh, blk, r, j) = channel group j of token r of block blk.
  * nk = B*Hkv * NB * (NR/group) * D, total = nk + B*Hkv * NB * NR * (D/group). */
-__kernel void cache_quant(CACHE_SIDE_PARAMS(x_t, k_), CACHE_SIDE_PARAMS(xv_t, v_),
-                          __global const int *cnt, long cnt_off, int has_cnt, int n,
-                          __global const int *counts, __global int *flags, long nk, long total,
-                          int B, int H, int D, int NR, int NB, long CQ, int group) {
-    long idx = get_global_id(0);
-    if (idx >= total)
-        return;
+inline void cache_quant_item(long idx, CACHE_SIDE_PARAMS(x_t, k_), CACHE_SIDE_PARAMS(xv_t, v_),
+                             __global const int *cnt, long cnt_off, int has_cnt, int n,
+                             __global const int *counts, __global int *flags, long nk, int B, int H,
+                             int D, int NR, int NB, long CQ, int group) {
     const int keys = idx < nk;
     int b, h, bh, blk, a, e; /* keys: a = kg, e = d; values: a = r, e = j */
     if (keys) {
@@ -380,16 +378,25 @@ __kernel void cache_quant(CACHE_SIDE_PARAMS(x_t, k_), CACHE_SIDE_PARAMS(xv_t, v_
     quant_raise(flags, 0, 1, bad);
 }
 
+#define CACHE_SIDE_ARGS(s)                                                                         \
+    s##x, s##x_off, s##x_sb, s##x_sh, s##x_sn, s##res, s##codes, s##scale, s##minv, s##bits
+
+__kernel void cache_quant(CACHE_SIDE_PARAMS(x_t, k_), CACHE_SIDE_PARAMS(xv_t, v_),
+                          __global const int *cnt, long cnt_off, int has_cnt, int n,
+                          __global const int *counts, __global int *flags, long nk, long total,
+                          int B, int H, int D, int NR, int NB, long CQ, int group) {
+    const long idx = get_global_id(0);
+    if (idx < total)
+        cache_quant_item(idx, CACHE_SIDE_ARGS(k_), CACHE_SIDE_ARGS(v_), cnt, cnt_off, has_cnt, n,
+                         counts, flags, nk, B, H, D, NR, NB, CQ, group);
+}
+
 /* Items (kv, bh, r, d): the appended tokens that end up in the residual are the last
  * min(c, t_new % NR) of the c appended; item r handles the r-th from the end, of k
  * (kv = 0) or v (kv = 1). total = 2 * B*Hkv * NRW * D, NRW = min(n, NR - 1). */
-__kernel void cache_write_residual(CACHE_SIDE_PARAMS(x_t, k_), CACHE_SIDE_PARAMS(xv_t, v_),
-                                   __global const int *cnt, long cnt_off, int has_cnt, int n,
-                                   __global const int *counts, long total, int B, int H, int D,
-                                   int NR, int NRW) {
-    long idx = get_global_id(0);
-    if (idx >= total)
-        return;
+inline void cache_residual_item(long idx, CACHE_SIDE_PARAMS(x_t, k_), CACHE_SIDE_PARAMS(xv_t, v_),
+                                __global const int *cnt, long cnt_off, int has_cnt, int n,
+                                __global const int *counts, int B, int H, int D, int NR, int NRW) {
     const int d = (int)(idx % D);
     idx /= D;
     const int r = (int)(idx % NRW);
@@ -415,15 +422,65 @@ __kernel void cache_write_residual(CACHE_SIDE_PARAMS(x_t, k_), CACHE_SIDE_PARAMS
                                                    jn * v_x_sn + d)));
 }
 
-/* Item b: advance the counters (the last kernel of an append). */
-__kernel void cache_advance(__global const int *cnt, long cnt_off, int has_cnt, int n,
-                            __global int *counts, int B, int NR) {
-    const int b = (int)get_global_id(0);
-    if (b >= B)
-        return;
+__kernel void cache_write_residual(CACHE_SIDE_PARAMS(x_t, k_), CACHE_SIDE_PARAMS(xv_t, v_),
+                                   __global const int *cnt, long cnt_off, int has_cnt, int n,
+                                   __global const int *counts, long total, int B, int H, int D,
+                                   int NR, int NRW) {
+    const long idx = get_global_id(0);
+    if (idx < total)
+        cache_residual_item(idx, CACHE_SIDE_ARGS(k_), CACHE_SIDE_ARGS(v_), cnt, cnt_off, has_cnt, n,
+                            counts, B, H, D, NR, NRW);
+}
+
+/* Advance the counters of sequence b. */
+inline void cache_advance_seq(int b, __global const int *cnt, long cnt_off, int has_cnt, int n,
+                              __global int *counts, int B, int NR) {
     int nq, t_old, t_new;
     cache_state(counts, cnt, cnt_off, has_cnt, n, B, b, &nq, &t_old, &t_new);
     counts[b] = t_new - t_new % NR;
     counts[B + b] = t_new % NR;
+}
+
+/* Item b: advance the counters (the last kernel of an append). */
+__kernel void cache_advance(__global const int *cnt, long cnt_off, int has_cnt, int n,
+                            __global int *counts, int B, int NR) {
+    const int b = (int)get_global_id(0);
+    if (b < B)
+        cache_advance_seq(b, cnt, cnt_off, has_cnt, n, counts, B, NR);
+}
+
+/* A one-token append (n = 1) in one launch: items [0, nq_total) are cache_quant's (NB = 1),
+ * items [nq_total, total) cache_write_residual's (NRW = 1). For n = 1 they touch disjoint
+ * data: a token that completes its block is quantized with the residual it reads and is
+ * not written to the residual, any other token only goes to the residual. Every item has
+ * read the counters before its work-group arrives at the ticket (an atomic counter, 0
+ * between launches); the last work-group to arrive advances the counters and returns the
+ * ticket to 0. Why: a decode step's append was three launches, which NVIDIA's host cost
+ * per launch made slower than the attention it feeds at small batches. */
+__kernel void cache_append_token(CACHE_SIDE_PARAMS(x_t, k_), CACHE_SIDE_PARAMS(xv_t, v_),
+                                 __global const int *cnt, long cnt_off, int has_cnt,
+                                 __global int *counts, __global int *flags, long nk, long nq_total,
+                                 long total, int B, int H, int D, int NR, long CQ, int group,
+                                 __global int *ticket) {
+    __local int is_last;
+    const long idx = get_global_id(0);
+    if (idx < nq_total)
+        cache_quant_item(idx, CACHE_SIDE_ARGS(k_), CACHE_SIDE_ARGS(v_), cnt, cnt_off, has_cnt, 1,
+                         counts, flags, nk, B, H, D, NR, 1, CQ, group);
+    else if (idx < total)
+        cache_residual_item(idx - nq_total, CACHE_SIDE_ARGS(k_), CACHE_SIDE_ARGS(v_), cnt, cnt_off,
+                            has_cnt, 1, counts, B, H, D, NR, 1);
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    if (get_local_id(0) == 0) {
+        clkv_fence_device();
+        const int last = atomic_inc(ticket) == (int)get_num_groups(0) - 1;
+        if (last)
+            *ticket = 0;
+        is_last = last;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (is_last)
+        for (int b = (int)get_local_id(0); b < B; b += (int)get_local_size(0))
+            cache_advance_seq(b, cnt, cnt_off, has_cnt, 1, counts, B, NR);
 }
 #endif /* RES_DTYPE */

@@ -239,11 +239,12 @@ static clkv_status validate_append(clkv_quant_cache *c, const clkv_quant_cache_a
 }
 
 typedef struct append_kernels {
-    cl_kernel quant, residual, advance;
+    cl_kernel quant, residual, advance; /* n > 1 */
+    cl_kernel token;                    /* n = 1: the three steps in one launch */
 } append_kernels;
 
 static clkv_status get_kernels(clkv_quant_cache *c, const clkv_quant_cache_append_args *a,
-                               append_kernels *k) {
+                               int64_t n, append_kernels *k) {
     clkv_defs d;
     clkv__defs_init(&d);
     clkv__defs_int(&d, "X_DTYPE", a->k.dtype);
@@ -251,6 +252,9 @@ static clkv_status get_kernels(clkv_quant_cache *c, const clkv_quant_cache_appen
     clkv__defs_int(&d, "META_DTYPE", c->cfg.meta_dtype);
     clkv__defs_int(&d, "RES_DTYPE", c->cfg.res_dtype);
     clkv_status st;
+    k->quant = k->residual = k->advance = k->token = NULL;
+    if (n == 1)
+        return clkv__get_kernel(c->ctx, KERNEL_FILE, &d, "cache_append_token", &k->token);
     if ((st = clkv__get_kernel(c->ctx, KERNEL_FILE, &d, "cache_quant", &k->quant)) ||
         (st = clkv__get_kernel(c->ctx, KERNEL_FILE, &d, "cache_write_residual", &k->residual)) ||
         (st = clkv__get_kernel(c->ctx, KERNEL_FILE, &d, "cache_advance", &k->advance)))
@@ -310,7 +314,7 @@ clkv_status clkv_quant_cache_append(clkv_quant_cache *cache,
     if (n == 0)
         return clkv__marker(ctx, done);
     append_kernels k;
-    if ((st = get_kernels(cache, args, &k)))
+    if ((st = get_kernels(cache, args, n, &k)))
         return st;
     const side_args sk = side_of(cache, &args->k, 1), sv = side_of(cache, &args->v, 0);
     const cl_mem cnt = args->counts.buf;
@@ -333,6 +337,21 @@ clkv_status clkv_quant_cache_append(clkv_quant_cache *cache,
     clkv__log(ctx, "quant cache append: n=%lld counts=%d blocks<=%lld residual<=%lld bound=%lld",
               (long long)n, cnt != NULL, (long long)nb, (long long)nrw, (long long)cache->max_len);
 
+    if (k.token) { /* n = 1 (decode): one launch, its last work-group advances the counters */
+        const cl_long nrt = 2 * bh * cfg->head_dim, total = nq_total + nrt;
+        cl_mem ticket;
+        if ((st = clkv__counters(ctx, 1, &ticket)) ||
+            (st = clkv__set_args(ctx, k.token, "cache_append_token", 35, SIDE_ARGS(sk),
+                                 SIDE_ARGS(sv), CLKV_ARG(cnt), CLKV_ARG(cnt_off), CLKV_ARG(has_cnt),
+                                 CLKV_ARG(cache->counts), CLKV_ARG(cache->flags), CLKV_ARG(nk),
+                                 CLKV_ARG(nq_total), CLKV_ARG(total), CLKV_ARG(B), CLKV_ARG(H),
+                                 CLKV_ARG(D), CLKV_ARG(NR), CLKV_ARG(CQ), CLKV_ARG(group),
+                                 CLKV_ARG(ticket))) ||
+            (st = launch_1d(ctx, k.token, "cache_append_token", total, done)))
+            return st;
+        cache->max_len += n;
+        return CLKV_OK;
+    }
     if ((st = clkv__set_args(ctx, k.quant, "cache_quant", 35, SIDE_ARGS(sk), SIDE_ARGS(sv),
                              CLKV_ARG(cnt), CLKV_ARG(cnt_off), CLKV_ARG(has_cnt), CLKV_ARG(nn),
                              CLKV_ARG(cache->counts), CLKV_ARG(cache->flags), CLKV_ARG(nk),

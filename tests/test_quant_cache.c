@@ -318,6 +318,31 @@ static void test_mixed_counts(void **state) {
     qc_destroy(&q);
 }
 
+/* A decode run: one token per call (the one-launch append) across two block flushes,
+ * some sequences idle on some steps (so the batch's blocks complete at different steps),
+ * every dtype of the appended tokens. */
+static void test_decode_run(void **state) {
+    (void)state;
+    const clkv_quant_cache_create_args cfg = base_cfg(3, 2, 64, 200, 2, 4, 16, 32);
+    qc q;
+    qc_create(&q, &cfg, 3);
+    const int32_t c0[3] = {30, 31, 5};
+    tu_set_case("decode run: prefill {30, 31, 5}");
+    qc_append(&q, 31, c0, CLKV_F16, TU_HND, NULL, NULL);
+    qc_check(&q, 0);
+    static const clkv_dtype dts[3] = {CLKV_F32, CLKV_F16, CLKV_BF16};
+    for (int i = 0; i < 75; i++) {
+        const int32_t c[3] = {1, i % 3 != 1, i % 5 == 0 ? 0 : 1};
+        tu_set_case("decode run: step %d counts {%d, %d, %d}", i, c[0], c[1], c[2]);
+        if (i % 4 == 3)
+            qc_append(&q, 1, NULL, dts[i % 3], i % 2 ? TU_NHD : TU_HND, NULL, NULL);
+        else
+            qc_append_kv(&q, 1, c, dts[i % 3], dts[(i + 1) % 3], TU_HND, NULL, NULL);
+        qc_check(&q, 0);
+    }
+    qc_destroy(&q);
+}
+
 /* Every (bits, group) pair; keys and values with different widths; metadata and residual
  * dtypes vary; capacity not a multiple of n_r. */
 static void test_bits_groups(void **state) {
@@ -514,9 +539,13 @@ static int group_teardown(void **state) {
 int main(void) {
     printf("[ seed     ] 0x%016" PRIx64 " (set CLKV_TEST_SEED to change)\n", tu_seed(DEFAULT_SEED));
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_validation_create), cmocka_unit_test(test_validation_append),
-        cmocka_unit_test(test_boundaries),        cmocka_unit_test(test_mixed_counts),
-        cmocka_unit_test(test_bits_groups),       cmocka_unit_test(test_flags),
+        cmocka_unit_test(test_validation_create),
+        cmocka_unit_test(test_validation_append),
+        cmocka_unit_test(test_boundaries),
+        cmocka_unit_test(test_mixed_counts),
+        cmocka_unit_test(test_decode_run),
+        cmocka_unit_test(test_bits_groups),
+        cmocka_unit_test(test_flags),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -149,8 +149,9 @@ clkv_status clkv_quant_cache_view_get(const clkv_quant_cache *cache, clkv_quant_
  *                            are idle). Absent: every sequence appends n tokens.
  * Enqueues three small kernels in order (quantize the keys and values of the blocks the
  * append completes, write the new residual, advance the counters); their sizes are
- * bounded by the host-side n, not by the cache length. n = 0 enqueues nothing (done
- * gets a marker).
+ * bounded by the host-side n, not by the cache length. n = 1 (a decode step) does the
+ * three in one launch (its last work-group to finish advances the counters). n = 0
+ * enqueues nothing (done gets a marker).
  * Errors: CLKV_ERR_ARG_NULL (cache, args, k, v), CLKV_ERR_ARG_DTYPE, CLKV_ERR_ARG_SHAPE
  * (k/v/counts dims disagree with the cache), CLKV_ERR_ARG_RANGE (n above 2^31-1, or the
  * host bound + n above capacity: "capacity"), CLKV_ERR_ARG_STRIDE,
@@ -201,7 +202,9 @@ clkv_status clkv_quant_cache_append(clkv_quant_cache *cache,
  * launch fewer work-groups than compute units (where it measured faster). It serves up to
  * 4 query heads per read of the codes (G > 4 reads them ceil(G/4) times), each warp is one
  * split (the split count is padded to a multiple of 4 with empty splits; the 4 warps of a
- * work-group merge their states before the merge kernel), and its products keep about 22
+ * work-group merge their states before the merge kernel; one more work-group per (sequence,
+ * KV head, head group) walks the residual, so a forced num_splits counts the quantized
+ * part's splits), and its products keep about 22
  * significant bits of q*s (f16 high part + f16 rest, scaled by a power of two per key
  * group) and 16 of p*s (bf16 high part + bf16 rest; per-group sums in f32): within the
  * tolerances of 16-bit outputs, which is why f32 outputs always take the CUDA-core
@@ -210,7 +213,8 @@ clkv_status clkv_quant_cache_append(clkv_quant_cache *cache,
  * CLKV_QUANT_MMA_WARPS (automatic splits aim at this many warps per compute unit, default
  * 64), CLKV_QUANT_MMA_MINTOK (shortest automatic split, default 256 tokens),
  * CLKV_QUANT_MMA_STAGES (16-token tiles in flight per warp, default 3 with 4-bit keys and
- * values, 4 otherwise).
+ * values, 4 otherwise), CLKV_QUANT_MMA_RES_SPLITS = 0 (the residual walked by the last
+ * quantized split instead, the previous plan).
  * Errors: CLKV_ERR_ARG_NULL (cache, args, q, o), CLKV_ERR_ARG_DTYPE, CLKV_ERR_ARG_SHAPE
  * (dims disagree with the cache, Hq % Hkv != 0), CLKV_ERR_ARG_RANGE (non-finite scale,
  * negative num_splits, Hq above 65535), CLKV_ERR_ARG_STRIDE, CLKV_ERR_ARG_ALIGNMENT,
