@@ -57,6 +57,7 @@
 #error "KTOK: 4, 8 or 16, and the probability table must hold the final slice merge"
 #endif
 
+#include "kernel_args.cl"
 typedef CLKV_STORAGE(Q_DTYPE) q_t;
 typedef CLKV_STORAGE(RES_DTYPE) res_t;
 typedef CLKV_STORAGE(META_DTYPE) meta_t;
@@ -206,12 +207,11 @@ inline void wg_reduce(float *v, __local float *red, int lid, int op) {
     } while (0)
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_quant_partial(
-    __global const q_t *q, long q_off, long q_sb, long q_sh, __global const uint *kc,
-    __global const meta_t *ks, __global const meta_t *km, __global const uint *vc,
-    __global const meta_t *vs, __global const meta_t *vm, __global const res_t *kr,
-    __global const res_t *vr, __global const int *counts, int B, int Hkv, long CQ, int NR, int Hq,
-    int G, int nhg, int chunk, int num_splits, float scale_log2, __global float *part_acc,
-    long ml_off) {
+    __global const q_t *q, __global const uint *kc, __global const meta_t *ks,
+    __global const meta_t *km, __global const uint *vc, __global const meta_t *vs,
+    __global const meta_t *vm, __global const res_t *kr, __global const res_t *vr,
+    __global const int *counts, __global float *part_acc, const quant_scalars P) {
+    QUANT_UNPACK
     __global float *part_ml = part_acc + ml_off;
     const int lid = (int)get_local_id(0);
     const int split = (int)get_group_id(0);
@@ -224,6 +224,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     const int len = nq + counts[B + b];
     const int start = split * chunk;
     const int end = min(start + chunk, len);
+    (void)rsplits, (void)rchunk; /* the residual's own splits: tensor-core kernel only */
     const int h0 = kvh * G + hg * GROUP;
     const int ng = min(GROUP, G - hg * GROUP);
 

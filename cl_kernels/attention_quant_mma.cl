@@ -2,7 +2,8 @@
  * variant of attention_quant_partial (cl_kernels/attention_quant.cl) that
  * host/attention_quant.c picks where CLKV_NVIDIA_PTX is defined, D is 64 or 128, both code
  * widths are 2 or 4 bits and o is 16-bit (and where it measured faster; see use_mma there).
- * Same arguments as that kernel, except that every warp is one split of the token range:
+ * Same arguments as that kernel, except that every warp is one split of the token range
+ * (the residual's splits first, see below):
  * work-group x holds the splits 4x .. 4x + 3 of one (sequence, KV head, head group) and
  * merges their states in local memory into partial state x of num_splits / 4 (the layout
  * attention_decode_merge reads).
@@ -46,7 +47,15 @@
  *   unskewed layout had 2- and 4-way bank conflicts and cost 10 % / 40 % of the 2- / 4-bit
  *   time).
  * Residual tiles (16-bit or f32 tokens, fewer than n_r per sequence) are computed on the
- * CUDA cores into the same fragments (values scaled by 2^(p - 7) like the codes' rows).
+ * CUDA cores into the same fragments (values scaled by 2^(p - 7) like the codes' rows), by
+ * all 32 lanes (two halves of the channels, or of the tokens), on splits of their own: the
+ * first rsplits splits (the host gives one work-group, dispatched first, each warp a run of
+ * rchunk tokens), the quantized splits after them. A residual tile costs a few
+ * microseconds of load latency; walked by the last split after its quantized tiles, as
+ * before, the residual set the kernel's time (H100, 2-bit, groups of 128, B 1 4K / 32K:
+ * 19.4 / 22.9 us with an empty residual, 76.2 / 78.6 us with 127 tokens in it). Dealing the
+ * residual's tiles to the quantized splits instead (a first tile loop, or a second pass
+ * over the loop) took 113-127 registers instead of 96 and 5-25 % more time at 2-bit.
  * The online softmax works on the fragments (a lane holds two tokens of two heads; maxima
  * by shuffles over the 8 row lanes, only when a logit exceeds the running maximum by more
  * than LAZY_M).
@@ -68,6 +77,8 @@
  * register pressure; tried again after the copy change: back to 128 registers, 2-bit B 8
  * 128K 377.6 / 377.1 against 337.7 / 326.7 us, B 1 128K 60.8 / 61.3 against 57.0 / 57.4). */
 
+#include "kernel_args.cl"
+
 #define HP 4 /* query heads per work-group */
 #define NWARP 4
 #define WG_SIZE (32 * NWARP)
@@ -83,6 +94,7 @@
                       * fragment reads without bank conflicts) */
 #define VW4 (NW / 4) /* uint4 of value words per token */
 #define UNROLL _Pragma("unroll")
+#define UNROLL4 _Pragma("unroll 4")
 #define LAZY_M 8.0f   /* slack of the lazy running maxima (log2 units) */
 #define M_INIT -1e30f /* running maximum before the first logit (written out as -inf) */
 
@@ -283,12 +295,11 @@ inline void load_vwords(uint *vw, __local const uint4 *st, int tok, int lw0) {
 }
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_quant_mma_partial(
-    __global const q_t *q, long q_off, long q_sb, long q_sh, __global const uint *kc,
-    __global const meta_t *ks, __global const meta_t *km, __global const uint *vc,
-    __global const meta_t *vs, __global const meta_t *vm, __global const res_t *kr,
-    __global const res_t *vr, __global const int *counts, int B, int Hkv, long CQ, int NR, int Hq,
-    int G, int nhg, int chunk, int num_splits, float scale_log2, __global float *part_acc,
-    long ml_off) {
+    __global const q_t *q, __global const uint *kc, __global const meta_t *ks,
+    __global const meta_t *km, __global const uint *vc, __global const meta_t *vs,
+    __global const meta_t *vm, __global const res_t *kr, __global const res_t *vr,
+    __global const int *counts, __global float *part_acc, const quant_scalars P) {
+    QUANT_UNPACK
     __local uint2 bsm[NWARP][8 * LDB / 4]; /* key operand B [8 columns][LDB] (bf16) */
     __local float psm[NWARP][16 * HP];     /* probabilities of the tile [token][head] */
     __local float fsm[NWARP][HP];          /* rescale factors of the tile per head */
@@ -311,8 +322,12 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     const int b = (int)get_group_id(2);
     const int nq = counts[b];
     const int len = nq + counts[B + b];
-    const int start = split * chunk;
-    const int end = min(start + chunk, len);
+    /* rsplits > 0: splits [0, rsplits) walk the residual in chunks of rchunk, the others
+     * the quantized tokens in chunks of `chunk` (see the file comment); rsplits = 0: chunks
+     * of `chunk` over all tokens */
+    const int qs = split - rsplits; /* quantized split, when >= 0 */
+    const int start = qs < 0 ? nq + split * rchunk : qs * chunk;
+    const int end = qs < 0 ? min(start + rchunk, len) : min(start + chunk, rsplits ? nq : len);
     const int h0 = kvh * G + hg * HP;
     const int ng = min(HP, G - hg * HP);
 
@@ -528,11 +543,16 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 z[i] = fma(x + shfl(x, 2), kf[i], (i & 1) ? kc1 : kc0);
             }
         } else {
-            /* ---- residual logits on the CUDA cores (lanes of column part 0) ---- */
-            if (ft < 2) {
+            /* ---- residual logits on the CUDA cores: lanes ft and ft + 2 (same tokens and
+             * heads) sum one half of the channels each ---- */
+            {
                 const long ra = min(base + tok_a, end - 1) - nq;
                 const long rb = min(base + tok_b, end - 1) - nq;
-                for (int c = 0; c < HEAD_DIM; c++) {
+                const int c0 = (ft >> 1) * (HEAD_DIM / 2);
+                /* unrolled by 4: loads in flight (by 16, and 2 for the values, the kernel took
+                 * 128 registers instead of 116 and 5-19 % more time, H100) */
+                UNROLL4
+                for (int c = c0; c < c0 + HEAD_DIM / 2; c++) {
                     const float xa = LOAD_RES(krb, ra * HEAD_DIM + c);
                     const float xb = LOAD_RES(krb, rb * HEAD_DIM + c);
                     const float q0 = qsm[ha][c], q1 = qsm[ha + 1][c];
@@ -686,10 +706,11 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
 #endif
                 clkv_mma_bf16(acc[t], a0, a1, a2, a3, vb0, vb1);
             }
-        } else if (ft < 2) {
-            /* residual values on the CUDA cores (lanes of column part 0) */
+        } else {
+            /* residual values on the CUDA cores: lanes ft and ft + 2 (same channels and
+             * heads) take every other token; the column parts are added at the end */
             const int nt = min(16, end - base);
-            for (int k = 0; k < nt; k++) {
+            for (int k = ft >> 1; k < nt; k += 2) {
                 const float q0 = ps[k * HP + ha], q1 = ps[k * HP + ha + 1];
                 const float q0a = q0 * (1.0f / VFA), q1a = q1 * (1.0f / VFA);
                 const float q0b = q0 * (1.0f / VFB), q1b = q1 * (1.0f / VFB);

@@ -135,6 +135,23 @@ typedef struct lf_step_scalars {
             X(kh_off) X(kb_off) X(ix_off) X(ix_sb) X(ix_sh)
 #define PKV_RERANK_INT_FIELDS(X) X(B) X(max_cand) X(top_k) X(pad_)
 
+/* attention_quant_partial and attention_quant_mma_partial (attention_quant.cl,
+ * attention_quant_mma.cl; host/attention_quant.c), after their buffers q, kc, ks, km, vc,
+ * vs, vm, kr, vr, counts, part_acc */
+#define QUANT_LONG_FIELDS(X) X(q_off) X(q_sb) X(q_sh) X(CQ) X(ml_off)
+#define QUANT_INT_FIELDS(X)                                                                        \
+    X(B) X(Hkv) X(NR) X(Hq) X(G) X(nhg) X(chunk) X(num_splits) X(rsplits) X(rchunk) X(pad_)
+typedef struct quant_scalars {
+    QUANT_LONG_FIELDS(KARGS_DECL_LONG)
+    QUANT_INT_FIELDS(KARGS_DECL_INT)
+    KARGS_FLOAT_T scale_log2;
+} quant_scalars;
+#define QUANT_UNPACK                                                                               \
+    QUANT_LONG_FIELDS(KARGS_UNPACK_LONG)                                                           \
+    QUANT_INT_FIELDS(KARGS_UNPACK_INT)                                                             \
+    const float scale_log2 = P.scale_log2;                                                         \
+    (void)pad_;
+
 #define KARGS_STRUCT(name, LONGS, INTS)                                                            \
     typedef struct name {                                                                          \
         LONGS(KARGS_DECL_LONG)                                                                     \

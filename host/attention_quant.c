@@ -9,6 +9,7 @@
 
 #include "host/attention_common.h"
 #include "host/quant_cache_internal.h"
+#include "cl_kernels/kernel_args.cl" /* after the OpenCL types */
 
 #define KERNEL_FILE "attention_quant.cl"
 #define MMA_FILE "attention_quant_mma.cl"
@@ -22,8 +23,10 @@ typedef struct quant_plan {
     float scale;
     int group, nhg, wg, ktok;
     int splits, chunk;
-    int merge_splits; /* partial states per (sequence, query head) the merge combines */
-    int mma;          /* the tensor-core kernel (each warp one split, MMA_WARPS per work-group) */
+    int rsplits, rchunk; /* tensor-core kernel: the first rsplits splits walk the residual in
+                          * chunks of rchunk tokens, the others the quantized part */
+    int merge_splits;    /* partial states per (sequence, query head) the merge combines */
+    int mma; /* the tensor-core kernel (each warp one split, MMA_WARPS per work-group) */
     size_t part_acc_bytes, part_ml_bytes;
 } quant_plan;
 
@@ -36,7 +39,9 @@ typedef struct quant_plan {
  *                           the length limits the split count, splits of about 2N tokens
  *                           at 2-bit codes (4N at 4-bit), see plan_mma
  *   CLKV_QUANT_MMA_STAGES=N 16-token tiles in flight per warp, 1..8 (default 0: 3 with
- *                           4-bit keys and values, 4 otherwise; see mma_stages) */
+ *                           4-bit keys and values, 4 otherwise; see mma_stages)
+ *   CLKV_QUANT_MMA_RES_SPLITS=0  no splits of the residual's own: the last split walks it
+ *                           after its quantized tiles (the previous plan; default 1) */
 static int env_int(const char *name, int def, int lo, int hi) {
     const char *e = getenv(name);
     if (!e || !*e)
@@ -45,7 +50,7 @@ static int env_int(const char *name, int def, int lo, int hi) {
     return v < lo ? lo : v > hi ? hi : (int)v;
 }
 typedef struct mma_knobs {
-    int enabled, warps, mintok, stages;
+    int enabled, warps, mintok, stages, res_splits;
 } mma_knobs;
 static const mma_knobs *knobs(void) {
     static mma_knobs k;
@@ -55,6 +60,7 @@ static const mma_knobs *knobs(void) {
         k.warps = env_int("CLKV_QUANT_MMA_WARPS", 64, 1, 256);
         k.mintok = env_int("CLKV_QUANT_MMA_MINTOK", 256, 16, 1 << 20);
         k.stages = env_int("CLKV_QUANT_MMA_STAGES", 0, 0, 8);
+        k.res_splits = env_int("CLKV_QUANT_MMA_RES_SPLITS", 1, 0, 1);
         done = 1;
     }
     return &k;
@@ -144,6 +150,15 @@ static void plan_mma(const clkv_quant_cache *c, const clkv_attention_quant_decod
     p->wg = 32 * MMA_WARPS;
     const int64_t units = p->B * p->Hkv * p->nhg;
     const int64_t len = p->max_len > 0 ? p->max_len : 1;
+    /* The residual (fewer than n_r tokens, on the CUDA cores) gets one work-group of its
+     * own per unit, the first, its tiles dealt to the 4 warps in runs of rchunk tokens
+     * (cl_kernels/attention_quant_mma.cl says why). Where the quantized splits fill whole
+     * rounds of work-groups (`round` below), that work-group is one of the round: a round
+     * plus one more work-group per unit cost up to 18 us more (H100, 4-bit, B 1 128K,
+     * empty residual: 91.6 against 73.4 us with two more, 2026-11-27). */
+    const int rwarps = kn->res_splits ? MMA_WARPS : 0;
+    p->rsplits = rwarps;
+    p->rchunk = rwarps ? (int)(((c->cfg.residual + 15) / 16 + rwarps - 1) / rwarps * 16) : 0;
     int64_t splits = a->num_splits;
     if (splits <= 0) {
         const int64_t target = (int64_t)dev->compute_units * kn->warps;
@@ -165,8 +180,10 @@ static void plan_mma(const clkv_quant_cache *c, const clkv_attention_quant_decod
         const int64_t cap = (len + lt - 1) / lt;
         if (splits > cap) {
             const int64_t per_cu = four ? 2 : 4;
-            const int64_t round =
-                ((int64_t)dev->compute_units * per_cu * MMA_WARPS + units - 1) / units;
+            int64_t round =
+                ((int64_t)dev->compute_units * per_cu * MMA_WARPS + units - 1) / units - rwarps;
+            if (round < 1)
+                round = 1;
             const int64_t cap_short = (len + kn->mintok - 1) / kn->mintok;
             const int64_t floor_splits = round < cap_short ? round : cap_short;
             splits = cap > floor_splits ? cap : floor_splits;
@@ -174,15 +191,15 @@ static void plan_mma(const clkv_quant_cache *c, const clkv_attention_quant_decod
     }
     if (splits > len)
         splits = len;
-    if (splits > CLKV_ATTN_MERGE_MAX_SPLITS * MMA_WARPS)
-        splits = CLKV_ATTN_MERGE_MAX_SPLITS * MMA_WARPS;
+    if (splits > CLKV_ATTN_MERGE_MAX_SPLITS * MMA_WARPS - rwarps)
+        splits = CLKV_ATTN_MERGE_MAX_SPLITS * MMA_WARPS - rwarps;
     if (splits < 1)
         splits = 1;
     int64_t chunk = (len + splits - 1) / splits;
     chunk = (chunk + 15) / 16 * 16;
     splits = (len + chunk - 1) / chunk;
     p->chunk = (int)chunk;
-    p->splits = (int)((splits + MMA_WARPS - 1) / MMA_WARPS * MMA_WARPS);
+    p->splits = p->rsplits + (int)((splits + MMA_WARPS - 1) / MMA_WARPS * MMA_WARPS);
     /* the warps of a work-group merge their states in local memory: one partial state
      * per work-group */
     p->merge_splits = p->splits / MMA_WARPS;
@@ -236,6 +253,7 @@ static void plan_cuda(const clkv_quant_cache *c, const clkv_attention_quant_deco
     chunk = (chunk + round - 1) / round * round;
     p->chunk = (int)chunk;
     p->splits = (int)((len + chunk - 1) / chunk);
+    p->rsplits = p->rchunk = 0;
     p->merge_splits = p->splits;
     p->part_acc_bytes = clkv__ws_align((size_t)(p->B * p->Hq * p->splits * p->D) * 4);
     p->part_ml_bytes = clkv__ws_align((size_t)(p->B * p->Hq * p->splits) * 2 * 4);
@@ -324,30 +342,31 @@ clkv_status clkv_attention_quant_decode(clkv_quant_cache *cache,
     if ((st = clkv__workspace(ctx, p.part_acc_bytes + p.part_ml_bytes, &ws)))
         return st;
 
-    const cl_long ml_off = (cl_long)(p.part_acc_bytes / 4);
-    const cl_long q_off = clkv__elem_offset(&args->q), q_sb = args->q.strides[0],
-                  q_sh = args->q.strides[1], CQ = cache->cq;
-    const cl_int B = (cl_int)p.B, Hkv = (cl_int)p.Hkv, NR = cfg->residual, Hq = (cl_int)p.Hq,
-                 G = (cl_int)p.G, nhg = p.nhg, chunk = p.chunk, splits = p.splits,
-                 msplits = p.merge_splits;
-    const cl_float scale_log2 = p.scale * 1.4426950408889634f;
-    st = clkv__set_args(ctx, kp, kname, 25, CLKV_ARG(args->q.buf), CLKV_ARG(q_off), CLKV_ARG(q_sb),
-                        CLKV_ARG(q_sh), CLKV_ARG(cache->k_codes), CLKV_ARG(cache->k_scale),
-                        CLKV_ARG(cache->k_min), CLKV_ARG(cache->v_codes), CLKV_ARG(cache->v_scale),
-                        CLKV_ARG(cache->v_min), CLKV_ARG(cache->k_res), CLKV_ARG(cache->v_res),
-                        CLKV_ARG(cache->counts), CLKV_ARG(B), CLKV_ARG(Hkv), CLKV_ARG(CQ),
-                        CLKV_ARG(NR), CLKV_ARG(Hq), CLKV_ARG(G), CLKV_ARG(nhg), CLKV_ARG(chunk),
-                        CLKV_ARG(splits), CLKV_ARG(scale_log2), CLKV_ARG(ws), CLKV_ARG(ml_off));
+    /* The partial kernel takes its scalars as one struct (cl_kernels/kernel_args.cl says
+     * why). */
+    quant_scalars P;
+    memset(&P, 0, sizeof P);
+    P.q_off = clkv__elem_offset(&args->q), P.q_sb = args->q.strides[0];
+    P.q_sh = args->q.strides[1], P.CQ = cache->cq, P.ml_off = (cl_long)(p.part_acc_bytes / 4);
+    P.B = (cl_int)p.B, P.Hkv = (cl_int)p.Hkv, P.NR = cfg->residual, P.Hq = (cl_int)p.Hq;
+    P.G = (cl_int)p.G, P.nhg = p.nhg, P.chunk = p.chunk, P.num_splits = p.splits;
+    P.rsplits = p.rsplits, P.rchunk = p.rchunk;
+    P.scale_log2 = p.scale * 1.4426950408889634f;
+    st = clkv__set_args(ctx, kp, kname, 12, CLKV_ARG(args->q.buf), CLKV_ARG(cache->k_codes),
+                        CLKV_ARG(cache->k_scale), CLKV_ARG(cache->k_min), CLKV_ARG(cache->v_codes),
+                        CLKV_ARG(cache->v_scale), CLKV_ARG(cache->v_min), CLKV_ARG(cache->k_res),
+                        CLKV_ARG(cache->v_res), CLKV_ARG(cache->counts), CLKV_ARG(ws), CLKV_ARG(P));
     if (st == CLKV_OK)
-        st = clkv__attn_set_merge_args(ctx, km, ws, ml_off, msplits, Hq, &args->o, &args->lse);
+        st = clkv__attn_set_merge_args(ctx, km, ws, P.ml_off, p.merge_splits, P.Hq, &args->o,
+                                       &args->lse);
     if (st)
         return st;
     clkv__log(ctx,
               "attention_quant_decode: %s B=%lld Hq=%lld Hkv=%lld D=%lld bound=%d k_bits=%d "
-              "v_bits=%d group=%d wg=%d ktok=%d splits=%d chunk=%d",
+              "v_bits=%d group=%d wg=%d ktok=%d splits=%d chunk=%d (residual: %d splits of %d)",
               p.mma ? "tensor-core" : "cuda-core", (long long)p.B, (long long)p.Hq,
               (long long)p.Hkv, (long long)p.D, p.max_len, cfg->k_bits, cfg->v_bits, p.group, p.wg,
-              p.ktok, p.splits, p.chunk);
+              p.ktok, p.splits, p.chunk, p.rsplits, p.rchunk);
     const size_t wgs = p.mma ? (size_t)p.splits / MMA_WARPS : (size_t)p.splits;
     const size_t gp[3] = {wgs * p.wg, (size_t)(p.Hkv * p.nhg), (size_t)p.B};
     const size_t lp[3] = {(size_t)p.wg, 1, 1};

@@ -96,6 +96,10 @@ static const acase k_cases[] = {
      CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_F16, {700}, 1, 1, 0, 400.0f, 0, 0, 1e-3f},
     {"mma_huge_keys_gqa4_1_d64_k4v2_g64", 2, 4, 1, 64, 4, 2, 64, 64,
      CLKV_F16, CLKV_F32, CLKV_F16, CLKV_BF16, {500, 260}, 1, 1, 0, 2e-4f, 0, 0, 3e3f},
+    /* n_r 512: up to 32 residual tiles over the tensor-core kernel's 4 residual splits
+     * (8 tiles each); one sequence all residual until its first flush */
+    {"mma_big_residual_gqa8_2_d128_k2v2_g128_nr512", 2, 8, 2, 128, 2, 2, 128, 512,
+     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_BF16, {1400, 511}, 2, 1, 0, 0.0f, 0, 0, 0.0f},
 };
 /* clang-format on */
 
