@@ -149,7 +149,7 @@ static void plan_mma(const clkv_quant_cache *c, const clkv_attention_quant_decod
     p->nhg = (int)((p->G + MMA_HEADS - 1) / MMA_HEADS);
     p->wg = 32 * MMA_WARPS;
     const int64_t units = p->B * p->Hkv * p->nhg;
-    const int64_t len = p->max_len > 0 ? p->max_len : 1;
+    const int64_t bound = p->max_len > 0 ? p->max_len : 1;
     /* The residual (fewer than n_r tokens, on the CUDA cores) gets one work-group of its
      * own per unit, the first, its tiles dealt to the 4 warps in runs of rchunk tokens
      * (cl_kernels/attention_quant_mma.cl says why). Where the quantized splits fill whole
@@ -159,6 +159,12 @@ static void plan_mma(const clkv_quant_cache *c, const clkv_attention_quant_decod
     const int rwarps = kn->res_splits ? MMA_WARPS : 0;
     p->rsplits = rwarps;
     p->rchunk = rwarps ? (int)(((c->cfg.residual + 15) / 16 + rwarps - 1) / rwarps * 16) : 0;
+    /* The quantized splits then cover the quantized part only: n_quant is a multiple of n_r
+     * at most the length bound (without this, 127 residual tokens at B 1 32K, 2-bit, took one
+     * more work-group per unit and 11 us). */
+    int64_t len = rwarps ? bound / c->cfg.residual * c->cfg.residual : bound;
+    if (len < 1)
+        len = 1;
     int64_t splits = a->num_splits;
     if (splits <= 0) {
         const int64_t target = (int64_t)dev->compute_units * kn->warps;
