@@ -56,6 +56,9 @@
  * 19.4 / 22.9 us with an empty residual, 76.2 / 78.6 us with 127 tokens in it). Dealing the
  * residual's tiles to the quantized splits instead (a first tile loop, or a second pass
  * over the loop) took 113-127 registers instead of 96 and 5-25 % more time at 2-bit.
+ * 16-byte residual key loads (two per token in flight) made a full residual free at B 1
+ * 32K (23.7 us; it costs up to 15 us now) but the kernel 8-10 % slower at B 1 128K and
+ * B 8, so the scalar loads stay.
  * The online softmax works on the fragments (a lane holds two tokens of two heads; maxima
  * by shuffles over the 8 row lanes, only when a logit exceeds the running maximum by more
  * than LAZY_M).

@@ -153,15 +153,15 @@ static void plan_mma(const clkv_quant_cache *c, const clkv_attention_quant_decod
     /* The residual (fewer than n_r tokens, on the CUDA cores) gets one work-group of its
      * own per unit, the first, its tiles dealt to the 4 warps in runs of rchunk tokens
      * (cl_kernels/attention_quant_mma.cl says why). Where the quantized splits fill whole
-     * rounds of work-groups (`round` below), that work-group is one of the round: a round
-     * plus one more work-group per unit cost up to 18 us more (H100, 4-bit, B 1 128K,
-     * empty residual: 91.6 against 73.4 us with two more, 2026-11-27). */
+     * rounds of work-groups (`round` below), that work-group is one of the round: two
+     * more work-groups per unit beyond a round cost up to 18 us (H100, 4-bit, B 1 128K,
+     * empty residual: 91.6 against 73.4 us, 2026-11-27). */
     const int rwarps = kn->res_splits ? MMA_WARPS : 0;
     p->rsplits = rwarps;
     p->rchunk = rwarps ? (int)(((c->cfg.residual + 15) / 16 + rwarps - 1) / rwarps * 16) : 0;
     /* The quantized splits then cover the quantized part only: n_quant is a multiple of n_r
-     * at most the length bound (without this, 127 residual tokens at B 1 32K, 2-bit, took one
-     * more work-group per unit and 11 us). */
+     * at most the length bound (with the whole bound, 127 residual tokens added a split and
+     * at times a work-group per unit: H100, 2-bit, B 1 128K 67.5 against 56.5 us). */
     int64_t len = rwarps ? bound / c->cfg.residual * c->cfg.residual : bound;
     if (len < 1)
         len = 1;
