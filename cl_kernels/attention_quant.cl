@@ -211,7 +211,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     __global const meta_t *km, __global const uint *vc, __global const meta_t *vs,
     __global const meta_t *vm, __global const res_t *kr, __global const res_t *vr,
     __global const int *counts, __global float *part_acc, const quant_scalars P) {
-    QUANT_UNPACK
+    KARGS_UNPACK(QUANT)
     __global float *part_ml = part_acc + ml_off;
     const int lid = (int)get_local_id(0);
     const int split = (int)get_group_id(0);

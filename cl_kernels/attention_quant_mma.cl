@@ -302,7 +302,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     __global const meta_t *km, __global const uint *vc, __global const meta_t *vs,
     __global const meta_t *vm, __global const res_t *kr, __global const res_t *vr,
     __global const int *counts, __global float *part_acc, const quant_scalars P) {
-    QUANT_UNPACK
+    KARGS_UNPACK(QUANT)
     __local uint2 bsm[NWARP][8 * LDB / 4]; /* key operand B [8 columns][LDB] (bf16) */
     __local float psm[NWARP][16 * HP];     /* probabilities of the tile [token][head] */
     __local float fsm[NWARP][HP];          /* rescale factors of the tile per head */

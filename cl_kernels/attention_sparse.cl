@@ -198,7 +198,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_spa
     __global const uint *kh, __global const ulong *kbuf
 #endif
 ) {
-    SPARSE_UNPACK
+    KARGS_UNPACK(SPARSE)
     __global float *part_ml = part_acc + ml_off;
     const int lid = (int)get_local_id(0);
 

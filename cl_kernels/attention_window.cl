@@ -221,7 +221,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global const KV_T *v,
                          __global const int *lengths, __global O_T *o, __global float *lse,
                          __global float *part_acc, const window_scalars P) {
-    WINDOW_UNPACK
+    KARGS_UNPACK(WINDOW)
 #if MMA
     __local ushort qs[QT][LDH];
     __local ushort ks[KT][LDH];

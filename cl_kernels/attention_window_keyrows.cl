@@ -126,7 +126,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global const KV_T *v,
                          __global const int *lengths, __global O_T *o, __global float *lse,
                          __global float *part_acc, const window_scalars P, __global int *tickets) {
-    WINDOW_UNPACK
+    KARGS_UNPACK(WINDOW)
     __local uint4 smem[NSTG * 2 * TILE16];
     __local float wm[NW][QN], wl[NW][QN];
     __local int is_last;

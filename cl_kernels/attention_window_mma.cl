@@ -232,7 +232,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global const KV_T *v,
                          __global const int *lengths, __global O_T *o, __global float *lse,
                          __global float *part_acc, const window_scalars P) {
-    WINDOW_UNPACK
+    KARGS_UNPACK(WINDOW)
     __local uint4 smem[NSTG * 2 * TILE16];
     __local float wm[NWK][QT], wl[NWK][QT];
 
@@ -999,7 +999,7 @@ longflow_step_mma(__global const Q_T *q, __global const void *kn, __global const
                   __global int *next_pos, __global float *ws, __global int *ctr, __global void *o,
                   __global float *lse, __global float *scores, __global int *vout,
                   const lf_step_scalars P) {
-    LF_STEP_UNPACK
+    KARGS_UNPACK(LF_STEP)
     __local uint4 smem[NSTG * 2 * TILE16];
     __local int spos[NSTG][KT];
     __local float wm[NWK][QT], wl[NWK][QT];

@@ -2,8 +2,8 @@
  * host-bound at small shapes: host files include this file as a C header and the kernels
  * as a fragment, so both sides see one field list in one order (eight-byte fields first,
  * then an even count of four-byte ones: no padding on either side). A kernel unpacks the
- * fields into constants of the same names (WINDOW_UNPACK, LF_STEP_UNPACK, KARGS_UNPACK), so
- * its body reads as with separate parameters.
+ * fields into constants of the same names (KARGS_UNPACK, at the end of this file), so its
+ * body reads as with separate parameters.
  * Why: NVIDIA's clEnqueueNDRangeKernel costs about 0.07 us of host time per scalar
  * argument and 0.27 us per buffer (H100, driver 580.159.04, empty kernels, best of 5 x
  * 1000 enqueues in two runs: 12 buffers + 49 scalars 11.0 / 15.0 us per enqueue, the same
@@ -23,8 +23,10 @@
 #endif
 #define KARGS_DECL_LONG(n) KARGS_LONG_T n;
 #define KARGS_DECL_INT(n) KARGS_INT_T n;
+#define KARGS_DECL_FLOAT(n) KARGS_FLOAT_T n;
 #define KARGS_UNPACK_LONG(n) const long n = P.n;
 #define KARGS_UNPACK_INT(n) const int n = P.n;
+#define KARGS_UNPACK_FLOAT(n) const float n = P.n;
 
 /* attention_window_partial (attention_window.cl, attention_window_mma.cl,
  * attention_window_keyrows.cl; host/attention_window.c), after its buffers q, k, v,
@@ -37,16 +39,7 @@
 #define WINDOW_INT_FIELDS(X)                                                                       \
     X(has_lengths)                                                                                 \
     X(max_len) X(T) X(Hq) X(G) X(n_qtiles) X(chunk) X(num_splits) X(direct) X(has_lse) X(pad_)
-typedef struct window_scalars {
-    WINDOW_LONG_FIELDS(KARGS_DECL_LONG)
-    WINDOW_INT_FIELDS(KARGS_DECL_INT)
-    KARGS_FLOAT_T scale_log2;
-} window_scalars;
-#define WINDOW_UNPACK                                                                              \
-    WINDOW_LONG_FIELDS(KARGS_UNPACK_LONG)                                                          \
-    WINDOW_INT_FIELDS(KARGS_UNPACK_INT)                                                            \
-    const float scale_log2 = P.scale_log2;                                                         \
-    (void)pad_;
+#define WINDOW_FLOAT_FIELDS(X) X(scale_log2)
 
 /* attention_sparse_partial (attention_sparse.cl; host/attention_sparse.c), after its
  * buffers q, k, v, ks, vs, lengths, idx, part_acc (then o, lse, tickets where SP_LASTIDX,
@@ -62,16 +55,7 @@ typedef struct window_scalars {
     X(has_lengths)                                                                                 \
     X(max_len) X(n_idx) X(sink) X(local_len) X(Hq) X(G) X(nhg) X(chunk) X(num_splits) X(has_lse)   \
         X(max_cand) X(pad_)
-typedef struct sparse_scalars {
-    SPARSE_LONG_FIELDS(KARGS_DECL_LONG)
-    SPARSE_INT_FIELDS(KARGS_DECL_INT)
-    KARGS_FLOAT_T scale_log2;
-} sparse_scalars;
-#define SPARSE_UNPACK                                                                              \
-    SPARSE_LONG_FIELDS(KARGS_UNPACK_LONG)                                                          \
-    SPARSE_INT_FIELDS(KARGS_UNPACK_INT)                                                            \
-    const float scale_log2 = P.scale_log2;                                                         \
-    (void)pad_;
+#define SPARSE_FLOAT_FIELDS(X) X(scale_log2)
 
 /* longflow_step_mma (attention_window_mma.cl with -DLONGFLOW=1; host/longflow_step.c),
  * after its 14 buffers */
@@ -87,16 +71,7 @@ typedef struct sparse_scalars {
     X(Hq) X(G) X(n_qtiles) X(S) X(chunk) X(num_splits) X(n_attn) X(n_score) X(n_items) X(unit_off) \
         X(arr_off) X(scd_off) X(bat_off) X(protect) X(n_chunks) X(spt) X(o_dt) X(has_lse)          \
             X(has_scores) X(has_vout) X(pad_)
-typedef struct lf_step_scalars {
-    LF_STEP_LONG_FIELDS(KARGS_DECL_LONG)
-    LF_STEP_INT_FIELDS(KARGS_DECL_INT)
-    KARGS_FLOAT_T scale_log2;
-} lf_step_scalars;
-#define LF_STEP_UNPACK                                                                             \
-    LF_STEP_LONG_FIELDS(KARGS_UNPACK_LONG)                                                         \
-    LF_STEP_INT_FIELDS(KARGS_UNPACK_INT)                                                           \
-    const float scale_log2 = P.scale_log2;                                                         \
-    (void)pad_;
+#define LF_STEP_FLOAT_FIELDS(X) X(scale_log2)
 
 /* ParisKV Stage I (pariskv_collide.cl; host/pariskv_collide.c). The workspace (bonus
  * tables, S, histograms, chunk info, Stage II's state) is one buffer argument `ws` of each
@@ -141,28 +116,32 @@ typedef struct lf_step_scalars {
 #define QUANT_LONG_FIELDS(X) X(q_off) X(q_sb) X(q_sh) X(CQ) X(ml_off)
 #define QUANT_INT_FIELDS(X)                                                                        \
     X(B) X(Hkv) X(NR) X(Hq) X(G) X(nhg) X(chunk) X(num_splits) X(rsplits) X(rchunk) X(pad_)
-typedef struct quant_scalars {
-    QUANT_LONG_FIELDS(KARGS_DECL_LONG)
-    QUANT_INT_FIELDS(KARGS_DECL_INT)
-    KARGS_FLOAT_T scale_log2;
-} quant_scalars;
-#define QUANT_UNPACK                                                                               \
-    QUANT_LONG_FIELDS(KARGS_UNPACK_LONG)                                                           \
-    QUANT_INT_FIELDS(KARGS_UNPACK_INT)                                                             \
-    const float scale_log2 = P.scale_log2;                                                         \
-    (void)pad_;
+#define QUANT_FLOAT_FIELDS(X) X(scale_log2)
 
-#define KARGS_STRUCT(name, LONGS, INTS)                                                            \
+/* The structs: per kernel family F, the lists F_LONG_FIELDS, F_INT_FIELDS and
+ * F_FLOAT_FIELDS (eight-byte fields first; the four-byte ones an even count, pad_ where
+ * needed); a kernel unpacks them with KARGS_UNPACK(F). */
+#define KARGS_STRUCT(name, F)                                                                      \
     typedef struct name {                                                                          \
-        LONGS(KARGS_DECL_LONG)                                                                     \
-        INTS(KARGS_DECL_INT)                                                                       \
+        F##_LONG_FIELDS(KARGS_DECL_LONG)                                                           \
+        F##_INT_FIELDS(KARGS_DECL_INT)                                                             \
+        F##_FLOAT_FIELDS(KARGS_DECL_FLOAT)                                                         \
     } name;
-#define KARGS_UNPACK(LONGS, INTS)                                                                  \
-    LONGS(KARGS_UNPACK_LONG)                                                                       \
-    INTS(KARGS_UNPACK_INT)
-KARGS_STRUCT(pkv_rank_scalars, PKV_RANK_LONG_FIELDS, PKV_RANK_INT_FIELDS)
-KARGS_STRUCT(pkv_collide_scalars, PKV_COLLIDE_LONG_FIELDS, PKV_COLLIDE_INT_FIELDS)
-KARGS_STRUCT(pkv_select_scalars, PKV_SELECT_LONG_FIELDS, PKV_SELECT_INT_FIELDS)
-KARGS_STRUCT(pkv_rerank_scalars, PKV_RERANK_LONG_FIELDS, PKV_RERANK_INT_FIELDS)
+#define KARGS_UNPACK(F)                                                                            \
+    F##_LONG_FIELDS(KARGS_UNPACK_LONG)                                                             \
+    F##_INT_FIELDS(KARGS_UNPACK_INT)                                                               \
+    F##_FLOAT_FIELDS(KARGS_UNPACK_FLOAT)
+#define PKV_RANK_FLOAT_FIELDS(X)
+#define PKV_COLLIDE_FLOAT_FIELDS(X)
+#define PKV_SELECT_FLOAT_FIELDS(X)
+#define PKV_RERANK_FLOAT_FIELDS(X)
+KARGS_STRUCT(window_scalars, WINDOW)
+KARGS_STRUCT(sparse_scalars, SPARSE)
+KARGS_STRUCT(lf_step_scalars, LF_STEP)
+KARGS_STRUCT(quant_scalars, QUANT)
+KARGS_STRUCT(pkv_rank_scalars, PKV_RANK)
+KARGS_STRUCT(pkv_collide_scalars, PKV_COLLIDE)
+KARGS_STRUCT(pkv_select_scalars, PKV_SELECT)
+KARGS_STRUCT(pkv_rerank_scalars, PKV_RERANK)
 
 #endif

@@ -140,7 +140,7 @@ pkv_rank(__global float *qr, __global const uint *cnt, __global const int *plan,
          __global const IN_T *qin, uint8 signs, __global float *qn
 #endif
 ) {
-    KARGS_UNPACK(PKV_RANK_LONG_FIELDS, PKV_RANK_INT_FIELDS)
+    KARGS_UNPACK(PKV_RANK)
     __global uchar *bonus = (__global uchar *)ws;
     __global uint *rowhist = ws, *k_hist = ws;
     __local float sc[NC];
@@ -227,7 +227,7 @@ pkv_rank(__global float *qr, __global const uint *cnt, __global const int *plan,
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_collide(__global const uchar *ids, __global const int *plan, __global uint *ws,
             __global int *dbg, const pkv_collide_scalars P) {
-    KARGS_UNPACK(PKV_COLLIDE_LONG_FIELDS, PKV_COLLIDE_INT_FIELDS)
+    KARGS_UNPACK(PKV_COLLIDE)
     __global const uchar *bonus = (__global const uchar *)ws;
     __global S_T *sc = (__global S_T *)ws;
     __global uint *chist = ws, *rowhist = ws;
@@ -360,7 +360,7 @@ pkv_collide(__global const uchar *ids, __global const int *plan, __global uint *
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_threshold(__global uint *ws, __global const int *plan, __global int *cand,
               const pkv_select_scalars P) {
-    KARGS_UNPACK(PKV_SELECT_LONG_FIELDS, PKV_SELECT_INT_FIELDS)
+    KARGS_UNPACK(PKV_SELECT)
     __global const uint *chist = ws, *rowhist = ws;
     __global int *cinfo = (__global int *)ws;
     __global uint *k_hist = ws;
@@ -439,7 +439,7 @@ pkv_threshold(__global uint *ws, __global const int *plan, __global int *cand,
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_compact(__global const uint *ws, __global const int *plan, __global int *cand,
             const pkv_select_scalars P) {
-    KARGS_UNPACK(PKV_SELECT_LONG_FIELDS, PKV_SELECT_INT_FIELDS)
+    KARGS_UNPACK(PKV_SELECT)
     __global const S_T *sc = (__global const S_T *)ws;
     __global const int *cinfo = (__global const int *)ws;
     __global const uint *chist = ws, *rowhist = ws;

@@ -149,7 +149,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_rerank(__global const float *qr, __global const float *qn, __global const uchar *codes,
            __global const W_T *wts, __global const int *plan, __global const int *cand,
            __global float *cs, __global uint *kh, const pkv_rerank_scalars P, float8 lev) {
-    KARGS_UNPACK(PKV_RERANK_LONG_FIELDS, PKV_RERANK_INT_FIELDS)
+    KARGS_UNPACK(PKV_RERANK)
     __local float4 q4[HEAD_DIM / 4];
     __local float *q = (__local float *)q4;
     __local float av[16]; /* signed levels by nibble: av[8 + t] = a[t], av[t] = -a[t] */
@@ -358,7 +358,7 @@ inline int pkr_thr_bin_coarse(__global const uint *kr, __local ulong *tmp, __loc
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_topk_collect(__global const float *cs, __global const int *plan, __global uint *kh,
                  const pkv_rerank_scalars P) {
-    KARGS_UNPACK(PKV_RERANK_LONG_FIELDS, PKV_RERANK_INT_FIELDS)
+    KARGS_UNPACK(PKV_RERANK)
     __global ulong *kbuf = (__global ulong *)kh;
     __local ulong tmp[WG];
     __local int sh[2];
@@ -429,7 +429,7 @@ pkv_topk_collect(__global const float *cs, __global const int *plan, __global ui
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_topk(__global const float *cs, __global const int *cand, __global const int *plan,
          __global int *idx, __global const uint *kh, const pkv_rerank_scalars P) {
-    KARGS_UNPACK(PKV_RERANK_LONG_FIELDS, PKV_RERANK_INT_FIELDS)
+    KARGS_UNPACK(PKV_RERANK)
     __global const ulong *kbuf = (__global const ulong *)kh;
     __local ulong big[TK_BIG];
     __local ulong tmp[WG];
