@@ -155,6 +155,9 @@ pkv_rerank(__global const float *qr, __global const float *qn, __global const uc
     __local float av[16]; /* signed levels by nibble: av[8 + t] = a[t], av[t] = -a[t] */
 #if !RR_NOHIST
     __local uint hist[KH_BINS];
+#if KH_COARSE
+    __local uint coarse[KH_CBINS];
+#endif
 #endif
     const int lid = (int)get_local_id(0);
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
@@ -165,6 +168,10 @@ pkv_rerank(__global const float *qr, __global const float *qn, __global const uc
 #if !RR_NOHIST
     for (int i = lid; i < KH_BINS; i += WG)
         hist[i] = 0;
+#if KH_COARSE
+    for (int i = lid; i < KH_CBINS; i += WG)
+        coarse[i] = 0;
+#endif
 #endif
     if (lid < 16) {
         const float l[8] = {lev.s0, lev.s1, lev.s2, lev.s3, lev.s4, lev.s5, lev.s6, lev.s7};
@@ -252,16 +259,26 @@ pkv_rerank(__global const float *qr, __global const float *qn, __global const uc
 #endif
     }
 #else
+    /* The coarse bins are summed in local memory first: one global atomic per coarse bin
+     * and work-group. With one per nonzero fine bin, the few coarse bins that hold the
+     * scores took tens of atomics from every work-group (H100, 1M tokens, one candidate
+     * per work-item: 80.4 -> 69.4 us). */
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int i = lid; i < (j0 < C ? KH_BINS : 0); i += WG) {
         const uint x = hist[i];
         if (x) {
             atomic_add(&kr[i], x);
 #if KH_COARSE
-            atomic_add(&kr[KH_BINS + (i >> (KH_BITS - 6))], x);
+            atomic_add(&coarse[i >> (KH_BITS - 6)], x);
 #endif
         }
     }
+#if KH_COARSE
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = lid; i < (j0 < C ? KH_CBINS : 0); i += WG)
+        if (coarse[i])
+            atomic_add(&kr[KH_BINS + i], coarse[i]);
+#endif
 #endif
 }
 

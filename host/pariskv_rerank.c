@@ -14,10 +14,15 @@
  *   CLKV_PARISKV_RERANK_V       1 (default): 16-byte vector loads of a candidate's codes and
  *                               weights issued before the math (RR_VEC, where m = 8 and the
  *                               rows are 16-byte aligned); 0: the previous scalar kernel
- *   CLKV_PARISKV_RERANK_ITEMS   candidates per work-item with vector loads: 1 or 2; unset:
- *                               2 where the rerank grid would still fill two waves of
- *                               compute units with 2, else 1 (H100, pkv_rerank, same run:
- *                               1M tokens 79.2 -> 71.6 us with 2, 128K 14.3 -> 20.4 us)
+ *   CLKV_PARISKV_RERANK_ITEMS   candidates per work-item with vector loads: 1 (default) or
+ *                               2. 2 (half the work-groups, so half the histogram flushes)
+ *                               was the default where the grid filled two waves with it,
+ *                               while each flush added one global atomic per nonzero fine
+ *                               bin to the row's few hot coarse bins; with the coarse bins
+ *                               summed per work-group, 1 is faster (H100, pkv_rerank, two
+ *                               alternations in one run: 1M tokens 69.4 / 69.1 us against
+ *                               71.7 / 71.7 us with 2; 128K 16.5 / 17.3 against 22.0 /
+ *                               21.2; 1 without the histogram 65.2 us at 1M)
  *   CLKV_PARISKV_RERANK_NOHIST  1: no score histogram (measuring only: the histogram's cost;
  *                               same top-k through the slower selection path)
  *   CLKV_PARISKV_COLLECT        1 (default, with the fast top-k): pkv_topk_collect scans
@@ -92,14 +97,7 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
     const int vec = clkv__env_int("CLKV_PARISKV_RERANK_V", 1) != 0 && p->m == 8 &&
                     clkv__rows_aligned(&a->codes, 16) && clkv__rows_aligned(&a->weights, w_vec) &&
                     (p->nblk < 16 ? p->nblk : 16) % w_vec == 0;
-    /* 2 candidates per work-item halve the work-groups (fewer histogram zeroing / flushes)
-     * but leave compute units idle on small grids */
-    const int64_t groups2 = (p->max_cand + 2 * (int64_t)p->wg2 - 1) / (2 * p->wg2) * p->Hkv * p->B;
-    const int items_env = clkv__env_int("CLKV_PARISKV_RERANK_ITEMS", 0);
-    const int items = vec && (items_env == 2 ||
-                              (items_env != 1 && groups2 >= 2 * (int64_t)ctx->info.compute_units))
-                          ? 2
-                          : 1;
+    const int items = vec && clkv__env_int("CLKV_PARISKV_RERANK_ITEMS", 1) == 2 ? 2 : 1;
     clkv__defs_int(&defs, "RR_VEC", vec);
     clkv__defs_int(&defs, "RR_ITEMS", items);
     clkv__defs_int(&defs, "RR_NOHIST", clkv__env_int("CLKV_PARISKV_RERANK_NOHIST", 0) != 0);
