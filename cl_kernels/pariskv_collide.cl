@@ -29,7 +29,9 @@
  *             read probe takes ~49 us).)
  *   IDS_VEC16 1: id rows are 16-byte aligned and NBLK % 16 == 0 (uint4 loads)
  *   CV_TOK_MAX (optional, COLLIDE_V) cap on CV_TOK, the tokens whose ids are loaded first
- *             (H100, 1M tokens: 4 -> 62.1 us, 8 (no cap) 65.4 us, 2 62.7 us)
+ *             (H100, 1M tokens: 4 -> 62.1 us, 8 (no cap) 65.4 us, 2 62.7 us; the next
+ *             tokens' ids loaded during the current ones' lookups, two alternations:
+ *             60.8-64.2 us against 61.3-63.9, no gain, 2026-11-27)
  *   PKC_WSCAN 1 (NVIDIA only, else ignored): work-group scans through warp shuffles
  *   RANK_QT   1: pkv_rank also does the query transform (pariskv_srht.cl; needs HEAD_DIM
  *             with D / 2 <= NC and IN_DTYPE): every work-group transforms its KV head's
@@ -134,7 +136,12 @@ inline void pkc_threshold(__local const uint *tot, int C, __local ulong *tmp, __
  * reads and 1 work-item per centroid. Profiled after an idle queue at 1M tokens, where it
  * takes 12-14 us: 8.3 us returning at once, 8.9 us without the counting loop, 11.3 us
  * without the query transform; 23-25 us reading (score, count) as float2 unrolled 16
- * times (2026-11-27).) */
+ * times (2026-11-27). The ranking run inside pkv_collide instead, no launch of its own
+ * (jobs taken through a ticket by the work-groups as they start, every work-group then
+ * waiting on its row's count of finished tables with its first ids in flight): back to
+ * back, the search at 1M tokens 181.6 / 181.8 us against 175.0 / 175.6, and at 32K, where
+ * pkv_collide has fewer work-groups than jobs, 26.7-27.2 us against 13 + 11.5 for the two
+ * kernels (H100, 2026-11-27).) */
 __kernel __attribute__((reqd_work_group_size(NC, 1, 1))) void
 pkv_rank(__global float *qr, __global const uint *cnt, __global const int *plan, __global uint *ws,
          const pkv_rank_scalars P
