@@ -94,10 +94,10 @@
  * ws, plan, cand) */
 #define PKV_SELECT_LONG_FIELDS(X)                                                                  \
     X(ch_off)                                                                                      \
-    X(rh_off) X(plan_off) X(ci_off) X(cd_off) X(cd_sb) X(cd_sh) X(kh_off) X(s_off) X(s_sb) X(s_sh)
+    X(rh_off) X(plan_off) X(ci_off) X(cd_off) X(cd_sb) X(cd_sh) X(s_off) X(s_sb) X(s_sh)
 #define PKV_SELECT_INT_FIELDS(X)                                                                   \
     X(nchunks)                                                                                     \
-    X(B) X(Hkv) X(max_cand) X(fill_cand) X(kh_len) X(zone_start) X(max_zone)
+    X(B) X(Hkv) X(max_cand) X(fill_cand) X(zone_start) X(max_zone) X(pad_)
 
 /* ParisKV Stage II (pariskv_rerank.cl; host/pariskv_rerank.c): pkv_rerank after its
  * buffers qr, qn, codes, wts, plan, cand, cs, ws (and the levels after the struct);

@@ -365,7 +365,6 @@ pkv_collide(__global const uchar *ids, __global const int *plan, __global uint *
 /* Threshold per (b, h): the smallest value thr such that #(S > thr) < C <= #(S >= thr),
  * take = C - #(S > thr) ties at thr; then per chunk the output base and the number of its
  * ties to take (ties in position order). Writes cinfo[chunk] = (base, ties, thr, -).
- * Also zeroes the row's Stage II state (k_hist: kh_len words per row).
  * Grid (WG, B * Hkv), local (WG). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_threshold(__global uint *ws, __global const int *plan, __global int *cand,
@@ -373,16 +372,11 @@ pkv_threshold(__global uint *ws, __global const int *plan, __global int *cand,
     KARGS_UNPACK(PKV_SELECT)
     __global const uint *chist = ws, *rowhist = ws;
     __global int *cinfo = (__global int *)ws;
-    __global uint *k_hist = ws;
     __local uint tot[NBINS];
     __local int sh[2];
     __local ulong tmp[WG];
     const int lid = (int)get_local_id(0), bh = (int)get_group_id(1);
     const int b = bh / Hkv, h = bh % Hkv;
-    /* Zero this row's Stage II state (score histogram and counters, kh_len words) that
-     * pkv_rerank and pkv_topk_collect accumulate into. */
-    for (int i = lid; i < kh_len; i += WG)
-        k_hist[kh_off + (long)bh * kh_len + i] = 0;
     __global const uint *hh = chist + ch_off + (long)bh * nchunks * NBINS;
     for (int v = lid; v < NBINS; v += WG)
         tot[v] = rowhist[rh_off + (long)bh * NBINS + v];

@@ -134,7 +134,7 @@ clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_s
     const clkv_tensor *QR = &a->q_rot, *CN = &a->counts, *ID = &a->ids, *PL = &a->plan;
     const cl_long plan_off = clkv__elem_offset(PL);
     const cl_long ch_off = (cl_long)(p->off_hist / 4), rh_off = (cl_long)(p->off_rowhist / 4);
-    /* Stage II's per-row score histogram and counters (zeroed by pkv_rank / pkv_threshold) */
+    /* Stage II's per-row score histogram and counters (zeroed by pkv_rank) */
     const cl_long kh_off = (cl_long)(p->off_khist / 4);
     /* S lives in the workspace as [B, Hkv, s_row] of 1 or 2 bytes. */
     const cl_long s_es = p->s_wide ? 2 : 1;
@@ -180,9 +180,9 @@ clkv_status clkv__pariskv_stage1_prepare(clkv_context *ctx, const clkv_pariskv_s
         S.cd_off = (cl_long)(p->off_cand / 4), S.cd_sb = p->Hkv * p->max_cand;
         S.cd_sh = p->max_cand;
     }
-    S.kh_off = kh_off, S.s_off = s_off, S.s_sb = s_sb, S.s_sh = s_sh;
+    S.s_off = s_off, S.s_sb = s_sb, S.s_sh = s_sh;
     S.nchunks = p->nchunks, S.B = (cl_int)p->B, S.Hkv = (cl_int)p->Hkv;
-    S.max_cand = (cl_int)p->max_cand, S.kh_len = PKV_KHIST_WORDS;
+    S.max_cand = (cl_int)p->max_cand;
     S.zone_start = (cl_int)p->zone_start, S.max_zone = (cl_int)p->max_zone;
 
     if ((st = clkv__set_args(ctx, kr, "pkv_rank", 5, CLKV_ARG(QR->buf), CLKV_ARG(CN->buf),
