@@ -207,7 +207,16 @@ static void plan_mma(const clkv_quant_cache *c, const clkv_attention_quant_decod
     p->chunk = (int)chunk;
     p->splits = p->rsplits + (int)((splits + MMA_WARPS - 1) / MMA_WARPS * MMA_WARPS);
     /* the warps of a work-group merge their states in local memory: one partial state
-     * per work-group */
+     * per work-group. Not kept: the merge of those states by the last work-group of each
+     * (sequence, KV head, head group), after a fence and a ticket, as the decode kernel
+     * does (split_merge.cl) instead of the merge kernel. H100, 2-bit, groups of 128, two
+     * runs, us at B 1 32K / B 1 128K / B 8 32K / B 8 128K: merge kernel 22.4-22.5 /
+     * 55.1-55.4 / 97.5-98.8 / 328.3-328.9; fused 23.4-23.6 / 59.6-60.1 / 99.0-100.2 /
+     * 334.1-336.0 (the states read with 16-byte ld.global.cg in batches of 16 splits, each
+     * head's weights by a warp; with volatile loads 24.3 / 61.8 / 99.7 / 343.9); the kernel
+     * without any merge 19.4-19.5 / 52.2 / 94.2-94.3 / 324.9-325.8, with the fence and
+     * ticket alone 20.3-20.6 / 52.9-53.5. One work-group reading back 17-65 states of 4
+     * heads is slower than the merge kernel's launch (2026-11-27). */
     p->merge_splits = p->splits / MMA_WARPS;
     p->part_acc_bytes = clkv__ws_align((size_t)(p->B * p->Hq * p->merge_splits * p->D) * 4);
     p->part_ml_bytes = clkv__ws_align((size_t)(p->B * p->Hq * p->merge_splits) * 2 * 4);
