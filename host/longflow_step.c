@@ -75,9 +75,11 @@ static void plan_mma(clkv_longflow_cache *c) {
     const int st_env = env_int("CLKV_LONGFLOW_MMA_STAGES", 0);
     if (st_env >= 2 && st_env <= 8)
         nstg = st_env;
-    /* the kernel's other __local arrays: warp (m, l), staged positions, norms, new row */
+    /* the kernel's other __local arrays: warp (m, l), staged positions, norms, new row,
+     * staged score logits (4 warps x 16 rows x (KW + 1)) */
     const size_t extra = (size_t)p->mma_nwk * p->mma_qt * 2 * 4 + (size_t)8 * kt * 4 +
-                         (size_t)4 * p->mma_kw * 4 + (size_t)c->D * 4;
+                         (size_t)4 * p->mma_kw * 4 + (size_t)c->D * 4 +
+                         (size_t)4 * 16 * (p->mma_kw + 1) * 4;
     while (nstg > 2 && nstg * stage + extra > dev->static_local_mem_bytes)
         nstg--;
     p->mma_nstg = nstg;
