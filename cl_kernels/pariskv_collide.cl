@@ -26,7 +26,8 @@
  *             the same H100, 1M tokens: lookups made conflict-free broadcasts 60.8 us,
  *             histogram increments made conflict-free 64.3 us, so neither the bank conflicts
  *             nor the atomics bound the kernel; its 134 MB id stream does (the same-bytes
- *             read probe takes ~49 us).)
+ *             read probe takes ~49 us). Nor do the 8 MB of S stores: without them 60.5-61.1
+ *             us against 61.7-61.8 (same H100, two alternations, 2026-11-27).)
  *   IDS_VEC16 1: id rows are 16-byte aligned and NBLK % 16 == 0 (uint4 loads)
  *   CV_TOK_MAX (optional, COLLIDE_V) cap on CV_TOK, the tokens whose ids are loaded first
  *             (H100, 1M tokens: 4 -> 62.1 us, 8 (no cap) 65.4 us, 2 62.7 us; the next
