@@ -579,6 +579,7 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
  * groups x D4 float4 columns, so the splits are read in parallel (a lane per column that
  * walked every split serially made the merge latency-bound for many splits). */
 #define MSG (WG_SIZE / D4) /* split groups of the merge */
+#define MB 4               /* splits per lane and iteration of the merge */
 #if WG_SIZE % D4 != 0
 #error "attention_window_merge: D / 4 must divide the work-group size"
 #endif
@@ -610,13 +611,25 @@ attention_window_merge(__global const float *part_acc, long ml_off, int num_spli
     float sum = 0.0f;
     float4 a = (float4)(0.0f);
     if (mx != -INFINITY) {
-        for (int s = sg; s < num_splits; s += MSG) {
-            const float ms = ml[s * 2];
-            if (ms == -INFINITY)
-                continue;
-            const float w = exp2(ms - mx);
-            sum = fma(ml[s * 2 + 1], w, sum);
-            a = fma((float4)(w), vload4(c, part_acc + (row * num_splits + s) * HEAD_DIM), a);
+        /* MB splits of the lane per iteration, their loads issued together, instead of one
+         * split per iteration waiting for its loads (H100, DropKV window T 8 at 128K, 33
+         * splits, profiled: 8.55 -> 7.61 us) */
+        for (int s0 = sg; s0 < num_splits; s0 += MSG * MB) {
+            float ms[MB], ls[MB];
+            float4 av[MB];
+            for (int j = 0; j < MB; j++) {
+                const int s = min(s0 + j * MSG, num_splits - 1);
+                ms[j] = s0 + j * MSG < num_splits ? ml[s * 2] : -INFINITY;
+                ls[j] = ml[s * 2 + 1];
+                av[j] = vload4(c, part_acc + (row * num_splits + s) * HEAD_DIM);
+            }
+            for (int j = 0; j < MB; j++) {
+                if (ms[j] == -INFINITY)
+                    continue;
+                const float w = exp2(ms[j] - mx);
+                sum = fma(ls[j], w, sum);
+                a = fma((float4)(w), av[j], a);
+            }
         }
     }
     racc[sg][c] = a;
