@@ -30,6 +30,12 @@
  *                               counter (TC_NARROW); 0: the previous work-group-wide scans
  *   CLKV_PARISKV_COLLECT_ITEMS  scores per work-item of that collection: 1, 2, 4 (default),
  *                               8 (H100, 1M tokens: 17.3, 12.5, 9.4, 9.2 us)
+ * Also measured and dropped (H100, 1M tokens, 2026-11-27): pkv_rerank appending the
+ * candidates of its work-group that may reach the top-k (those in bins at or above its own
+ * top_k-th key's) to a per-row list, and the row's last work-group (an arrival ticket)
+ * filling pkv_topk's buffer from that list, so no collection launch: pkv_rerank 71.0 ->
+ * 87.8 us against the 8.3 us collection, step 191 -> 202 us (the bin search, the append's
+ * atomic and the arrival in each of ~800 work-groups).
  * (pkv_rerank in 512- or 256-wide work-groups was slower on H100 at 1M tokens: 73.8 and
  * 82.8 us against 71.6 us with 1024. Also measured at 1M tokens on the H100 and dropped,
  * 2026-11-27: a looping grid of about one work-group per compute unit with the next
@@ -91,6 +97,8 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
     const int tc_env = clkv__env_int("CLKV_PARISKV_COLLECT_ITEMS", COLLECT_ITEMS_DEFAULT);
     const int tc_items = narrow && (tc_env == 2 || tc_env == 4 || tc_env == 8) ? tc_env : 1;
     clkv__defs_int(&tdefs, "TC_NARROW", narrow);
+    /* the collection's bin search: a warp-shuffle scan on NVIDIA (pkr_thr_level) */
+    clkv__defs_int(&tdefs, "PKC_WSCAN", clkv__env_int("CLKV_PARISKV_WSCAN", 1) != 0);
     clkv__defs_int(&tdefs, "TC_ITEMS", tc_items);
     clkv__defs_int(&tdefs, "TK_RANK", p->fast_topk ? PKV_TOPK_RANK_MAX : 0); /* as topk_src */
     const int w_vec = a->weights.dtype == CLKV_F32 ? 4 : 8; /* weights per 16 bytes */
