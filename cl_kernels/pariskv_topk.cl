@@ -64,7 +64,12 @@ inline void pkr_bitonic(__local ulong *v, int n) {
  * positions ascending, then -1 up to top_k. nbuf: the row's buffer count (kb, from
  * pkv_topk_collect). Fast path: rank (nbuf <= TK_RANK) or sort the buffer (nbuf <=
  * KBUF_CAP); otherwise an exact radix select (4 passes of 8 bits) and an ordered
- * compaction over the row. Every work-item calls it (the barriers stay in uniform loops);
+ * compaction over the row. Measured and dropped (H100, 1M tokens, in the decode step's
+ * sparse kernel, 2026-11-27): loading the first 256 buffer entries before nbuf is known
+ * (25.0 -> 24.6 us, the step within its spread); buffer entries holding positions instead
+ * of candidate indices, so no gather of the winners' positions here (-1.3 us, but the
+ * collection took 1.4 us more loading the positions). Every work-item calls it (the
+ * barriers stay in uniform loops);
  * local memory: big[TK_BIG], tmp[TK_WG], sel[TK_RANK] (TK_RANK > 0), sh[2]. The writes
  * to out are by several work-items: a caller that reads them back needs a barrier with a
  * fence. */
