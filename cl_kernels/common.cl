@@ -136,6 +136,17 @@ inline float clkv_shfl_xor(float x, int lane_mask) {
                  : "f"(x), "r"(lane_mask));
     return r;
 }
+/* Inclusive prefix sum of x over the lanes of a full warp (lane order). */
+inline uint clkv_warp_scan_u32(uint x) {
+    const uint lane = get_local_id(0) & 31u;
+    for (uint d = 1; d < 32u; d <<= 1) {
+        uint t;
+        asm volatile("shfl.sync.up.b32 %0, %1, %2, 0, 0xffffffff;" : "=r"(t) : "r"(x), "r"(d));
+        if (lane >= d)
+            x += t;
+    }
+    return x;
+}
 #endif
 
 /* ---- tensor-core helpers (NVIDIA, sm_80+) ----

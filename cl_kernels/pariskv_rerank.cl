@@ -340,13 +340,7 @@ inline void pkr_thr_level(__global const uint *g, int top, int n, uint kk, uint 
         const int p0 = 2 * lid, p1 = p0 + 1;
         const uint x0 = p0 < n ? g[top - p0] : 0u, x1 = p1 < n ? g[top - p1] : 0u;
         const uint sum = x0 + x1;
-        uint inc = sum;
-        for (int d = 1; d < 32; d <<= 1) {
-            const uint t = pkc_shfl_up(inc, d);
-            if (lid >= d)
-                inc += t;
-        }
-        const uint c0 = inc - sum + above, c1 = c0 + x0;
+        const uint c0 = clkv_warp_scan_u32(sum) - sum + above, c1 = c0 + x0;
         if (c0 < kk && c1 >= kk) {
             sh[0] = p0;
             sh[1] = (int)c0;

@@ -136,6 +136,22 @@ inline uint sel_key(float f, uint flip) {
  * work-item must call it. s has SEL_WG entries. */
 inline uint sel_scan(uint x, __local uint *s, uint *total) {
     const uint lid = get_local_id(0);
+#if defined(CLKV_NVIDIA_PTX) && SEL_WG % 32 == 0
+    /* warp scans, then the warp totals: 2 barriers instead of 2 log2(SEL_WG) + 2 */
+    const uint w = lid >> 5, inc = clkv_warp_scan_u32(x);
+    if ((lid & 31u) == 31u)
+        s[w] = inc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint before = 0u, tot = 0u;
+    for (uint i = 0; i < SEL_WG / 32; i++) {
+        const uint t = s[i];
+        before += i < w ? t : 0u;
+        tot += t;
+    }
+    *total = tot;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return before + inc - x;
+#else
     s[lid] = x;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (uint off = 1; off < SEL_WG; off <<= 1) {
@@ -148,6 +164,7 @@ inline uint sel_scan(uint x, __local uint *s, uint *total) {
     *total = s[SEL_WG - 1];
     barrier(CLK_LOCAL_MEM_FENCE);
     return incl - x;
+#endif
 }
 
 /* The row's count c = min(k_row, n) (see the top). */
