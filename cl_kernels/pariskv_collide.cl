@@ -333,7 +333,9 @@ pkv_collide(__global const uchar *ids, __global const int *plan, __global uint *
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 #if COLLIDE_V && NBINS <= WG
-    /* suffix sums in log2(NBINS) steps (work-item i holds bin i) */
+    /* suffix sums in log2(NBINS) steps (work-item i holds bin i); as the total minus
+     * pkc_scan's warp-shuffle prefix sums (one more local array) pkv_collide took 67.4 /
+     * 68.9 us against 61.6 / 61.7 (H100, 1M tokens, 2026-11-27) */
     for (int st = 1; st < NBINS; st <<= 1) {
         const uint add = lid + st < NBINS ? hist[lid + st] : 0u;
         barrier(CLK_LOCAL_MEM_FENCE);
