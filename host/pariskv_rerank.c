@@ -97,7 +97,8 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
     const int tc_env = clkv__env_int("CLKV_PARISKV_COLLECT_ITEMS", COLLECT_ITEMS_DEFAULT);
     const int tc_items = narrow && (tc_env == 2 || tc_env == 4 || tc_env == 8) ? tc_env : 1;
     clkv__defs_int(&tdefs, "TC_NARROW", narrow);
-    /* the collection's bin search: a warp-shuffle scan on NVIDIA (pkr_thr_level) */
+    /* warp-shuffle scans on NVIDIA: the collection's bin search (pkr_thr_level) and
+     * pkv_topk's scans (pkc_scan); CLKV_PARISKV_WSCAN=0 keeps the local-memory ones */
     clkv__defs_int(&tdefs, "PKC_WSCAN", clkv__env_int("CLKV_PARISKV_WSCAN", 1) != 0);
     clkv__defs_int(&tdefs, "TC_ITEMS", tc_items);
     clkv__defs_int(&tdefs, "TK_RANK", p->fast_topk ? PKV_TOPK_RANK_MAX : 0); /* as topk_src */

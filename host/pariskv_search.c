@@ -10,13 +10,14 @@
 /* Compaction work-groups per compute unit up to which the threshold is fused into it
  * (H100, 1M tokens, 4096 work-groups: fused 35.5 us, threshold + compaction 6.8 + 21.1;
  * with 1024 work-groups, CLKV_PARISKV_PER_ITEM=32, fused 18.2 us against 5.7 + 14.3 but
- * the same step time; with the default 2048, fused 21.6 us against 5.8 + 14.5 and the step
- * 196.7 / 197.1 us against 192.7 / 193.1, 2026-11-27). The threshold run by the last pkv_collide
- * work-group of each row instead (a ticket after a device-wide fence) was slower: pkv_collide 64.0
- * -> 70.9 us at 1M tokens against the 6.1 us kernel it saves (H100, 2026-11-27). So was a decoupled
- * look-back in pkv_compact for the larger launches (chunks taken by per-row tickets, each
- * work-group publishing its counts, one warp summing the earlier chunks' words 32 at a
- * time): 31.5 us against 5.7 + 14.1 at 1M tokens (H100, two runs, 2026-11-27). */
+ * the same step time; with the default 2048, fused 21.6 us against 5.8 + 14.5 and the
+ * step 196.7 / 197.1 us against 192.7 / 193.1, 2026-11-27). The threshold run by the last
+ * pkv_collide work-group of each row instead (a ticket after a device-wide fence) was
+ * slower: pkv_collide 64.0 -> 70.9 us at 1M tokens against the 6.1 us kernel it saves
+ * (H100, 2026-11-27). So was a decoupled look-back in pkv_compact for the larger launches
+ * (chunks taken by per-row tickets, each work-group publishing its counts, one warp summing
+ * the earlier chunks' words 32 at a time): 31.5 us against 5.7 + 14.1 at 1M tokens (H100,
+ * two runs, 2026-11-27). */
 #define FUSED_WAVE_WGS 8
 
 /* Environment switches read per search: CLKV_PARISKV_LEGACY=1 (the previous Stage I,
