@@ -32,8 +32,9 @@
  *   CLKV_PARISKV_COLLIDE_TOK  cap on the tokens a pkv_collide work-item loads ids for
  *                           before looking up: 1, 2, 4 (default), 8; other values: no cap
  *                           (up to 16 tokens, <= 64 words)
- *   CLKV_PARISKV_WSCAN      Stage I work-group scans: 1 (default) warp shuffles on NVIDIA,
- *                           0 Hillis-Steele in local memory (the only path elsewhere)
+ *   CLKV_PARISKV_WSCAN      work-group scans of Stage I, the collection and pkv_topk: 1
+ *                           (default) warp shuffles on NVIDIA, 0 Hillis-Steele in local
+ *                           memory (the only path elsewhere)
  *   CLKV_PARISKV_PER_ITEM   tokens per work-item of pkv_collide / pkv_compact: 4, 8, 16
  *                           (default), 32 (chunk = 256 * that; H100, 1M tokens, same run, 8
  *                           -> 16: pkv_collide 62.6 -> 62.8 us, pkv_threshold 6.7 -> 5.6,
