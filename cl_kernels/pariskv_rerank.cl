@@ -323,11 +323,12 @@ inline int pkr_thr_bin(__global const uint *kr, __local ulong *tmp, __local int 
  * highest) is g[top - p], `above` keys lie in the bins above them. Finds the p where the
  * count of keys at or above the bin first reaches kk: sh[0] = p, sh[1] = the keys above
  * bin p, sh[2] = those in it; sh is left as the caller set it (before the call) when no
- * bin reaches kk. All work-items must call it. PKC_WSCAN (NVIDIA): one warp, two bins per lane, a
- * shuffle scan and one barrier (H100, 1M tokens, pkv_topk_collect 10.4 -> 8.3 us against the
- * 64-wide Hillis-Steele scan in local memory, 12 barriers of the 1024-wide work-group; a
- * work-group-wide pkc_scan, 32 warp totals summed per work-item, took 14.4 us); else that
- * Hillis-Steele scan (TC_NARROW) or a work-group-wide one. */
+ * bin reaches kk. All work-items must call it.
+ * PKC_WSCAN (NVIDIA): one warp, two bins per lane, a shuffle scan and one barrier (H100,
+ * 1M tokens: pkv_topk_collect 10.4 -> 8.3 us against the 64-wide Hillis-Steele scan in
+ * local memory, 12 barriers of the 1024-wide work-group; a work-group-wide pkc_scan, 32
+ * warp totals summed per work-item, took 14.4 us); else that Hillis-Steele scan
+ * (TC_NARROW) or a work-group-wide one. */
 #if KH_BINS / KH_CBINS > 64
 #error "pkr_thr_level scans at most 64 bins"
 #endif
