@@ -231,7 +231,11 @@ static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, windo
     /* Decode-like shapes (one 16-row block) with at least half a wave of row blocks: 32 keys
      * per warp in 2 stages (H200, T = 1, B 8, L 128K: 1022 us against 1098 us with 16 keys
      * in 3 stages; fewer row blocks, where each work-group owns a compute unit, keep 16
-     * keys in 3 stages: B 1, L 32K 43.9 against 49.5 us). */
+     * keys in 3 stages: B 1, L 32K 43.9 against 49.5 us). H100, bf16 Hq 32 / Hkv 8, D 128,
+     * 2026-11-27: 16 keys in 2 stages at B 8 32K took 364.7-367.2 us against 374.9-376.1
+     * in a sweep of keys per warp, stages and splits, but 366.3-369.7 against 369.8-370.7
+     * when rerun next to the rule, and more at B 16 (4K-64K) and B 8 128K (1431.9 /
+     * 1434.7 against 1426.3 / 1426.6 us): not a rule change. */
     const int64_t units = a->q.dims[0] * a->k.dims[1] * ((rows + p->fa_qt - 1) / p->fa_qt);
     const int wide = p->fa_nwk == 4 && units * 2 > (int64_t)ctx->info.compute_units;
     if (wide)
