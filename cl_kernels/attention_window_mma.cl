@@ -660,7 +660,9 @@ inline void lf_attend(LF_ATT_PARAMS, int qtile, int split, int bh, __local uint4
                 const float lv = native_log2(nv[n][i & 1]); /* lg2.approx: ~2 ulp */
                 const float x = valid ? s[n][i] * scale_log2 : -INFINITY;
                 s[n][i] = x;
-                ysw[(i < 2 ? fg : fg + 8) * YLD + kl] = valid ? x + lv : -INFINITY;
+                const int yr = i < 2 ? fg : fg + 8; /* staged only where it is stored */
+                if (yr < nyr)
+                    ysw[yr * YLD + kl] = valid ? x + lv : -INFINITY;
                 if (i < 2)
                     mx_a = fmax(mx_a, x);
                 else
