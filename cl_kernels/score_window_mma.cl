@@ -40,8 +40,11 @@
  * Not kept: streaming each warp's K/V rows through two cp.async stages in local memory (64 KiB
  * per work-group, fragments read back conflict-free): H200, DropKV bf16 Hq 32 / Hkv 8, W 8,
  * 128K keys, scorer 188.7 -> 271.9 / 275.7 us; SnapKV 104.9 -> 117.0, AnDPro 162.8 -> 238.5
- * (2026-11-27). The kernel is bound by its arithmetic rather than its loads (SnapKV, which
- * reads only K, runs at 55 % of read bandwidth), and the stages halve the resident warps.
+ * (2026-11-27): the stages halve the resident warps (SnapKV, which reads only K, ran at
+ * 55 % of read bandwidth there). On the H100 it is bound neither by its arithmetic nor by
+ * the read bandwidth (DropKV at 128K: 78 % of it; load_chunk has the measurements); what is
+ * left is how its loads reach memory: 16 resident warps (122 registers), each with one
+ * 16-key tile of K and V in flight, 8 rows x 64 bytes per load instruction.
  */
 #define M_DROPKV 0
 #define M_SNAPKV 1
@@ -112,9 +115,24 @@ inline float chunk_elem(uint4 r, int e) {
     return from16(h);
 }
 
+/* A 16-byte chunk of a K/V row. Aligned rows: a load that does not allocate in L1 (every
+ * K/V byte is read once) and asks L2 for the row's 256 bytes. H100, bf16 Hq 32 / Hkv 8,
+ * D 128, W 8, against plain loads, two or three alternations in one run (2026-11-27): DropKV
+ * full call 16K / 128K 108.6-109.0 / 456.6-457.2 -> 105.2-105.6 / 445.7-445.9 us, scorers
+ * alone at 128K DropKV 222.4-223.5 -> 220.2-220.3, SnapKV 123.8-124.0 -> 113.9-114.5,
+ * AnDPro 220.7-220.9 -> 215.1-216.2, CriticalKV 217.5-218.2 -> 211.5-214.2. Without the L2
+ * hint: DropKV 227.6-229.4, SnapKV 116.8-116.9; the L2 hint alone (L1 allocating) or
+ * ld.global.nc: within the spread. Not a gain either: prefetch.global.L2 of the rows one,
+ * two or four tiles ahead (DropKV 222 -> 240-350 us at 128K). The kernel is not bound by
+ * its arithmetic on the H100: without the score epilogue, the A_lo V^T products or ||v||^2
+ * the scorer took 220.3-223.2 us against 221.6-222.0. */
 inline uint4 load_chunk(__global const KV_T *p, long elem) {
 #if KV_ALIGNED
-    return *(__global const uint4 *)((__global const ushort *)p + elem);
+    uint4 r;
+    asm("ld.global.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"((__global const ushort *)p + elem));
+    return r;
 #else
     return clkv_load_raw_u16((__global const ushort *)p, elem);
 #endif
