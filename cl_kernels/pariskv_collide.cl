@@ -235,9 +235,9 @@ pkv_rank(__global float *qr, __global const uint *cnt, __global const int *plan,
 
 /* 16 bytes of an id row. On NVIDIA a load that does not allocate in L1 (the ids are read
  * once) and asks L2 for 256 bytes: H100, 1M tokens, pkv_collide 61.0-62.6 -> 58.9-59.2 us
- * (four launches each, 2026-11-27). The same load for pkv_rerank's code and weight rows
- * (scattered, 64 and 32 bytes) was slower: 71.5-71.8 -> 78.5-79.1 us, with or without an
- * L2::64B hint. */
+ * (profiled, four runs of 20 launches each, 2026-11-27). The same load for pkv_rerank's
+ * code and weight rows (scattered, 64 and 32 bytes) was slower: 71.5-71.8 -> 78.5-79.1 us,
+ * with or without an L2::64B hint. */
 inline uint4 pkc_load_ids16(__global const uint4 *p) {
 #ifdef CLKV_NVIDIA_PTX
     uint4 v;

@@ -147,8 +147,8 @@ inline float pkr_piece(float acc, int pc, const uint4 *cv, const uint4 *wv,
  * count to bin 0 (and coarse bin 0), so the collection takes every score (or pkv_topk
  * runs its exact radix select): same top-k through a slower selection.
  * Where the time goes (H100, 1M tokens, 105K candidates per row, 8 rows, f16 weights,
- * 2026-11-27; 71.2-71.5 us): without the histogram 65.5 us, with the weights not loaded
- * 62.4 us, loads without the math 59.0 us, so the gather of 96 bytes per candidate from
+ * 2026-11-27; 71.1-71.5 us): without the histogram 65.5-65.9 us, with the weights not
+ * loaded 62.4-62.8 us, loads without the math 58.7-59.4 us, so the gather of 96 bytes per candidate from
  * scattered rows is most of it. Not a gain: codes and weights interleaved in one row of
  * 96 / 128 bytes (one buffer, strided descriptors; 72.6 / 77.5 us), and a grid-stride loop
  * that loads the next candidate's rows during the current one's math (1, 2, 4, 8 work-groups

@@ -123,9 +123,10 @@ inline float chunk_elem(uint4 r, int e) {
  * AnDPro 220.7-220.9 -> 215.1-216.2, CriticalKV 217.5-218.2 -> 211.5-214.2. Without the L2
  * hint: DropKV 227.6-229.4, SnapKV 116.8-116.9; the L2 hint alone (L1 allocating) or
  * ld.global.nc: within the spread. Not a gain either: prefetch.global.L2 of the rows one,
- * two or four tiles ahead (DropKV 222 -> 240-350 us at 128K). The kernel is not bound by
- * its arithmetic on the H100: without the score epilogue, the A_lo V^T products or ||v||^2
- * the scorer took 220.3-223.2 us against 221.6-222.0. */
+ * two or four tiles ahead (DropKV 222 -> 239-350 us at 128K), the register prefetch
+ * (PREFETCH 1: 228.1-228.3 us). The kernel is not bound by its arithmetic on the H100:
+ * without the score epilogue, the A_lo V^T products or ||v||^2 the scorer took 221.1-223.2
+ * us against 221.8-222.5 (medians of two alternations). */
 inline uint4 load_chunk(__global const KV_T *p, long elem) {
 #if KV_ALIGNED
     uint4 r;
