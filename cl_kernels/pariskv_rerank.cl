@@ -148,11 +148,12 @@ inline float pkr_piece(float acc, int pc, const uint4 *cv, const uint4 *wv,
  * runs its exact radix select): same top-k through a slower selection.
  * Where the time goes (H100, 1M tokens, 105K candidates per row, 8 rows, f16 weights,
  * 2026-11-27; 71.1-71.5 us): without the histogram 65.5-65.9 us, with the weights not
- * loaded 62.4-62.8 us, loads without the math 58.7-59.4 us, so the gather of 96 bytes per candidate from
- * scattered rows is most of it. Not a gain: codes and weights interleaved in one row of
- * 96 / 128 bytes (one buffer, strided descriptors; 72.6 / 77.5 us), and a grid-stride loop
- * that loads the next candidate's rows during the current one's math (1, 2, 4, 8 work-groups
- * per compute unit: 92.6 / 75.0 / 70.4 / 75.0 us; steps within the spread).
+ * loaded 62.4-62.8 us, loads without the math 58.7-59.4 us, so the gather of 96 bytes per
+ * candidate from scattered rows is most of it. Not a gain: codes and weights interleaved
+ * in one row of 96 / 128 bytes (one buffer, strided descriptors; 72.6 / 77.5 us), and a
+ * grid-stride loop that loads the next candidate's rows during the current one's math (1,
+ * 2, 4, 8 work-groups per compute unit: 92.6 / 75.0 / 70.4 / 75.0 us; steps within the
+ * spread).
  * Grid (ceil(max_cand / RR_SPAN) * WG, Hkv, B), local (WG). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_rerank(__global const float *qr, __global const float *qn, __global const uchar *codes,
