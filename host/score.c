@@ -270,7 +270,11 @@ static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p)
     /* about 4 work-groups per compute unit (one wave; the staged rows are read once per
      * work-group), 4..64 tiles each. H200, DropKV bf16 Hq 32 / Hkv 8 D 128 W 8: at 128K
      * 32 tiles per work-group measured 185 us, 16 tiles 198 us, 8 tiles 221 us; at 16K 4
-     * tiles 45 us, 8 tiles 49 us. */
+     * tiles 45 us, 8 tiles 49 us. H100, same shape, DropKV scorer at 128K (2026-11-27):
+     * 8 / 16 / 21 / 26 / 32 / 64 / 128 tiles 249-251 / 232 / 262-263 / 297-299 / 220-223 /
+     * 258-260 / 410-413 us; with 21 or 26 tiles and a register cap (-cl-nv-maxrregcount 96,
+     * 80 or 72, so that more work-groups could be resident; not checked that the driver
+     * applied it) no better, at 32 tiles unchanged. */
     const int64_t tiles = (p->max_len + MMA_KT - 1) / MMA_KT;
     const int64_t target = (int64_t)(ctx->info.compute_units ? ctx->info.compute_units : 1) * 4;
     int64_t per = (tiles * p->B * p->Hkv + target - 1) / target;
