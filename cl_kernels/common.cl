@@ -117,6 +117,21 @@ inline uint4 clkv_load_raw_aligned(__global const void *p, long byte_off) {
     return *(__global const uint4 *)((__global const uchar *)p + byte_off);
 }
 
+/* 16 aligned bytes of a stream that is read once: on NVIDIA a load that does not allocate
+ * in L1 and asks L2 for 256 bytes (score_window_mma.cl and pariskv_collide.cl have the
+ * measurements); elsewhere a plain load. */
+inline uint4 clkv_load_stream16(__global const void *p, long byte_off) {
+#ifdef CLKV_NVIDIA_PTX
+    uint4 r;
+    asm("ld.global.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"((__global const uchar *)p + byte_off));
+    return r;
+#else
+    return clkv_load_raw_aligned(p, byte_off);
+#endif
+}
+
 /* The same 16 bytes assembled from element loads, for rows that are not 16-byte aligned. */
 inline uint4 clkv_load_raw_u16(__global const ushort *p, long i) {
     return (uint4)((uint)p[i] | ((uint)p[i + 1] << 16), (uint)p[i + 2] | ((uint)p[i + 3] << 16),

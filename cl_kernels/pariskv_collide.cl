@@ -233,23 +233,6 @@ pkv_rank(__global float *qr, __global const uint *cnt, __global const int *plan,
 #endif
 #define CV_LOOK(blk, id) ((uint)tab[(blk)*NC + (id)])
 
-/* 16 bytes of an id row. On NVIDIA a load that does not allocate in L1 (the ids are read
- * once) and asks L2 for 256 bytes: H100, 1M tokens, pkv_collide 61.0-62.6 -> 58.9-59.2 us
- * (profiled, four runs of 20 launches each, 2026-11-27). The same load for pkv_rerank's
- * code and weight rows (scattered, 64 and 32 bytes) was slower: 71.5-71.8 -> 78.5-79.1 us,
- * with or without an L2::64B hint. */
-inline uint4 pkc_load_ids16(__global const uint4 *p) {
-#ifdef CLKV_NVIDIA_PTX
-    uint4 v;
-    asm("ld.global.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-#else
-    return *p;
-#endif
-}
-
 /* S_i for the zone tokens of one chunk, the chunk's histogram of S, and its sum over the
  * chunks of the row (global atomics into rowhist).
  * Grid (nchunks * WG, Hkv, B), local (WG). Token i = chunk*CHUNK + r*WG + lid (coalesced
@@ -286,7 +269,11 @@ pkv_collide(__global const uchar *ids, __global const int *plan, __global uint *
                 (__global const uint *)(base + (long)(zone_start + min(i, n - 1)) * id_sl);
 #if IDS_VEC16
             for (int w = 0; w < NW; w += 4) {
-                const uint4 v = pkc_load_ids16((__global const uint4 *)rw + w / 4);
+                /* read once: clkv_load_stream16 (H100, 1M tokens, pkv_collide 61.0-62.6
+                 * -> 58.9-59.2 us against plain loads, profiled, four runs of 20 launches,
+                 * 2026-11-27; for pkv_rerank's scattered code and weight rows the same
+                 * load was slower, 71.5-71.8 -> 78.5-79.1 us, with or without L2::64B) */
+                const uint4 v = clkv_load_stream16(rw, (long)w * 4);
                 xw[r][w] = v.s0;
                 xw[r][w + 1] = v.s1;
                 xw[r][w + 2] = v.s2;

@@ -115,8 +115,8 @@ inline float chunk_elem(uint4 r, int e) {
     return from16(h);
 }
 
-/* A 16-byte chunk of a K/V row. Aligned rows: a load that does not allocate in L1 (every
- * K/V byte is read once) and asks L2 for the row's 256 bytes. H100, bf16 Hq 32 / Hkv 8,
+/* A 16-byte chunk of a K/V row. Aligned rows: clkv_load_stream16 (every K/V byte is read
+ * once: no L1 allocation, L2 asked for the row's 256 bytes). H100, bf16 Hq 32 / Hkv 8,
  * D 128, W 8, against plain loads, two or three alternations in one run (2026-11-27): DropKV
  * full call 16K / 128K 108.6-109.0 / 456.6-457.2 -> 105.2-105.6 / 445.7-445.9 us, scorers
  * alone at 128K DropKV 222.4-223.5 -> 220.2-220.3, SnapKV 123.8-124.0 -> 113.9-114.5,
@@ -129,11 +129,7 @@ inline float chunk_elem(uint4 r, int e) {
  * us against 221.8-222.5 (medians of two alternations). */
 inline uint4 load_chunk(__global const KV_T *p, long elem) {
 #if KV_ALIGNED
-    uint4 r;
-    asm("ld.global.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-        : "l"((__global const ushort *)p + elem));
-    return r;
+    return clkv_load_stream16(p, elem * 2);
 #else
     return clkv_load_raw_u16((__global const ushort *)p, elem);
 #endif
