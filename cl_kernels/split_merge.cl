@@ -9,6 +9,19 @@
  * [B, Hq, splits, 2] from part_acc + ml_off, base-2 logits. */
 
 #define SM_MAX 256 /* most (head, split) states of one merge (local weights) */
+#ifndef SM_BATCH
+#define SM_BATCH 16 /* accumulator loads of one output column in flight together */
+#endif
+
+/* 16 bytes of a split's state that another work-group of this launch wrote (after its
+ * fence): ld.global.cg, cached in L2 only (L1 is not coherent across compute units). */
+inline float4 split_merge_ld4(__global const float *p) {
+    float4 r;
+    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w)
+                 : "l"(p));
+    return r;
+}
 
 /* Called by every work-item of each of the num_splits work-groups of one (sequence b,
  * heads [h0, h0 + nh)) once their partial states are stored (nh * num_splits <= SM_MAX):
@@ -66,13 +79,13 @@ inline void split_merge_fused(__global float *part_acc, long ml_off, int num_spl
         const int r = e / (HEAD_DIM / 4), c4 = e % (HEAD_DIM / 4);
         const long a0 = (base + r) * num_splits * HEAD_DIM + c4 * 4;
         float4 x = (float4)(0.0f);
-        for (int s0 = 0; s0 < num_splits; s0 += 4) {
-            float4 a[4];
-            _Pragma("unroll") for (int j = 0; j < 4; j++) {
+        for (int s0 = 0; s0 < num_splits; s0 += SM_BATCH) {
+            float4 a[SM_BATCH];
+            _Pragma("unroll") for (int j = 0; j < SM_BATCH; j++) {
                 const long ai = a0 + (long)min(s0 + j, num_splits - 1) * HEAD_DIM;
-                a[j] = (float4)(pa[ai], pa[ai + 1], pa[ai + 2], pa[ai + 3]);
+                a[j] = split_merge_ld4(part_acc + ai);
             }
-            _Pragma("unroll") for (int j = 0; j < 4; j++) {
+            _Pragma("unroll") for (int j = 0; j < SM_BATCH; j++) {
                 const float wg = s0 + j < num_splits ? w[r * num_splits + s0 + j] : 0.0f;
                 x = fma((float4)(wg), a[j], x);
             }
