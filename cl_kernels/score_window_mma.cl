@@ -34,6 +34,8 @@
  *   RS          query rows per stage (multiple of 16)
  *   NEED_V, NEED_A, ROUND_P, WRITE_VNORM   as in score_window.cl
  *   KV_ALIGNED  1: K/V rows 16-byte aligned (vector loads); 0: element loads
+ *   SCORE_ILV   1: interleaved tiles (see the kernel); 0: each work-group a run of `chunk`
+ *               keys
  *   PREFETCH    1: the next tile's K/V fragments are loaded while this tile is computed
  *               (twice the fragment registers; measured slower on an H200: fewer resident
  *               warps); 0 (default): loaded at the top of each tile
@@ -183,8 +185,19 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
     int n = max_len;
     if (has_len)
         n = clamp(lengths[len_off + b], 0, max_len);
+#if SCORE_ILV
+    /* interleaved: work-group x takes the tiles x, x + groups, x + 2 groups, ... (chunk
+     * only sizes the grid), so the work-groups of a head read neighbouring tiles at any
+     * moment */
+    (void)chunk;
+    const int c0 = (int)get_group_id(0) * KT;
+    const int c1 = n;
+    const int tstep = (int)get_num_groups(0) * KT;
+#else
     const int c0 = (int)get_group_id(0) * chunk;
     const int c1 = min(c0 + chunk, n);
+    const int tstep = KT;
+#endif
     if (c0 >= c1)
         return; /* uniform over the work-group */
 
@@ -218,7 +231,7 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
         load_tile(k, v, kb, vb, k_sl, v_sl, c0 + w * KW, n, fg, ft, kn, vnx);
 #endif
 
-    for (int tile0 = c0; tile0 < c1; tile0 += KT) {
+    for (int tile0 = c0; tile0 < c1; tile0 += tstep) {
         const int j0 = tile0 + w * KW; /* this warp's first key */
         const int live = j0 < c1;      /* uniform over the warp */
 
@@ -234,8 +247,8 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
 #endif
             }
         }
-        if (j0 + KT < c1)
-            load_tile(k, v, kb, vb, k_sl, v_sl, j0 + KT, n, fg, ft, kn, vnx);
+        if (j0 + tstep < c1)
+            load_tile(k, v, kb, vb, k_sl, v_sl, j0 + tstep, n, fg, ft, kn, vnx);
 #else
         if (live)
             load_tile(k, v, kb, vb, k_sl, v_sl, j0, n, fg, ft, kf, vf);

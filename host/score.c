@@ -62,7 +62,7 @@ typedef struct score_plan {
     /* window kernel geometry */
     int tpr, wg, kpr, vec_aligned;
     /* tensor-core window kernel (score_window_mma.cl): rows per stage, keys per work-group */
-    int mma, mma_rs, mma_chunk, mma_prefetch;
+    int mma, mma_rs, mma_chunk, mma_prefetch, mma_ilv;
     /* tensor-core H2O kernel (score_h2o_mma.cl): keys per warp, rows per stage, stages,
      * row pieces (NSPLIT) and rows per piece */
     int h2o, h2o_kw, h2o_rt, h2o_nstg, h2o_split, h2o_rps;
@@ -240,14 +240,15 @@ static int mma_env(void) {
 }
 
 /* Tuning overrides of the tensor-core kernel, read once per process (-1: the default):
- * $CLKV_SCORE_MMA_PREFETCH (0/1: next tile's K/V loaded during this tile) and
- * $CLKV_SCORE_MMA_TILES (64-key tiles per work-group, 1..256). */
+ * $CLKV_SCORE_MMA_PREFETCH (0/1: next tile's K/V loaded during this tile),
+ * $CLKV_SCORE_MMA_TILES (64-key tiles per work-group, 1..256) and $CLKV_SCORE_MMA_ILV (0/1:
+ * contiguous or interleaved tiles per work-group; default: see launch_window). */
 static int mma_tune(const char *name, int lo, int hi) {
     const char *e = getenv(name);
     const int x = e && *e ? atoi(e) : -1;
     return x >= lo && x <= hi ? x : -1;
 }
-static int g_mma_prefetch = -2, g_mma_tiles = -2;
+static int g_mma_prefetch = -2, g_mma_tiles = -2, g_mma_ilv = -2;
 
 #define MMA_LOCAL_MAX 40960 /* staged query rows, bytes (static local memory <= 48 KiB) */
 #define MMA_KT 64           /* keys per tile of score_window_mma */
@@ -295,6 +296,9 @@ static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p)
     if (g_mma_prefetch == -2)
         g_mma_prefetch = mma_tune("CLKV_SCORE_MMA_PREFETCH", 0, 1);
     p->mma_prefetch = g_mma_prefetch >= 0 ? g_mma_prefetch : 0;
+    if (g_mma_ilv == -2)
+        g_mma_ilv = mma_tune("CLKV_SCORE_MMA_ILV", 0, 1);
+    p->mma_ilv = g_mma_ilv; /* -1: the default (launch_window) */
 }
 
 /* Tuning overrides of the H2O tensor-core kernel, read once per process (-1: default):
@@ -520,6 +524,13 @@ static clkv_status launch_window(clkv_context *ctx, const clkv_score_args *a, co
     if (p->mma) {
         clkv__defs_int(&defs, "RS", p->mma_rs);
         clkv__defs_int(&defs, "PREFETCH", p->mma_prefetch);
+        /* Interleaved tiles where the kernel streams K and V (DropKV, AnDPro, CriticalKV
+         * with ||v||_1): DropKV bf16 Hq 32 / Hkv 8 D 128 W 8 at 128K, three alternations in
+         * one run each, full call 370.2-372.3 -> 366.6-369.0 us on an H200 (scorer 191.0-192.6
+         * -> 187.5-189.1) and 444.1-445.4 -> 441.8-444.2 us on an H100 (2026-11-27); SnapKV,
+         * K only, 100.2-101.2 -> 102.6-103.8 us on that H200, so K-only scorers keep runs of
+         * `chunk` keys. $CLKV_SCORE_MMA_ILV=0/1 forces either. */
+        clkv__defs_int(&defs, "SCORE_ILV", p->mma_ilv >= 0 ? p->mma_ilv : nv);
         clkv__defs_int(&defs, "KV_ALIGNED",
                        clkv__rows_aligned(&a->k, 8) && (!nv || clkv__rows_aligned(&a->v, 8)));
     } else {
