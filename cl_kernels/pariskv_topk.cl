@@ -68,7 +68,12 @@ inline void pkr_bitonic(__local ulong *v, int n) {
  * sparse kernel, 2026-11-27): loading the first 256 buffer entries before nbuf is known
  * (25.0 -> 24.6 us, the step within its spread); buffer entries holding positions instead
  * of candidate indices, so no gather of the winners' positions here (-1.3 us, but the
- * collection took 1.4 us more loading the positions). Every work-item calls it (the
+ * collection took 1.4 us more loading the positions); a radix step before the counting
+ * rank (the entries of the buffer's worst 12-bit key digit histogrammed by the next 8
+ * bits, only those of the sub-digit holding rank kk ranked among themselves, with local
+ * atomics and a work-group scan): 24.2-24.3 -> 28.0 us (H100, 2026-11-27; the same
+ * kernel without the rank loop at all, a timing-only build, took 22.0-22.2 us, so the
+ * counting rank costs under 3 us there). Every work-item calls it (the
  * barriers stay in uniform loops);
  * local memory: big[TK_BIG], tmp[TK_WG], sel[TK_RANK] (TK_RANK > 0), sh[2]. The writes
  * to out are by several work-items: a caller that reads them back needs a barrier with a
