@@ -47,6 +47,14 @@
  * the read bandwidth (DropKV at 128K: 78 % of it; load_chunk has the measurements); what is
  * left is how its loads reach memory: 16 resident warps (122 registers), each with one
  * 16-key tile of K and V in flight, 8 rows x 64 bytes per load instruction.
+ * Not kept either (H100, DropKV bf16 Hq 32 / Hkv 8, D 128, W 8, 2026-11-27): a
+ * FlashAttention-2 style variant for G * W <= 64 rows as attention_window_mma.cl streams
+ * its tiles (64-key K/V tiles in 3 cp.async stages shared by the 4 warps, B fragments by
+ * ldmatrix, q and a_hi / a_lo fragments in registers, 214-220 registers, 2 work-groups per
+ * compute unit): scorer at 128K 228.5-229.7 us against 220.4-221.6 (at 16K 43.3-44.0
+ * against 46.6-49.0), the full call 465-472 against 443-447 us; ||v||^2 once per key
+ * through local memory (one more barrier per tile) 235.7, a fast division 234, one
+ * work-group per compute unit 271 us. It passed test_score on NVIDIA.
  */
 #define M_DROPKV 0
 #define M_SNAPKV 1
