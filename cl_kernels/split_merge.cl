@@ -26,11 +26,12 @@ inline float4 split_merge_ld4(__global const float *p) {
 /* Called by every work-item of each of the num_splits work-groups of one (sequence b,
  * heads [h0, h0 + nh)) once their partial states are stored (nh * num_splits <= SM_MAX):
  * the work-group makes them visible device-wide (fence) and takes a ticket; the one that
- * draws the last ticket reads every split's state back (volatile loads, past the L1),
- * writes o and lse (natural log) and returns the ticket counter to 0 for the next launch.
+ * draws the last ticket reads every split's state back (past the L1: volatile and
+ * ld.global.cg loads), writes o and lse (natural log) and returns the ticket counter to 0
+ * for the next launch.
  * Local memory: is_last (one int), w (2 * SM_MAX floats), hl (nh floats). The (m, l) pairs are
  * read once, in parallel, into per-split weights; each output column then sums its splits
- * four at a time, the loads of the four in flight together. */
+ * SM_BATCH at a time, the 16-byte loads of those in flight together. */
 inline void split_merge_fused(__global float *part_acc, long ml_off, int num_splits, int Hq, int b,
                               int h0, int nh, __global int *ticket, __global O_T *o, long o_off,
                               long o_sb, long o_sh, __global float *lse, long lse_off, long lse_sb,
