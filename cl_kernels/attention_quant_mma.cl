@@ -32,10 +32,11 @@
  *     group, head) on the CUDA cores, sum_t B_t from the operand as it is held, so the
  *     unit part cancels exactly.
  *   The 8 columns of every product are the 4 query heads of the work-group (G <= 4 per
- *     head group) as a high part (columns 0-3) and the rounded rest (columns 4-7): f16
+ *     head group), head h as a high part (column 2 h) and the rounded rest (2 h + 1): f16
  *     round + f16 rest for keys (~22 significant bits), bf16 truncation + bf16 rest for
  *     values (~16 bits; within the tolerance of 16-bit outputs, not of f32 outputs, which
- *     stay on the CUDA-core kernel). The two column halves are added after each product.
+ *     stay on the CUDA-core kernel). So the C fragments of a lane (columns 2 t, 2 t + 1)
+ *     are both parts of head t, added in the lane (no exchange between lanes).
  * Row orders (free for mma, chosen so a lane reads few shared-memory bytes):
  *   key rows g, g + 8 = tokens 2g, 2g + 1 (2-bit: codes 2g, 2g + 1 of a word) or g, g + 8
  *   (4-bit: code g of two word rows); key k-steps: lane t owns channels 4t .. 4t + 3 of a
@@ -48,9 +49,10 @@
  *   time).
  * Residual tiles (16-bit or f32 tokens, fewer than n_r per sequence) are computed on the
  * CUDA cores into the same fragments (values scaled by 2^(p - 7) like the codes' rows), by
- * all 32 lanes (two halves of the channels, or of the tokens), on splits of their own: the
- * first rsplits splits (the host gives one work-group, dispatched first, each warp a run of
- * rchunk tokens), the quantized splits after them. A residual tile costs a few
+ * all 32 lanes (two halves of the channels, or of the tokens, for two heads, exchanged
+ * between lanes ft and ft ^ 2), on splits of their own: the first rsplits splits (the host
+ * gives one work-group, dispatched first, each warp a run of rchunk tokens), the quantized
+ * splits after them. A residual tile costs a few
  * microseconds of load latency; walked by the last split after its quantized tiles, as
  * before, the residual set the kernel's time (H100, 2-bit, groups of 128, B 1 4K / 32K:
  * 19.4 / 22.9 us with an empty residual, 76.2 / 78.6 us with 127 tokens in it). Dealing the
@@ -59,7 +61,7 @@
  * 16-byte residual key loads (two per token in flight) made a full residual free at B 1
  * 32K (23.7 us; it costs up to 15 us now) but the kernel 8-10 % slower at B 1 128K and
  * B 8, so the scalar loads stay.
- * The online softmax works on the fragments (a lane holds two tokens of two heads; maxima
+ * The online softmax works on the fragments (a lane holds two tokens of one head; maxima
  * by shuffles over the 8 row lanes, only when a logit exceeds the running maximum by more
  * than LAZY_M).
  *
@@ -78,7 +80,23 @@
  * (two independent key products, one softmax per 32 tokens) measured 2-10 % slower on the
  * H100 and was dropped; so was keeping the key operand's fragments in registers (+10 %,
  * register pressure; tried again after the copy change: back to 128 registers, 2-bit B 8
- * 128K 377.6 / 377.1 against 337.7 / 326.7 us, B 1 128K 60.8 / 61.3 against 57.0 / 57.4). */
+ * 128K 377.6 / 377.1 against 337.7 / 326.7 us, B 1 128K 60.8 / 61.3 against 57.0 / 57.4).
+ * Profiled (Nsight Compute on the kernel's PTX replayed through the CUDA driver; H100, 2-bit,
+ * B 1 128K, 2026-11-28): 399 instructions per tile, issue slots 56 % busy, 3.3 resident
+ * warps per scheduler, stalls mostly fixed-latency waits and a busy ALU pipe (LOP3 / PRMT /
+ * SHF: 130 of the 328 instructions of a steady-state tile). Head-major product columns
+ * (2 h, 2 h + 1; before: high parts in columns 0-3, rests in 4-7, so a lane held two heads'
+ * halves and added its partner lane's by a shuffle) removed the logits' shuffles, half of
+ * the softmax and the accumulators' final shuffles, and the key constants' sum became a
+ * reduce-scatter (7 shuffles instead of 20; without it the driver's compile of the 4-bit
+ * kernel spilled in the key-group block and ran B 8 5-7 % slower). H100, groups of 128, two
+ * alternations in one run: 2-bit B 1 32K / 128K 22.6 / 55.5-56.0 -> 21.5-21.7 / 53.1-53.3,
+ * B 8 32K / 128K 98.9-99.3 / 328.5-333.8 -> 93.6-93.7 / 306.0-312.0 us; 4-bit B 1 27.0-26.4
+ * / 74.0-74.9 -> 24.4 / 66.9-67.3, B 8 134.6-135.3 / 442.3-443.0 -> 135.4-136.0 /
+ * 437.8-438.4; full residual (127 tokens, B 8 32K) 118.6 -> 112.3, groups of 16 (B 1 128K)
+ * 117.5 -> 111.0. Tried with it and dropped: 2-bit value codes masked in place at bits 0-1
+ * (p = 0, one shift fewer per two operands): the unit part's cancellation then loses the
+ * f16 output tolerance (test_attention_quant, tiny keys). */
 
 #include "kernel_args.cl"
 
@@ -361,10 +379,10 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     __local float *vms = (__local float *)vsm[wid][1];
 #endif
 
-    /* lane roles: C fragments hold heads ha, ha + 1 (column part ft / 2); B fragments
-     * column fg = head fg % 4, part fg / 4 */
-    const int ha = 2 * (ft & 1);
-    const int hb = fg & 3, pb = fg >> 2;
+    /* lane roles: product column c is head c / 2, part c % 2 (high part, rest), so a
+     * lane's C fragments hold both parts of head ft (columns 2 ft, 2 ft + 1) and its B
+     * fragments column fg: head hb, part pb */
+    const int hb = fg >> 1, pb = fg & 1;
     const int tok_a = KROW_TOK(fg), tok_b = KROW_TOK(fg + 8);
     /* code gathering constants (see gather): byte g / 2 of x and y, rotations */
     const uint gsel = (uint)(fg >> 1) | (uint)((fg >> 1) + 4) << 8;
@@ -396,7 +414,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     }
 
     /* running maxima start at M_INIT, finite, so exp2(M_INIT - m) is 0 with no test */
-    float m0 = M_INIT, m1 = M_INIT, l0 = 0.0f, l1 = 0.0f;
+    float mh = M_INIT, lh = 0.0f; /* running maximum and sum of head ft */
     float acc[NMT][4], cmv[DG], cms[DG];
     UNROLL
     for (int t = 0; t < NMT; t++)
@@ -406,9 +424,9 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     UNROLL
     for (int g = 0; g < DG; g++)
         cmv[g] = cms[g] = 0.0f;
-    int kgrp = -1;                          /* key group whose operand is in bs */
-    float kc0 = 0.0f, kc1 = 0.0f;           /* its logit constants of heads ha, ha + 1 */
-    float kf[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* and the product scale of each C element */
+    int kgrp = -1;                /* key group whose operand is in bs */
+    float kz = 0.0f;              /* its logit constant of head ft */
+    float kfa = 0.0f, kfb = 0.0f; /* and the product scales of rows g, g + 8 */
 
     const int ntiles = end > start ? (end - start + 15) / 16 : 0;
     copy_plan cp;
@@ -440,8 +458,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
         clkv_warp_sync();            /* and every lane's */
         __local const uint4 *st = stg[wid][it % NST];
         const int quant = base < nq;
-        uint vw[4][NWT]; /* the lane's value words of tokens tkk[k] */
-        float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        uint vw[4][NWT];            /* the lane's value words of tokens tkk[k] */
+        float za = 0.0f, zb = 0.0f; /* logits of tokens tok_a, tok_b, head ft */
         if (quant) {
 #if NWT <= 2
             UNROLL
@@ -476,11 +494,9 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                     smax = fmax(smax, shfl(smax, o));
                 const int es = expo(smax);
                 float cz[HP];
-                int sg[HP];
                 UNROLL
                 for (int h = 0; h < HP; h++) {
-                    sg[h] = clamp(qex[wid][h] + es - 13, -100, 100);
-                    const float inv = pow2i(-sg[h]);
+                    const float inv = pow2i(-clamp(qex[wid][h] + es - 13, -100, 100));
                     /* q' of the lane's channels lane * CPL + j (re-read: fewer live registers) */
                     float qk[CPL];
 #if CPL == 4
@@ -496,24 +512,25 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                         uint hi, lo;
                         clkv_split16x2_1(qk[j] * S[j] * inv, qk[j + 1] * S[j + 1] * inv, &hi, &lo);
                         const int e = lane * CPL + j;
-                        bs32[(h * LDB + e) / 2] = hi;
-                        bs32[((h + 4) * LDB + e) / 2] = lo;
+                        bs32[(2 * h * LDB + e) / 2] = hi;
+                        bs32[((2 * h + 1) * LDB + e) / 2] = lo;
                         cz[h] = fma(qk[j], M[j], cz[h]);
                         cz[h] = fma(qk[j + 1], M[j + 1], cz[h]);
                     }
                 }
+                /* head ft's constant summed over the warp: a reduce-scatter over the 4 lanes
+                 * of a row group (the pair of heads, then the head), then a sum over the 8
+                 * groups (7 shuffles instead of 20) */
+                const int hp = ft & 2;
+                const float c0 = (hp ? cz[2] : cz[0]) + shfl(hp ? cz[0] : cz[2], 2);
+                const float c1 = (hp ? cz[3] : cz[1]) + shfl(hp ? cz[1] : cz[3], 2);
+                kz = ((ft & 1) ? c1 : c0) + shfl((ft & 1) ? c0 : c1, 1);
                 UNROLL
-                for (int o = 1; o < 32; o <<= 1)
-                    UNROLL
-                for (int h = 0; h < HP; h++)
-                    cz[h] += shfl(cz[h], o);
-                kc0 = (ft & 1) ? cz[2] : cz[0]; /* heads ha, ha + 1 of the C fragments */
-                kc1 = (ft & 1) ? cz[3] : cz[1];
-                const int s0 = (ft & 1) ? sg[2] : sg[0], s1 = (ft & 1) ? sg[3] : sg[1];
-                kf[0] = pow2i(24 - kpa + s0);
-                kf[1] = pow2i(24 - kpa + s1);
-                kf[2] = pow2i(24 - kpb + s0);
-                kf[3] = pow2i(24 - kpb + s1);
+                for (int o = 4; o < 32; o <<= 1)
+                    kz += shfl(kz, o);
+                const int sgh = clamp(qex[wid][ft] + es - 13, -100, 100);
+                kfa = pow2i(24 - kpa + sgh);
+                kfb = pow2i(24 - kpb + sgh);
                 clkv_warp_sync();
             }
 
@@ -540,34 +557,31 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 const uint2 bf = bcol[4 * s];
                 clkv_mma_f16(d[s & 1], a0, a1, a2, a3, bf.x, bf.y);
             }
-            UNROLL
-            for (int i = 0; i < 4; i++) {
-                const float x = d[0][i] + d[1][i];
-                z[i] = fma(x + shfl(x, 2), kf[i], (i & 1) ? kc1 : kc0);
-            }
+            za = fma((d[0][0] + d[1][0]) + (d[0][1] + d[1][1]), kfa, kz);
+            zb = fma((d[0][2] + d[1][2]) + (d[0][3] + d[1][3]), kfb, kz);
         } else {
-            /* ---- residual logits on the CUDA cores: lanes ft and ft + 2 (same tokens and
-             * heads) sum one half of the channels each ---- */
+            /* ---- residual logits on the CUDA cores: lanes ft and ft ^ 2 (same tokens) sum
+             * one half of the channels each for both their heads and swap the other's ---- */
             {
                 const long ra = min(base + tok_a, end - 1) - nq;
                 const long rb = min(base + tok_b, end - 1) - nq;
                 const int c0 = (ft >> 1) * (HEAD_DIM / 2);
+                float oa = 0.0f, ob = 0.0f; /* head ft ^ 2, for lane ft ^ 2 */
                 /* unrolled by 4: loads in flight (by 16, and 2 for the values, the kernel took
                  * 128 registers instead of 116 and 5-19 % more time, H100) */
                 UNROLL4
                 for (int c = c0; c < c0 + HEAD_DIM / 2; c++) {
                     const float xa = LOAD_RES(krb, ra * HEAD_DIM + c);
                     const float xb = LOAD_RES(krb, rb * HEAD_DIM + c);
-                    const float q0 = qsm[ha][c], q1 = qsm[ha + 1][c];
-                    z[0] = fma(q0, xa, z[0]);
-                    z[1] = fma(q1, xa, z[1]);
-                    z[2] = fma(q0, xb, z[2]);
-                    z[3] = fma(q1, xb, z[3]);
+                    const float q0 = qsm[ft][c], q1 = qsm[ft ^ 2][c];
+                    za = fma(q0, xa, za);
+                    oa = fma(q1, xa, oa);
+                    zb = fma(q0, xb, zb);
+                    ob = fma(q1, xb, ob);
                 }
+                za += shfl(oa, 2);
+                zb += shfl(ob, 2);
             }
-            UNROLL
-            for (int i = 0; i < 4; i++)
-                z[i] += shfl(z[i], 2);
         }
 
         /* ---- online softmax on the fragments ---- */
@@ -579,52 +593,37 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
          * exchange and the rescale. */
         if (base + 16 > end) { /* the split's last tile, partly past its end (uniform) */
             if (base + tok_a >= end)
-                z[0] = z[1] = -INFINITY;
+                za = -INFINITY;
             if (base + tok_b >= end)
-                z[2] = z[3] = -INFINITY;
+                zb = -INFINITY;
         }
-        const int grow = warp_any(fmax(z[0], z[2]) > m0 + LAZY_M || fmax(z[1], z[3]) > m1 + LAZY_M);
-        float f0 = 1.0f, f1 = 1.0f;
+        const int grow = warp_any(fmax(za, zb) > mh + LAZY_M);
+        float f = 1.0f;
         if (grow) {
-            float mx0 = fmax(z[0], z[2]), mx1 = fmax(z[1], z[3]);
+            float mx = fmax(za, zb);
             UNROLL
-            for (int o = 4; o < 32; o <<= 1) {
-                mx0 = fmax(mx0, shfl(mx0, o));
-                mx1 = fmax(mx1, shfl(mx1, o));
-            }
-            mx0 = fmax(mx0, m0);
-            mx1 = fmax(mx1, m1);
-            f0 = clkv_exp2_ftz(m0 - mx0);
-            f1 = clkv_exp2_ftz(m1 - mx1);
-            m0 = mx0;
-            m1 = mx1;
-            if (ft < 2 && fg == 0) {
-                fs[ha] = f0;
-                fs[ha + 1] = f1;
-            }
+            for (int o = 4; o < 32; o <<= 1)
+                mx = fmax(mx, shfl(mx, o));
+            mx = fmax(mx, mh);
+            f = clkv_exp2_ftz(mh - mx);
+            mh = mx;
+            if (fg == 0)
+                fs[ft] = f;
         }
-        const float p0 = clkv_exp2_ftz(z[0] - m0), p1 = clkv_exp2_ftz(z[1] - m1);
-        const float p2 = clkv_exp2_ftz(z[2] - m0), p3 = clkv_exp2_ftz(z[3] - m1);
-        l0 = fma(l0, f0, p0 + p2);
-        l1 = fma(l1, f1, p1 + p3);
-        if (ft < 2) {
-            ps[tok_a * HP + ha] = p0;
-            ps[tok_a * HP + ha + 1] = p1;
-            ps[tok_b * HP + ha] = p2;
-            ps[tok_b * HP + ha + 1] = p3;
-        }
+        const float p_a = clkv_exp2_ftz(za - mh), p_b = clkv_exp2_ftz(zb - mh);
+        lh = fma(lh, f, p_a + p_b);
+        ps[tok_a * HP + ft] = p_a;
+        ps[tok_b * HP + ft] = p_b;
         clkv_warp_sync();
 
         /* ---- values ---- */
         if (grow) { /* rescale the accumulators to the moved maxima */
             const float fb = fs[hb];
             UNROLL
-            for (int t = 0; t < NMT; t++) {
-                acc[t][0] *= f0;
-                acc[t][1] *= f1;
-                acc[t][2] *= f0;
-                acc[t][3] *= f1;
-            }
+            for (int t = 0; t < NMT; t++)
+                UNROLL
+            for (int i = 0; i < 4; i++)
+                acc[t][i] *= f;
             UNROLL
             for (int g = 0; g < DG; g++) {
                 cmv[g] *= fb;
@@ -710,11 +709,19 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                 clkv_mma_bf16(acc[t], a0, a1, a2, a3, vb0, vb1);
             }
         } else {
-            /* residual values on the CUDA cores: lanes ft and ft + 2 (same channels and
-             * heads) take every other token; the column parts are added at the end */
+            /* residual values on the CUDA cores: lanes ft and ft ^ 2 (same channels) take
+             * every other token for both their heads. The rest-part columns (folded into the
+             * high part first) collect the other head's sums, which the two lanes then swap:
+             * no registers beyond the accumulators. */
             const int nt = min(16, end - base);
+            UNROLL
+            for (int t = 0; t < NMT; t++) {
+                acc[t][0] += acc[t][1];
+                acc[t][2] += acc[t][3];
+                acc[t][1] = acc[t][3] = 0.0f;
+            }
             for (int k = ft >> 1; k < nt; k += 2) {
-                const float q0 = ps[k * HP + ha], q1 = ps[k * HP + ha + 1];
+                const float q0 = ps[k * HP + ft], q1 = ps[k * HP + (ft ^ 2)];
                 const float q0a = q0 * (1.0f / VFA), q1a = q1 * (1.0f / VFA);
                 const float q0b = q0 * (1.0f / VFB), q1b = q1 * (1.0f / VFB);
                 __global const res_t *row = vrb + (long)(base + k - nq) * HEAD_DIM;
@@ -728,6 +735,12 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                     acc[t][3] = fma(q1b, xb, acc[t][3]);
                 }
             }
+            UNROLL
+            for (int t = 0; t < NMT; t++) {
+                acc[t][0] += shfl(acc[t][1], 2);
+                acc[t][2] += shfl(acc[t][3], 2);
+                acc[t][1] = acc[t][3] = 0.0f;
+            }
         }
         clkv_warp_sync(); /* ps, fs, the value metadata and the stage are refilled next */
     }
@@ -735,15 +748,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
 
     /* ---- the split's partial state, merged over the work-group's warps ---- */
     UNROLL
-    for (int o = 4; o < 32; o <<= 1) {
-        l0 += shfl(l0, o);
-        l1 += shfl(l1, o);
-    }
-    UNROLL
-    for (int t = 0; t < NMT; t++)
-        UNROLL
-    for (int i = 0; i < 4; i++)
-        acc[t][i] += shfl(acc[t][i], 2);
+    for (int o = 4; o < 32; o <<= 1)
+        lh += shfl(lh, o);
     UNROLL
     for (int g = 0; g < DG; g++) {
         float c = cmv[g], u = cms[g];
@@ -751,7 +757,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
         c += shfl(c, 2);
         u += shfl(u, 1);
         u += shfl(u, 2);
-        u += shfl(u, 16); /* both operand parts */
+        u += shfl(u, 4); /* both operand parts */
         if (ft == 0 && pb == 0) {
             csm[wid][0][hb * DG + g] = c;
             csm[wid][1][hb * DG + g] = u;
@@ -761,22 +767,20 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
     /* the warp's state into its own key-operand and probability space: xs[head][channel]
      * (HP * HEAD_DIM floats <= 8 * LDB 16-bit entries), (m, l) per head in ps */
     __local float *xs = (__local float *)bs;
-    if (ft < 2) {
+    {
+        const int h = ft;
         UNROLL
-        for (int e = 0; e < 2; e++) {
-            const int h = ha + e;
-            UNROLL
-            for (int t = 0; t < NMT; t++) {
-                const int ca = VCH(t, fg), cb = ca + 1;
-                const int ga = h * DG + ca / GQ, gb = h * DG + cb / GQ;
-                xs[h * HEAD_DIM + ca] = (acc[t][e] - csm[wid][1][ga]) * VFA + csm[wid][0][ga];
-                xs[h * HEAD_DIM + cb] = (acc[t][2 + e] - csm[wid][1][gb]) * VFB + csm[wid][0][gb];
-            }
-            if (fg == 0) {
-                const float m = e ? m1 : m0;
-                ps[2 * h] = m == M_INIT ? -INFINITY : m;
-                ps[2 * h + 1] = e ? l1 : l0;
-            }
+        for (int t = 0; t < NMT; t++) {
+            const int ca = VCH(t, fg), cb = ca + 1;
+            const int ga = h * DG + ca / GQ, gb = h * DG + cb / GQ;
+            xs[h * HEAD_DIM + ca] =
+                (acc[t][0] + acc[t][1] - csm[wid][1][ga]) * VFA + csm[wid][0][ga];
+            xs[h * HEAD_DIM + cb] =
+                (acc[t][2] + acc[t][3] - csm[wid][1][gb]) * VFB + csm[wid][0][gb];
+        }
+        if (fg == 0) {
+            ps[2 * h] = mh == M_INIT ? -INFINITY : mh;
+            ps[2 * h + 1] = lh;
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
