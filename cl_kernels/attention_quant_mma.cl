@@ -91,7 +91,7 @@
  * reduce-scatter (7 shuffles instead of 20; without it the driver's compile of the 4-bit
  * kernel spilled in the key-group block and ran B 8 5-7 % slower). H100, groups of 128, two
  * alternations in one run: 2-bit B 1 32K / 128K 22.6 / 55.5-56.0 -> 21.5-21.7 / 53.1-53.3,
- * B 8 32K / 128K 98.9-99.3 / 328.5-333.8 -> 93.6-93.7 / 306.0-312.0 us; 4-bit B 1 27.0-26.4
+ * B 8 32K / 128K 98.9-99.3 / 328.5-333.8 -> 93.6-93.7 / 306.0-312.0 us; 4-bit B 1 26.4-27.0
  * / 74.0-74.9 -> 24.4 / 66.9-67.3, B 8 134.6-135.3 / 442.3-443.0 -> 135.4-136.0 /
  * 437.8-438.4; full residual (127 tokens, B 8 32K) 118.6 -> 112.3, groups of 16 (B 1 128K)
  * 117.5 -> 111.0. Tried with it and dropped: 2-bit value codes masked in place at bits 0-1
