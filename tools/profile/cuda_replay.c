@@ -3,11 +3,14 @@
  * 20), and print its registers, static local memory and median time (CUDA events). Run it
  * under Nsight Compute to profile an OpenCL kernel (tools/profile/profile_kernel.sh).
  *
- * NVIDIA's OpenCL compiler reads the NDRange's global offset from %envreg special
- * registers, which a CUDA launch leaves undefined: their reads are replaced by 0 (launches
- * with a nonzero offset are refused). __local kernel arguments are not supported. Replayed
- * times came within a few per cent of the OpenCL launches' (H100, 2026-11-28: bf16 decode
- * B 8 128K 1428.6 against 1432.5 us per call). */
+ * NVIDIA's OpenCL PTX reads part of the NDRange from %envreg special registers, which a
+ * CUDA launch leaves undefined (seen in pkv_rerank's PTX: get_group_id(d) = %ctaid.d +
+ * %envreg{d}, get_num_groups(1) = %envreg7; 6 and 8 taken to be dimensions 0 and 2): the
+ * replay writes %envreg0-2 as 0 and %envreg6-8 as the grid's size and refuses PTX that
+ * reads any other (launches with a global offset are refused too). Before %envreg6-8 were set,
+ * kernels striding by get_num_groups (score_window_mma's interleaved tiles) looped forever. __local
+ * kernel arguments are not supported. Replayed times came within a few per cent of the OpenCL
+ * launches' (H100, 2026-11-28: bf16 decode B 8 128K 1428.6 against 1432.5 us per call). */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,20 +52,32 @@ static char *read_file(const char *path, size_t *len) {
     return buf;
 }
 
-/* every "%envregN" becomes "0" (padded with blanks) */
-static void zero_envregs(char *ptx) {
-    int seen[64] = {0};
+/* Every "%envregN" becomes its value in place, padded with blanks: 0 for N = 0..2 (group
+ * offsets), the grid's size for N = 6..8 (numbers of groups). Returns 0 when the PTX reads
+ * another one (unknown meaning) or a value does not fit. */
+static int patch_envregs(char *ptx, const size_t grid[3]) {
     for (char *c = ptx; (c = strstr(c, "%envreg")) != NULL;) {
-        const int k = atoi(c + 7);
-        if (k >= 0 && k < 64)
-            seen[k]++;
-        memcpy(c, "0      ", 7);
-        for (c += 7; *c >= '0' && *c <= '9'; c++)
-            *c = ' ';
+        char *end = c + 7;
+        const long k = strtol(end, &end, 10);
+        char val[32];
+        if (k >= 0 && k <= 2)
+            snprintf(val, sizeof val, "0");
+        else if (k >= 6 && k <= 8)
+            snprintf(val, sizeof val, "%zu", grid[k - 6]);
+        else {
+            fprintf(stderr, "cuda_replay: the PTX reads %%envreg%ld (meaning unknown)\n", k);
+            return 0;
+        }
+        const size_t width = (size_t)(end - c), n = strlen(val);
+        if (n > width) {
+            fprintf(stderr, "cuda_replay: %%envreg%ld = %s does not fit\n", k, val);
+            return 0;
+        }
+        memcpy(c, val, n);
+        memset(c + n, ' ', width - n);
+        c = end;
     }
-    for (int k = 0; k < 64; k++)
-        if (seen[k])
-            printf("%%envreg%d: %d reads -> 0\n", k, seen[k]);
+    return 1;
 }
 
 static CUdeviceptr g_mem[MAX_MEMS];
@@ -175,7 +190,9 @@ int main(int argc, char **argv) {
         perror(path);
         return 1;
     }
-    zero_envregs(ptx);
+    const size_t grid[3] = {gsz[0] / lsz[0], gsz[1] / lsz[1], gsz[2] / lsz[2]};
+    if (!patch_envregs(ptx, grid))
+        return 1;
     /* the entry's parameters must match the captured arguments */
     int nparams = 0;
     const char *entry = strstr(ptx, kname);
@@ -184,8 +201,7 @@ int main(int argc, char **argv) {
         if (!strncmp(c, ".param", 6))
             nparams++;
     printf("%s: %d arguments, %d PTX parameters; grid %zu x %zu x %zu, block %zu x %zu x %zu\n",
-           kname, nargs, nparams, gsz[0] / lsz[0], gsz[1] / lsz[1], gsz[2] / lsz[2], lsz[0], lsz[1],
-           lsz[2]);
+           kname, nargs, nparams, grid[0], grid[1], grid[2], lsz[0], lsz[1], lsz[2]);
     if (nparams != nargs) {
         fprintf(stderr, "cuda_replay: parameter count mismatch\n");
         return 1;
@@ -212,9 +228,9 @@ int main(int argc, char **argv) {
     float *ms = calloc((size_t)(iters > 0 ? iters : 1), sizeof(float));
     for (int it = -2; it < iters; it++) { /* two untimed launches first */
         CK(cuEventRecord(t0, 0));
-        CK(cuLaunchKernel(fn, (unsigned)(gsz[0] / lsz[0]), (unsigned)(gsz[1] / lsz[1]),
-                          (unsigned)(gsz[2] / lsz[2]), (unsigned)lsz[0], (unsigned)lsz[1],
-                          (unsigned)lsz[2], 0, 0, params, NULL));
+        CK(cuLaunchKernel(fn, (unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2],
+                          (unsigned)lsz[0], (unsigned)lsz[1], (unsigned)lsz[2], 0, 0, params,
+                          NULL));
         CK(cuEventRecord(t1, 0));
         CK(cuEventSynchronize(t1));
         if (it >= 0)

@@ -8,9 +8,9 @@
 # (per-instruction executions and stall samples).
 # Environment: CUDA (default /usr/local/cuda), NCU (default: ncu on PATH or in $CUDA/bin),
 # OPENCL_INCLUDE (directory with CL/cl.h), CAP_NTH, CAP_MAXSAVE (see cl_capture.c),
-# TIME_LIMIT (seconds for the replay and for ncu each, default 300: on 2026-11-28 the
-# replay or profile of score_window_mma at 128K keys did not finish in a 10-minute call,
-# cause not found; the decode, quantized decode and ParisKV rerank kernels replayed).
+# TIME_LIMIT (seconds for the replay and for ncu each, default 300; a replay that reads
+# the grid wrongly can loop forever, as score_window_mma did before cuda_replay set
+# get_num_groups, see there).
 # Example: tools/profile/profile_kernel.sh attention_quant_mma_partial /tmp/q2 \
 #     build-gpu/tools/clkv bench attention-quant --device nvidia --bits 2 --group 128 \
 #     --batch 1 --len 131072 --iters 5 --repeats 1 --no-baseline
