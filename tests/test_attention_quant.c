@@ -4,7 +4,8 @@
  * with the rule x^ = f32(f32(q*s) + m), followed by the residual), with the SPEC §0.2
  * tolerances of the output dtype and 1e-4 on the LSE.
  *
- * Cases spread GQA shapes (32/8, 14/2, 8/8, 16/1 with more than 8 heads per KV head), D
+ * Cases spread GQA shapes (32/8, 14/2, 8/8, 16/1 with more than 8 heads per KV head, 4/4
+ * and 10/2 with empty heads in the tensor-core kernel's groups of 4), D
  * 64/128/256, bits 2/4/8 (keys and values different too), groups 16..128, residual,
  * metadata, q and o dtypes, mixed per-sequence lengths incl. 0 and 1, lengths ending
  * inside the quantized part's last tile or the residual, forced and automatic split
@@ -100,6 +101,12 @@ static const acase k_cases[] = {
      * (8 tiles each); one sequence all residual until its first flush */
     {"mma_big_residual_gqa8_2_d128_k2v2_g128_nr512", 2, 8, 2, 128, 2, 2, 128, 512,
      CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_BF16, {1400, 511}, 2, 1, 0, 0.0f, 0, 0, 0.0f},
+    /* heads of a tensor-core work-group left empty: one query head per KV head (3 of 4
+     * empty), and 5 per KV head (a second group with one head) */
+    {"mma_mha4_4_d128_k2v2_g32", 2, 4, 4, 128, 2, 2, 32, 128,
+     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_BF16, {700, 129}, 1, 1, 0, 0.0f, 0, 0, 0.0f},
+    {"mma_gqa10_2_d64_k4v4_g64_nhg2", 1, 10, 2, 64, 4, 4, 64, 64,
+     CLKV_F16, CLKV_F16, CLKV_F16, CLKV_F16, {900}, 2, 1, 0, 0.0f, 0, 0, 0.0f},
 };
 /* clang-format on */
 
