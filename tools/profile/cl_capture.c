@@ -69,9 +69,16 @@ static void remember_mem(cl_mem m, size_t size) {
     }
 }
 
-#define NEXT(fn) ((fn##_t)dlsym(RTLD_NEXT, #fn))
+/* the next definition of fn (the ICD loader's), looked up once */
+static void *next_fn(void **slot, const char *name) {
+    if (!*slot)
+        *slot = dlsym(RTLD_NEXT, name);
+    return *slot;
+}
+#define NEXT(fn) ((fn##_t)next_fn(&fn##_next, #fn))
 
 typedef cl_mem (*clCreateBuffer_t)(cl_context, cl_mem_flags, size_t, void *, cl_int *);
+static void *clCreateBuffer_next;
 cl_mem clCreateBuffer(cl_context c, cl_mem_flags f, size_t s, void *h, cl_int *e) {
     cl_mem m = NEXT(clCreateBuffer)(c, f, s, h, e);
     remember_mem(m, s);
@@ -80,6 +87,7 @@ cl_mem clCreateBuffer(cl_context c, cl_mem_flags f, size_t s, void *h, cl_int *e
 
 typedef cl_mem (*clCreateBufferWithProperties_t)(cl_context, const cl_mem_properties *,
                                                  cl_mem_flags, size_t, void *, cl_int *);
+static void *clCreateBufferWithProperties_next;
 cl_mem clCreateBufferWithProperties(cl_context c, const cl_mem_properties *p, cl_mem_flags f,
                                     size_t s, void *h, cl_int *e) {
     cl_mem m = NEXT(clCreateBufferWithProperties)(c, p, f, s, h, e);
@@ -89,6 +97,7 @@ cl_mem clCreateBufferWithProperties(cl_context c, const cl_mem_properties *p, cl
 
 typedef cl_mem (*clCreateSubBuffer_t)(cl_mem, cl_mem_flags, cl_buffer_create_type, const void *,
                                       cl_int *);
+static void *clCreateSubBuffer_next;
 cl_mem clCreateSubBuffer(cl_mem b, cl_mem_flags f, cl_buffer_create_type t, const void *info,
                          cl_int *e) {
     cl_mem m = NEXT(clCreateSubBuffer)(b, f, t, info, e);
@@ -98,6 +107,7 @@ cl_mem clCreateSubBuffer(cl_mem b, cl_mem_flags f, cl_buffer_create_type t, cons
 }
 
 typedef cl_int (*clSetKernelArg_t)(cl_kernel, cl_uint, size_t, const void *);
+static void *clSetKernelArg_next;
 cl_int clSetKernelArg(cl_kernel k, cl_uint i, size_t s, const void *v) {
     const cl_int r = NEXT(clSetKernelArg)(k, i, s, v);
     kernel_args *a = args_of(k, 1);
@@ -214,6 +224,7 @@ static void capture(cl_command_queue q, cl_kernel k, cl_uint dims, const size_t 
 typedef cl_int (*clEnqueueNDRangeKernel_t)(cl_command_queue, cl_kernel, cl_uint, const size_t *,
                                            const size_t *, const size_t *, cl_uint,
                                            const cl_event *, cl_event *);
+static void *clEnqueueNDRangeKernel_next;
 cl_int clEnqueueNDRangeKernel(cl_command_queue q, cl_kernel k, cl_uint dims, const size_t *off,
                               const size_t *gsz, const size_t *lsz, cl_uint nw,
                               const cl_event *wait, cl_event *ev) {
