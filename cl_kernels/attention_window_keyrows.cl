@@ -18,7 +18,7 @@
  * Build options (set by host/attention_window.c, only where CLKV_NVIDIA_PTX is defined):
  *   Q_DTYPE, KV_DTYPE, O_DTYPE  dtype codes; q and K/V both f16 or both bf16
  *   HEAD_DIM                    D (64, 128)
- *   KW                          keys per warp per tile (16, 32); a tile has KT = 4 KW keys
+ *   KW                          keys per warp per tile (16, 32); a tile has KT = NW KW keys
  *   NSTG                        K/V tiles in flight (cp.async stages)
  *   KV_ALIGNED                  1: every K/V row starts 16-byte aligned (cp.async);
  *                               0: plain loads into the same local tiles
@@ -30,6 +30,12 @@
  *                               splits of a head read neighbouring memory at any moment);
  *                               0: split s takes keys [s chunk, (s + 1) chunk) (the -D
  *                               default; the host passes 1 unless CLKV_DECODE_INTERLEAVE=0)
+ *   DIRECT                      1: no local K/V tiles: each lane loads the 16-byte chunks
+ *                               its mma fragments need straight into registers (below);
+ *                               0 (the -D default): cp.async stages + ldmatrix; the host
+ *                               passes 1 for caches over 4K tokens unless
+ *                               CLKV_DECODE_DIRECT=0
+ *   NW                          warps per work-group (4; with DIRECT also 8 or 16)
  *
  * Warp w takes the keys [w KW, w KW + KW) of every K/V tile; the 4 warps combine their
  * (m, l, acc) through local memory at the end and the work-group writes o and lse (one
@@ -37,14 +43,32 @@
  * work-group then makes its partial state visible device-wide (fence), takes a ticket from
  * tickets[b * Hkv + kvh] (atomic), and the one that draws the last ticket reads every
  * split's state back (volatile loads, past the L1), writes o and lse as
- * attention_window_merge does and returns the counter to 0 for the next call. */
+ * attention_window_merge does and returns the counter to 0 for the next call.
+ *
+ * DIRECT: the warps share nothing until the final combine, so there are no barriers in
+ * the key loop and a warp's loads stay in flight while other warps compute. The dims of
+ * a reduction may be taken in any order as long as both operands agree, which lets every
+ * lane load whole 16-byte chunks of a row:
+ *   K (A of S^T, rows = keys): lane (g, t) loads keys g and g + 8 of a 16-key block,
+ *     chunks t, t + 4, t + 8, ... (4 lanes cover 64 contiguous bytes of a key per load);
+ *     k-step kk takes dims 8 c + 4 (kk & 1) + {0, 1} (k-index 2t, 2t + 1) and + {2, 3}
+ *     (2t + 8, 2t + 9) of chunk c = 4 (kk >> 1) + t, and Q^T's B fragment the same dims.
+ *   V (A of O^T = V^T P^T, rows = dims, k-index = keys): lane (g, t) loads keys 2t,
+ *     2t + 1, 2t + 8, 2t + 9, chunks g, g + 8, ... (8 lanes cover 128 contiguous bytes of
+ *     a key) and pairs the same dim of two keys with a byte permute; mma row g of 16-dim
+ *     block n is dim vdim(g, n), row g + 8 is vdim(g, n + D / 16). */
 
 #define Q_T CLKV_STORAGE(Q_DTYPE)
 #define KV_T CLKV_STORAGE(KV_DTYPE)
 #define O_T CLKV_STORAGE(O_DTYPE)
 
-#define WG_SIZE 128
-#define NW 4                /* warps, all along the keys */
+#ifndef DIRECT
+#define DIRECT 0
+#endif
+#ifndef NW
+#define NW 4 /* warps, all along the keys */
+#endif
+#define WG_SIZE (NW * 32)
 #define QN 8                /* queries of the mma N dimension (G padded) */
 #define KT (NW * KW)        /* keys of a K/V tile */
 #define LDH (HEAD_DIM + 8)  /* padded 16-bit row of a local K/V tile (conflict-free) */
@@ -62,8 +86,11 @@
 #if Q_DTYPE != KV_DTYPE || KV_DTYPE == CLKV_DT_F32 || !defined(CLKV_NVIDIA_PTX)
 #error "attention_window_keyrows needs NVIDIA PTX and f16 / bf16 q and K/V of one dtype"
 #endif
-#if NSTG * 2 * KT * LDH * 2 < NW * QN * CLD * 4
+#if !DIRECT && NSTG * 2 * KT * LDH * 2 < NW * QN * CLD * 4
 #error "attention_window_keyrows: the combine area does not fit into the stages"
+#endif
+#if (!DIRECT && NW != 4) || (DIRECT && NW != 4 && NW != 8 && NW != 16)
+#error "attention_window_keyrows: unsupported warp count"
 #endif
 #ifndef MOVMATRIX
 #define MOVMATRIX 1
@@ -122,12 +149,37 @@ inline uint q_pair(__global const Q_T *q, long rowbase, int valid, int col) {
     return (uint)p[0] | (uint)p[1] << 16;
 }
 
+#if DIRECT
+/* mma row dim of V^T for lane group g and fragment index u in [0, D / 8) */
+#define VDIM(g, u) (8 * ((g) + 8 * ((u) / 8)) + (u) % 8)
+#define U4W(v4, i) ((i) == 0 ? (v4).x : (i) == 1 ? (v4).y : (i) == 2 ? (v4).z : (v4).w)
+
+/* 16-byte chunk c of 16-bit row `row` (elements from base, row stride sl) */
+inline uint4 kv_chunk(__global const ushort *p, long base, int row, long sl, int c) {
+#if KV_ALIGNED
+    return clkv_load_stream16(p, (base + (long)row * sl) * 2 + c * 16);
+#else
+    return clkv_load_raw_u16(p, base + (long)row * sl + c * 8);
+#endif
+}
+
+/* element e of two 8-element chunks, packed (x's low) */
+inline uint pair_elem(uint4 x, uint4 y, int e) {
+    const uint a = U4W(x, e >> 1), b = U4W(y, e >> 1);
+    return (e & 1) ? (a >> 16) | (b & 0xffff0000u) : (a & 0xffffu) | (b << 16);
+}
+#endif
+
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global const KV_T *v,
                          __global const int *lengths, __global O_T *o, __global float *lse,
                          __global float *part_acc, const window_scalars P, __global int *tickets) {
     KARGS_UNPACK(WINDOW)
+#if DIRECT
+    __local float cmb[NW * QN * CLD];
+#else
     __local uint4 smem[NSTG * 2 * TILE16];
+#endif
     __local float wm[NW][QN], wl[NW][QN];
     __local int is_last;
 #if FUSED_MERGE
@@ -170,8 +222,14 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
         const long qa = q_off + (long)b * q_sb + (long)(kvh * G + fg) * q_sh;
         UNROLL
         for (int s = 0; s < NKS; s++) {
+#if DIRECT
+            const int col = 8 * (4 * (s >> 1) + ft) + 4 * (s & 1);
+            qf[s][0] = q_pair(q, qa, fg < G, col);
+            qf[s][1] = q_pair(q, qa, fg < G, col + 2);
+#else
             qf[s][0] = q_pair(q, qa, fg < G, s * 16 + 2 * ft);
             qf[s][1] = q_pair(q, qa, fg < G, s * 16 + 2 * ft + 8);
+#endif
         }
     }
 
@@ -196,8 +254,14 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
     const int v_row = w * KW + (mi >> 1) * 8 + mr, v_col = (mi & 1) * 8;
     __global const ushort *k16 = (__global const ushort *)k;
     __global const ushort *v16 = (__global const ushort *)v;
+#if DIRECT
+    (void)k_row;
+    (void)k_col;
+    (void)v_row;
+    (void)v_col;
+#endif
 
-#if KV_ALIGNED
+#if KV_ALIGNED && !DIRECT
     UNROLL
     for (int t = 0; t < NSTG - 1; t++) {
         if (t < ntiles)
@@ -207,6 +271,29 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
     }
 #endif
     for (int t = 0; t < ntiles; t++) {
+        const int j0 = TILE_KEY(t) + w * KW; /* first key of this warp */
+#if DIRECT
+        /* this lane's chunks of the warp's keys (rows past the end read row kend - 1) */
+        uint4 kr[NMT][2][CH / 4], vr[NMT][4][HEAD_DIM / 64];
+        UNROLL
+        for (int mt = 0; mt < NMT; mt++) {
+            const int jb = j0 + mt * 16;
+            UNROLL
+            for (int h = 0; h < 2; h++) {
+                const int row = min(jb + fg + 8 * h, kend - 1);
+                UNROLL
+                for (int i = 0; i < CH / 4; i++)
+                    kr[mt][h][i] = kv_chunk(k16, kb, row, k_sl, 4 * i + ft);
+            }
+            UNROLL
+            for (int kq = 0; kq < 4; kq++) {
+                const int row = min(jb + 2 * ft + (kq & 1) + 8 * (kq >> 1), kend - 1);
+                UNROLL
+                for (int i = 0; i < HEAD_DIM / 64; i++)
+                    vr[mt][kq][i] = kv_chunk(v16, vb, row, v_sl, fg + 8 * i);
+            }
+        }
+#else
         const int st = t % NSTG;
 #if KV_ALIGNED
         const int ahead = t + NSTG - 1;
@@ -223,7 +310,7 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
         barrier(CLK_LOCAL_MEM_FENCE);
         __local const ushort *ks = (__local const ushort *)(smem + (2 * st) * TILE16);
         __local const ushort *vs = (__local const ushort *)(smem + (2 * st + 1) * TILE16);
-        const int j0 = TILE_KEY(t) + w * KW; /* first key of this warp */
+#endif
 
         /* S^T = K Q^T for the warp's KW keys x 8 queries */
         float s[NMT][4];
@@ -235,7 +322,15 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
             UNROLL
             for (int kk = 0; kk < NKS; kk++) {
                 uint af[4];
+#if DIRECT
+                const uint4 x0 = kr[mt][0][kk >> 1], x1 = kr[mt][1][kk >> 1];
+                af[0] = (kk & 1) ? x0.z : x0.x;
+                af[1] = (kk & 1) ? x1.z : x1.x;
+                af[2] = (kk & 1) ? x0.w : x0.y;
+                af[3] = (kk & 1) ? x1.w : x1.y;
+#else
                 clkv_ldmatrix4(af, ks + (k_row + mt * 16) * LDH + kk * 16 + k_col);
+#endif
                 mma16816(s[mt], af[0], af[1], af[2], af[3], qf[kk][0], qf[kk][1]);
             }
         }
@@ -290,14 +385,25 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
             UNROLL
             for (int n = 0; n < NKS; n++) {
                 uint af[4];
+#if DIRECT
+                /* rows g / g + 8 of dim block n: fragment indices n and n + NKS */
+                const int u0 = n, u1 = n + NKS;
+                af[0] = pair_elem(vr[mt][0][u0 / 8], vr[mt][1][u0 / 8], u0 % 8);
+                af[1] = pair_elem(vr[mt][0][u1 / 8], vr[mt][1][u1 / 8], u1 % 8);
+                af[2] = pair_elem(vr[mt][2][u0 / 8], vr[mt][3][u0 / 8], u0 % 8);
+                af[3] = pair_elem(vr[mt][2][u1 / 8], vr[mt][3][u1 / 8], u1 % 8);
+#else
                 clkv_ldmatrix4_trans(af, vs + (v_row + mt * 16) * LDH + n * 16 + v_col);
+#endif
                 mma16816(acc[n], af[0], af[1], af[2], af[3], bh0, bh1);
                 mma16816(acc[n], af[0], af[1], af[2], af[3], bl0, bl1);
             }
         }
+#if !DIRECT
         barrier(CLK_LOCAL_MEM_FENCE); /* the stage may be refilled */
+#endif
     }
-#if KV_ALIGNED
+#if KV_ALIGNED && !DIRECT
     CLKV_CP_ASYNC_WAIT(0); /* no copy may land in the combine area */
 #endif
 
@@ -320,14 +426,20 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
     }
     const float f0 = m0 == -INFINITY ? 0.0f : exp2(m0 - ms0);
     const float f1 = m1 == -INFINITY ? 0.0f : exp2(m1 - ms1);
+#if DIRECT
+#define ODIM0(n) VDIM(fg, n)
+#define ODIM1(n) VDIM(fg, (n) + NKS)
+#else
     __local float *cmb = (__local float *)smem; /* [NW][QN][CLD] */
+#define ODIM0(n) ((n)*16 + fg)
+#define ODIM1(n) ((n)*16 + fg + 8)
+#endif
     UNROLL
     for (int n = 0; n < NKS; n++) {
-        const int d = n * 16 + fg;
-        cmb[(w * QN + c0) * CLD + d] = acc[n][0] * f0;
-        cmb[(w * QN + c1) * CLD + d] = acc[n][1] * f1;
-        cmb[(w * QN + c0) * CLD + d + 8] = acc[n][2] * f0;
-        cmb[(w * QN + c1) * CLD + d + 8] = acc[n][3] * f1;
+        cmb[(w * QN + c0) * CLD + ODIM0(n)] = acc[n][0] * f0;
+        cmb[(w * QN + c1) * CLD + ODIM0(n)] = acc[n][1] * f1;
+        cmb[(w * QN + c0) * CLD + ODIM1(n)] = acc[n][2] * f0;
+        cmb[(w * QN + c1) * CLD + ODIM1(n)] = acc[n][3] * f1;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 

@@ -27,6 +27,8 @@ typedef struct window_plan {
     int fa_qt, fa_nwk, fa_kw, fa_nstg, fa_aligned; /* its tile parameters */
     size_t fa_local;                               /* its static local memory, bytes */
     int keyrows; /* fa with T = 1, G <= 8: attention_window_keyrows.cl (keys as mma rows) */
+    int direct;  /* keyrows loading K/V straight into registers (its DIRECT form) */
+    int fa_wg;   /* work-group size of the fa kernel (32 fa_nwk) */
     int fused;   /* keyrows with several splits: its last work-group merges them */
     int n_qtiles;
     int splits, chunk;
@@ -222,12 +224,51 @@ static int fused_env(void) {
     return env_on_once(&cached, "CLKV_DECODE_FUSED_MERGE");
 }
 
+/* CLKV_DECODE_DIRECT (read once per process): unset or not "0" = the keyrows kernel's
+ * DIRECT form (each lane loads the K/V chunks of its mma fragments straight into registers:
+ * no local tiles, no barriers in the key loop) for caches of more than 4K tokens in all
+ * (plan_fa), with CLKV_DECODE_DIRECT_WARPS (4, 8 or 16; default 8) warps per work-group;
+ * "0" = the cp.async form (4 warps, local stages) everywhere.
+ * H100, bf16 Hq 32 / Hkv 8, D 128, 2026-11-28, two alternations in one run (us):
+ *   B 1 4K / 32K / 128K: cp.async 10.5-10.7 / 52.6-52.7 / 186.3-186.4, DIRECT 8 warps x 32
+ *   keys 12.3-12.7 / 51.7-52.2 / 182.3-182.9;
+ *   B 8 4K / 32K / 128K: cp.async 53.0-53.1 / 369.7-370.6 / 1426.5-1428.7, DIRECT 52.0-52.6 /
+ *   351.4-352.7 / 1386.7-1388.7 (the streaming probe reading the same bytes: 1385-1386).
+ * Slower in a sweep the same day: 8 warps x 16 keys (B 8 128K 1425.7-1426.1, B 1 128K
+ * 184.1-184.6), 16 warps x 16 (B 8 128K 1393.0-1393.6 but B 1 4K 14.1-15.2) or x 32 (B 8
+ * 128K 1486: 128 registers a lane at 512 work-items), 4 warps with 2-4 work-groups per
+ * compute unit (B 8 128K 1523 with 8 splits, B 1 128K 202.6 with 64), 8 warps x 16 with two
+ * work-groups per unit (B 1 128K 188.1, B 8 128K 1413.3). */
+static int direct_warps(void) {
+    static int on = -1, nw = INT_MIN;
+    if (!env_on_once(&on, "CLKV_DECODE_DIRECT"))
+        return 0;
+    const int w = env_int_once(&nw, "CLKV_DECODE_DIRECT_WARPS");
+    return w == 4 || w == 16 ? w : 8;
+}
+
+/* The keyrows kernel's DIRECT form: nwk warps of 32 keys (16 with CLKV_WINDOW_FA_KW = 16),
+ * one f32 combine area of nwk x 8 queries x (D + 4) instead of the stages. */
+static int plan_direct(clkv_context *ctx, window_plan *p, int nwk, int kw_env) {
+    p->direct = 1;
+    p->fa_nwk = nwk;
+    p->fa_wg = 32 * nwk;
+    p->fa_kw = kw_env == 16 ? 16 : 32;
+    p->fa_nstg = 1;
+    p->fa_local =
+        (size_t)nwk * KEYROWS_QN * (size_t)(p->D + 4) * 4 + (size_t)nwk * KEYROWS_QN * 2 * 4;
+    return (size_t)p->fa_wg <= ctx->info.max_work_group_size &&
+           p->fa_local <= ctx->info.static_local_mem_bytes;
+}
+
 static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, window_plan *p) {
     const int64_t rows = p->G * p->T;
     p->keyrows = p->T == 1 && p->G <= KEYROWS_QN && keyrows_env();
     p->fa_qt = p->keyrows ? KEYROWS_QN : rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
     p->fa_nwk = p->keyrows ? 4 : 4 / (p->fa_qt / 16);
     p->fa_kw = 64 / p->fa_nwk;
+    p->fa_wg = WG;
+    p->fa_aligned = clkv__rows_aligned(&a->k, 8) && clkv__rows_aligned(&a->v, 8);
     /* Decode-like shapes (one 16-row block) with at least half a wave of row blocks: 32 keys
      * per warp in 2 stages (H200, T = 1, B 8, L 128K: 1022 us against 1098 us with 16 keys
      * in 3 stages; fewer row blocks, where each work-group owns a compute unit, keep 16
@@ -244,6 +285,11 @@ static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, windo
     static int kw_cached = INT_MIN, st_cached = INT_MIN;
     const int kw_env = env_int_once(&kw_cached, "CLKV_WINDOW_FA_KW"),
               st_env = env_int_once(&st_cached, "CLKV_WINDOW_FA_STAGES");
+    /* caches of at most 4K tokens in all keep the cp.async form: launch-bound, its 4-warp
+     * work-groups finish sooner (H100, B 1 4K: 10.5-10.7 us against 12.3-12.7 DIRECT) */
+    const int nwd = p->keyrows && p->B * (int64_t)p->max_len > 4096 ? direct_warps() : 0;
+    if (nwd)
+        return plan_direct(ctx, p, nwd, kw_env);
     if (kw_env == 16 || kw_env == 32 || (kw_env == 64 && !p->keyrows))
         p->fa_kw = kw_env;
     const size_t kt = (size_t)(p->fa_nwk * p->fa_kw);
@@ -260,7 +306,6 @@ static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, windo
         nstg--; /* devices with less static local memory: fewer stages */
     p->fa_nstg = (int)nstg;
     p->fa_local = nstg * stage + ml_bytes;
-    p->fa_aligned = clkv__rows_aligned(&a->k, 8) && clkv__rows_aligned(&a->v, 8);
     if (nstg * stage < combine)
         return 0;
     return nstg * stage + ml_bytes <= ctx->info.static_local_mem_bytes;
@@ -285,6 +330,7 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
     p->fa = int16 && ctx->info.nvidia_ptx && (p->D == 64 || p->D == 128) && mma_env() != 0 &&
             plan_fa(ctx, a, p);
     p->keyrows = p->keyrows && p->fa;
+    p->direct = p->direct && p->keyrows;
     p->mma = int16 && mma_env() == 1 && !p->fa;
     int qt_max;
     if (p->mma) {
@@ -494,6 +540,10 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
             clkv__defs_int(&fdefs, "MOVMATRIX", movmatrix_env());
             clkv__defs_int(&fdefs, "FUSED_MERGE", p.fused);
             clkv__defs_int(&fdefs, "INTERLEAVE", interleave_env());
+            if (p.direct) {
+                clkv__defs_int(&fdefs, "DIRECT", 1);
+                clkv__defs_int(&fdefs, "NW", p.fa_nwk);
+            }
         } else {
             clkv__defs_int(&fdefs, "QT", p.fa_qt);
             clkv__defs_int(&fdefs, "NWK", p.fa_nwk);
@@ -560,15 +610,17 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
     if (st == CLKV_OK && merge)
         st = clkv__check_local_mem(ctx, km, "attention_window_merge", 0);
     if (st == CLKV_OK) {
-        const size_t gp[3] = {(size_t)p.n_qtiles * WG, (size_t)p.splits, (size_t)(p.B * p.Hkv)};
-        const size_t lp[3] = {WG, 1, 1};
+        const size_t wg = p.fa ? (size_t)p.fa_wg : WG;
+        const size_t gp[3] = {(size_t)p.n_qtiles * wg, (size_t)p.splits, (size_t)(p.B * p.Hkv)};
+        const size_t lp[3] = {wg, 1, 1};
         clkv__log(ctx,
                   "attention_window: B=%lld Hq=%lld Hkv=%lld T=%lld D=%lld max_len=%d mma=%d "
-                  "fa=%d (keyrows=%d fused=%d qt=%d nwk=%d kw=%d stages=%d aligned=%d) qt=%d kt=%d "
+                  "fa=%d (keyrows=%d direct=%d fused=%d qt=%d nwk=%d kw=%d stages=%d aligned=%d) "
+                  "qt=%d kt=%d "
                   "qtiles=%d splits=%d chunk=%d",
                   (long long)p.B, (long long)p.Hq, (long long)p.Hkv, (long long)p.T, (long long)p.D,
-                  p.max_len, p.mma, p.fa, p.keyrows, p.fused, p.fa_qt, p.fa_nwk, p.fa_kw, p.fa_nstg,
-                  p.fa_aligned, p.qt, p.kt, p.n_qtiles, p.splits, p.chunk);
+                  p.max_len, p.mma, p.fa, p.keyrows, p.direct, p.fused, p.fa_qt, p.fa_nwk, p.fa_kw,
+                  p.fa_nstg, p.fa_aligned, p.qt, p.kt, p.n_qtiles, p.splits, p.chunk);
         st = clkv__enqueue(ctx, kp, "attention_window_partial", 3, gp, lp, merge ? NULL : done);
     }
     if (st == CLKV_OK && merge) {

@@ -137,10 +137,14 @@ clkv_status clkv_attention_decode_workspace_size(clkv_context *ctx,
  * splits take interleaved key tiles (split s: tiles s, s + splits, ...), and where
  * splits x G <= 64 the last work-group of each (sequence, KV head) merges the splits (one
  * launch; a small context-owned counter buffer, allocated on first use, keeps the tickets).
+ * Above 4K tokens in all (B x max_length), its lanes load the K/V bytes their tensor-core
+ * fragments need straight into registers (8 warps per work-group, no local-memory staging);
+ * shorter caches stage K/V through local memory with cp.async.
  * The order in which keys are combined differs between these forms, so results may differ
  * in the last bits (within the tolerances). In the environment (read once per process):
  * CLKV_DECODE_KEYROWS=0 keeps the 16-row form, CLKV_DECODE_FUSED_MERGE=0 the separate merge
- * kernel, CLKV_DECODE_INTERLEAVE=0 contiguous key ranges per split.
+ * kernel, CLKV_DECODE_INTERLEAVE=0 contiguous key ranges per split, CLKV_DECODE_DIRECT=0 the
+ * local-memory staging at every length (CLKV_DECODE_DIRECT_WARPS=4|16 other work-groups).
  */
 typedef struct clkv_attention_window_args {
     clkv_tensor q;
