@@ -248,17 +248,21 @@ static int direct_warps(void) {
 }
 
 /* The keyrows kernel's DIRECT form: nwk warps of 32 keys (16 with CLKV_WINDOW_FA_KW = 16),
- * one f32 combine area of nwk x 8 queries x (D + 4) instead of the stages. */
+ * one f32 combine area of nwk x 8 queries x (D + 4) instead of the stages. Leaves p as it
+ * is and returns 0 where the device cannot run it (the cp.async form is planned instead). */
 static int plan_direct(clkv_context *ctx, window_plan *p, int nwk, int kw_env) {
+    const size_t local =
+        (size_t)nwk * KEYROWS_QN * (size_t)(p->D + 4) * 4 + (size_t)nwk * KEYROWS_QN * 2 * 4;
+    if ((size_t)(32 * nwk) > ctx->info.max_work_group_size ||
+        local > ctx->info.static_local_mem_bytes)
+        return 0;
     p->direct = 1;
     p->fa_nwk = nwk;
     p->fa_wg = 32 * nwk;
     p->fa_kw = kw_env == 16 ? 16 : 32;
     p->fa_nstg = 1;
-    p->fa_local =
-        (size_t)nwk * KEYROWS_QN * (size_t)(p->D + 4) * 4 + (size_t)nwk * KEYROWS_QN * 2 * 4;
-    return (size_t)p->fa_wg <= ctx->info.max_work_group_size &&
-           p->fa_local <= ctx->info.static_local_mem_bytes;
+    p->fa_local = local;
+    return 1;
 }
 
 static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, window_plan *p) {
@@ -288,8 +292,8 @@ static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, windo
     /* caches of at most 4K tokens in all keep the cp.async form: launch-bound, its 4-warp
      * work-groups finish sooner (H100, B 1 4K: 10.5-10.7 us against 12.3-12.7 DIRECT) */
     const int nwd = p->keyrows && p->B * (int64_t)p->max_len > 4096 ? direct_warps() : 0;
-    if (nwd)
-        return plan_direct(ctx, p, nwd, kw_env);
+    if (nwd && plan_direct(ctx, p, nwd, kw_env))
+        return 1;
     if (kw_env == 16 || kw_env == 32 || (kw_env == 64 && !p->keyrows))
         p->fa_kw = kw_env;
     const size_t kt = (size_t)(p->fa_nwk * p->fa_kw);
@@ -616,8 +620,7 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
         clkv__log(ctx,
                   "attention_window: B=%lld Hq=%lld Hkv=%lld T=%lld D=%lld max_len=%d mma=%d "
                   "fa=%d (keyrows=%d direct=%d fused=%d qt=%d nwk=%d kw=%d stages=%d aligned=%d) "
-                  "qt=%d kt=%d "
-                  "qtiles=%d splits=%d chunk=%d",
+                  "qt=%d kt=%d qtiles=%d splits=%d chunk=%d",
                   (long long)p.B, (long long)p.Hq, (long long)p.Hkv, (long long)p.T, (long long)p.D,
                   p.max_len, p.mma, p.fa, p.keyrows, p.direct, p.fused, p.fa_qt, p.fa_nwk, p.fa_kw,
                   p.fa_nstg, p.fa_aligned, p.qt, p.kt, p.n_qtiles, p.splits, p.chunk);
