@@ -80,9 +80,22 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
     clkv__defs_init(&defs);
     clkv__defs_init(&tdefs);
     clkv_defs *both[2] = {&defs, &tdefs};
+    /* pkv_rerank's work-group: 256 work-items (the top-k kernels keep wg2, 1024 on GPUs).
+     * At 50 registers a work-item, a 1024-wide group left one group (32 warps) per compute
+     * unit and 6.24 waves; 256-wide groups fit 5 (40 warps). H100, 1M tokens, 105K
+     * candidates per row, two alternations in one run (2026-11-28): rerank kernel 72.1 /
+     * 72.1 us with 1024, 62.9 / 62.9 with 512, 62.5 / 61.8 with 256; two candidates per
+     * work-item (CLKV_PARISKV_RERANK_ITEMS=2) 75.5-76.0 / 72.4-72.6 / 66.4-66.8; the whole
+     * step 185.6 / 187.2 -> 176.3 / 176.4 us; 128K within the spread (15.1-16.1 us).
+     * CLKV_PARISKV_RERANK_WG (256, 512, 1024) overrides it. */
+    int rwg = p->wg2 < 256 ? p->wg2 : 256;
+    const int rwg_env = clkv__env_int("CLKV_PARISKV_RERANK_WG", 0);
+    if ((rwg_env == 256 || rwg_env == 512 || rwg_env == 1024) &&
+        (size_t)rwg_env <= ctx->info.max_work_group_size)
+        rwg = rwg_env;
     for (int i = 0; i < 2; i++) {
         clkv__defs_int(both[i], "RR_PART", i + 1);
-        clkv__defs_int(both[i], "WG", p->wg2);
+        clkv__defs_int(both[i], "WG", i == 0 ? rwg : p->wg2);
         clkv__defs_int(both[i], "KH_BITS", PKV_KHIST_BITS);
         clkv__defs_int(both[i], "KBUF_CAP", PKV_KBUF_CAP);
         /* CLKV_PARISKV_FAST_TOPK=0 turns this off (see pkv_search_plan.fast_topk) */
@@ -155,6 +168,7 @@ clkv_status clkv__pariskv_stage2_prepare(clkv_context *ctx, const clkv_pariskv_s
         return st;
     k->rerank = kr;
     k->rerank_items = items;
+    k->rerank_wg = rwg;
     k->collect = kc;
     k->collect_items = tc_items;
     k->topk = kt;
@@ -171,10 +185,12 @@ clkv_status clkv__pariskv_stage2_enqueue(clkv_context *ctx, const pkv_search_pla
         const size_t cspan = wg * (size_t)k->collect_items; /* scores per work-group */
         const size_t g_rr[3] = {((size_t)p->max_cand + cspan - 1) / cspan * wg, (size_t)p->Hkv,
                                 (size_t)p->B};
-        const size_t span = wg * (size_t)k->rerank_items; /* candidates per work-group */
-        const size_t g_r[3] = {((size_t)p->max_cand + span - 1) / span * wg, (size_t)p->Hkv,
+        const size_t rwg = (size_t)k->rerank_wg;
+        const size_t l_r[3] = {rwg, 1, 1};
+        const size_t span = rwg * (size_t)k->rerank_items; /* candidates per work-group */
+        const size_t g_r[3] = {((size_t)p->max_cand + span - 1) / span * rwg, (size_t)p->Hkv,
                                (size_t)p->B};
-        if ((st = clkv__enqueue(ctx, k->rerank, "pkv_rerank", 3, g_r, l_wg, ev ? &ev[0] : NULL)) ||
+        if ((st = clkv__enqueue(ctx, k->rerank, "pkv_rerank", 3, g_r, l_r, ev ? &ev[0] : NULL)) ||
             (st = clkv__enqueue(ctx, k->collect, "pkv_topk_collect", 3, g_rr, l_wg,
                                 ev ? &ev[1] : NULL)))
             return st;

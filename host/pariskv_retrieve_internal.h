@@ -58,11 +58,11 @@ typedef struct pkv_search_plan {
 #define PKV_TOPK_RANK_MAX 1024
 
 /* The kernels of one search (owned by the program cache); rerank_items, collect_items:
- * candidates per work-item of pkv_rerank, pkv_topk_collect (set by
- * clkv__pariskv_stage2_prepare). */
+ * candidates per work-item of pkv_rerank, pkv_topk_collect; rerank_wg: pkv_rerank's
+ * work-group size (set by clkv__pariskv_stage2_prepare). */
 typedef struct pkv_search_kernels {
     cl_kernel rank, collide, threshold, compact, rerank, collect, topk;
-    int rerank_items, collect_items;
+    int rerank_items, collect_items, rerank_wg;
 } pkv_search_kernels;
 
 /* `ev` (optional): events of the stage's kernels (stage 1: 4 = rank, collide, threshold,
