@@ -37,7 +37,7 @@
  *                               CLKV_DECODE_DIRECT=0
  *   NW                          warps per work-group (4; with DIRECT also 8 or 16)
  *
- * Warp w takes the keys [w KW, w KW + KW) of every K/V tile; the 4 warps combine their
+ * Warp w takes the keys [w KW, w KW + KW) of every K/V tile; the NW warps combine their
  * (m, l, acc) through local memory at the end and the work-group writes o and lse (one
  * split) or its partial state, query by query (coalesced). With FUSED_MERGE, each
  * work-group then makes its partial state visible device-wide (fence), takes a ticket from
@@ -246,20 +246,16 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
 
     const long kb = k_off + (long)b * k_sb + (long)kvh * k_sh;
     const long vb = v_off + (long)b * v_sb + (long)kvh * v_sh;
+#if !DIRECT
     /* ldmatrix row addresses of this lane inside a stage (16-bit units): K blocks as A
      * (matrix i: keys + 8 (i & 1), dims + 8 (i >> 1)), V blocks as A of V^T via .trans
      * (matrix i: keys + 8 (i >> 1), dims + 8 (i & 1)) */
     const int mi = lane >> 3, mr = lane & 7;
     const int k_row = w * KW + (mi & 1) * 8 + mr, k_col = (mi >> 1) * 8;
     const int v_row = w * KW + (mi >> 1) * 8 + mr, v_col = (mi & 1) * 8;
+#endif
     __global const ushort *k16 = (__global const ushort *)k;
     __global const ushort *v16 = (__global const ushort *)v;
-#if DIRECT
-    (void)k_row;
-    (void)k_col;
-    (void)v_row;
-    (void)v_col;
-#endif
 
 #if KV_ALIGNED && !DIRECT
     UNROLL
@@ -407,7 +403,7 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
     CLKV_CP_ASYNC_WAIT(0); /* no copy may land in the combine area */
 #endif
 
-    /* Combine the 4 warps: m* = max m_w, l* = sum 2^(m_w - m*) l_w, per query. */
+    /* Combine the NW warps: m* = max m_w, l* = sum 2^(m_w - m*) l_w, per query. */
     l0 = col_sum(l0);
     l1 = col_sum(l1);
     const int c0 = 2 * ft, c1 = c0 + 1; /* this lane's queries */

@@ -116,7 +116,9 @@ static const dcase g_cases[] = {
      {0, 333, 17}, -1, 0.0f, 0, OFF_NONE, DATA_RANDOM, TAIL_GARBAGE},
     /* Long caches (B * max_length >= 16K tokens, automatic splits): on NVIDIA routed to the
      * window operator's decode kernel (attention_window_keyrows.cl: G = 4, G = 7 padded to 8,
-     * G = 1; cp.async and, at odd offsets, plain loads; many splits, some past the length) */
+     * G = 1; its DIRECT form: 16-byte register loads and, at odd offsets, element loads;
+     * many splits, some past the length). 16-bit caches of at most 4K tokens in all and
+     * automatic splits (e2, e4) take its cp.async form. */
     {"l1_d128_bf16_h32x8_len16400", 1, 32, 8, 128, 16400, BF16, BF16, BF16, TU_HND, 1, 1,
      {16400}, -1, 0.0f, 0, OFF_NONE, DATA_RANDOM, TAIL_GARBAGE},
     {"l2_d64_f16_h14x2_b2_len9000_3_nhd_odd_outf32_nolse_nan_tail", 2, 14, 2, 64, 9000, F16, F16,
