@@ -152,7 +152,6 @@ inline uint q_pair(__global const Q_T *q, long rowbase, int valid, int col) {
 #if DIRECT
 /* mma row dim of V^T for lane group g and fragment index u in [0, D / 8) */
 #define VDIM(g, u) (8 * ((g) + 8 * ((u) / 8)) + (u) % 8)
-#define U4W(v4, i) ((i) == 0 ? (v4).x : (i) == 1 ? (v4).y : (i) == 2 ? (v4).z : (v4).w)
 
 /* 16-byte chunk c of 16-bit row `row` (elements from base, row stride sl) */
 inline uint4 kv_chunk(__global const ushort *p, long base, int row, long sl, int c) {
@@ -165,7 +164,7 @@ inline uint4 kv_chunk(__global const ushort *p, long base, int row, long sl, int
 
 /* element e of two 8-element chunks, packed (x's low) */
 inline uint pair_elem(uint4 x, uint4 y, int e) {
-    const uint a = U4W(x, e >> 1), b = U4W(y, e >> 1);
+    const uint a = clkv_u4_word(x, e >> 1), b = clkv_u4_word(y, e >> 1);
     return (e & 1) ? (a >> 16) | (b & 0xffff0000u) : (a & 0xffffu) | (b << 16);
 }
 #endif

@@ -96,18 +96,23 @@ inline void clkv_store_dt(__global void *p, int dt, long i, float x) {
 
 /* ---- 16-byte raw vectors: loaded once, widened element by element at use ---- */
 
+/* Word j (0..3) of a raw 16-byte vector; j must be a compile-time constant after
+ * unrolling so the selection folds away (as for the element accessors below). */
+inline uint clkv_u4_word(uint4 r, int j) {
+    return j == 0 ? r.s0 : j == 1 ? r.s1 : j == 2 ? r.s2 : r.s3;
+}
+
 /* Element j (0 <= j < CLKV_VEC16(dt)) of a raw 16-byte vector as f32. j must be a
  * compile-time constant after unrolling so the selection folds away. */
 inline float clkv_raw_elem_0(uint4 r, int j) {
-    uint w = j == 0 ? r.s0 : j == 1 ? r.s1 : j == 2 ? r.s2 : r.s3;
-    return as_float(w);
+    return as_float(clkv_u4_word(r, j));
 }
 inline float clkv_raw_elem_1(uint4 r, int j) {
-    uint w = (j >> 1) == 0 ? r.s0 : (j >> 1) == 1 ? r.s1 : (j >> 1) == 2 ? r.s2 : r.s3;
+    const uint w = clkv_u4_word(r, j >> 1);
     return clkv_f16_bits_to_f32((j & 1) ? (w >> 16) : (w & 0xffffu));
 }
 inline float clkv_raw_elem_2(uint4 r, int j) {
-    uint w = (j >> 1) == 0 ? r.s0 : (j >> 1) == 1 ? r.s1 : (j >> 1) == 2 ? r.s2 : r.s3;
+    const uint w = clkv_u4_word(r, j >> 1);
     return as_float((j & 1) ? (w & 0xffff0000u) : (w << 16));
 }
 #define CLKV_RAW_ELEM(dt) CLKV_CAT(clkv_raw_elem_, dt)
