@@ -36,6 +36,9 @@
  *                               passes 1 for caches over 4K tokens unless
  *                               CLKV_DECODE_DIRECT=0
  *   NW                          warps per work-group (4; with DIRECT also 8 or 16)
+ *   PREFETCH                    DIRECT only: 1 (the -D default): the next tile's K is
+ *                               loaded as soon as S has consumed this tile's (below);
+ *                               0: at the top of its iteration (CLKV_DECODE_PREFETCH=0)
  *
  * Warp w takes the keys [w KW, w KW + KW) of every K/V tile; the NW warps combine their
  * (m, l, acc) through local memory at the end and the work-group writes o and lse (one
@@ -64,6 +67,9 @@
 
 #ifndef DIRECT
 #define DIRECT 0
+#endif
+#ifndef PREFETCH
+#define PREFETCH 1
 #endif
 #ifndef NW
 #define NW 4 /* warps, all along the keys */
@@ -167,6 +173,30 @@ inline uint pair_elem(uint4 x, uint4 y, int e) {
     const uint a = clkv_u4_word(x, e >> 1), b = clkv_u4_word(y, e >> 1);
     return (e & 1) ? (a >> 16) | (b & 0xffff0000u) : (a & 0xffffu) | (b << 16);
 }
+
+/* This lane's chunks of the warp's keys from key j (rows past the end read row kend - 1):
+ * kr[NMT][2][CH / 4] (K rows g, g + 8 of each 16-key block), vr[NMT][4][D / 64] (V rows
+ * 2t, 2t + 1, 2t + 8, 2t + 9). */
+#define DIRECT_LOAD_K(j)                                                                           \
+    do {                                                                                           \
+        UNROLL for (int mt = 0; mt < NMT; mt++) {                                                  \
+            UNROLL for (int h = 0; h < 2; h++) {                                                   \
+                const int row = min((j) + mt * 16 + fg + 8 * h, kend - 1);                         \
+                UNROLL for (int i = 0; i < CH / 4; i++) kr[mt][h][i] =                             \
+                    kv_chunk(k16, kb, row, k_sl, 4 * i + ft);                                      \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+#define DIRECT_LOAD_V(j)                                                                           \
+    do {                                                                                           \
+        UNROLL for (int mt = 0; mt < NMT; mt++) {                                                  \
+            UNROLL for (int kq = 0; kq < 4; kq++) {                                                \
+                const int row = min((j) + mt * 16 + 2 * ft + (kq & 1) + 8 * (kq >> 1), kend - 1);  \
+                UNROLL for (int i = 0; i < HEAD_DIM / 64; i++) vr[mt][kq][i] =                     \
+                    kv_chunk(v16, vb, row, v_sl, fg + 8 * i);                                      \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
 #endif
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
@@ -265,30 +295,30 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
         clkv_cp_async_commit(); /* empty groups keep the group count uniform */
     }
 #endif
+#if DIRECT
+    /* With PREFETCH, tile t + 1's K is requested as soon as S has consumed tile t's: those
+     * loads stay in flight through the softmax and O^T (same registers). H200, bf16 Hq 32 /
+     * Hkv 8, D 128, 2026-11-28, two alternations in one run, B 8 128K 976.0-976.5 -> 958.7-
+     * 960.0 us, B 1 128K 131.3-132.3 -> 129.8-130.5, B 8 32K 251.7-252.7 -> 247.8-249.3, B 1
+     * 32K 40.3-40.5 either way. Slower: also the next tile's V after O^T (B 8 128K 1048-1050,
+     * 255 registers), or its first 16 keys' V (1040), or either at 16 keys a warp (1011 /
+     * 1065); a register cap (-cl-nv-maxrregcount 128) for two 8 x 16-key work-groups per
+     * compute unit changed nothing (1041.5 against 1041.1-1043.2). */
+    uint4 kr[NMT][2][CH / 4], vr[NMT][4][HEAD_DIM / 64];
+#if PREFETCH
+    if (ntiles > 0)
+        DIRECT_LOAD_K(TILE_KEY(0) + w * KW);
+#endif
+#endif
     for (int t = 0; t < ntiles; t++) {
         const int j0 = TILE_KEY(t) + w * KW; /* first key of this warp */
 #if DIRECT
-        /* this lane's chunks of the warp's keys (rows past the end read row kend - 1) */
-        uint4 kr[NMT][2][CH / 4], vr[NMT][4][HEAD_DIM / 64];
-        UNROLL
-        for (int mt = 0; mt < NMT; mt++) {
-            const int jb = j0 + mt * 16;
-            UNROLL
-            for (int h = 0; h < 2; h++) {
-                const int row = min(jb + fg + 8 * h, kend - 1);
-                UNROLL
-                for (int i = 0; i < CH / 4; i++)
-                    kr[mt][h][i] = kv_chunk(k16, kb, row, k_sl, 4 * i + ft);
-            }
-            UNROLL
-            for (int kq = 0; kq < 4; kq++) {
-                const int row = min(jb + 2 * ft + (kq & 1) + 8 * (kq >> 1), kend - 1);
-                UNROLL
-                for (int i = 0; i < HEAD_DIM / 64; i++)
-                    vr[mt][kq][i] = kv_chunk(v16, vb, row, v_sl, fg + 8 * i);
-            }
-        }
-#else
+#if !PREFETCH
+        DIRECT_LOAD_K(j0);
+#endif
+        DIRECT_LOAD_V(j0);
+#endif
+#if !DIRECT
         const int st = t % NSTG;
 #if KV_ALIGNED
         const int ahead = t + NSTG - 1;
@@ -329,6 +359,9 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
                 mma16816(s[mt], af[0], af[1], af[2], af[3], qf[kk][0], qf[kk][1]);
             }
         }
+#if DIRECT && PREFETCH
+        DIRECT_LOAD_K(TILE_KEY(t + 1) + w * KW); /* past the end: row kend - 1 (no branch) */
+#endif
 
         /* scale, mask the keys past the split, online softmax per query (column) */
         float mx0 = -INFINITY, mx1 = -INFINITY;

@@ -247,6 +247,14 @@ static int direct_warps(void) {
     return w == 4 || w == 16 ? w : 8;
 }
 
+/* CLKV_DECODE_PREFETCH (read once per process): unset or not "0" = the DIRECT form requests
+ * the next key tile's K while it computes this one (kernel -DPREFETCH, measured there);
+ * "0" = at the top of each iteration. */
+static int prefetch_env(void) {
+    static int cached = -1;
+    return env_on_once(&cached, "CLKV_DECODE_PREFETCH");
+}
+
 /* The keyrows kernel's DIRECT form: nwk warps of 32 keys (16 with CLKV_WINDOW_FA_KW = 16),
  * one f32 combine area of nwk x 8 queries x (D + 4) instead of the stages. Leaves p as it
  * is and returns 0 where the device cannot run it (the cp.async form is planned instead). */
@@ -547,6 +555,7 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
             if (p.direct) {
                 clkv__defs_int(&fdefs, "DIRECT", 1);
                 clkv__defs_int(&fdefs, "NW", p.fa_nwk);
+                clkv__defs_int(&fdefs, "PREFETCH", prefetch_env());
             }
         } else {
             clkv__defs_int(&fdefs, "QT", p.fa_qt);
