@@ -153,7 +153,11 @@ inline float pkr_piece(float acc, int pc, const uint4 *cv, const uint4 *wv,
  * in one row of 96 / 128 bytes (one buffer, strided descriptors; 72.6 / 77.5 us), and a
  * grid-stride loop that loads the next candidate's rows during the current one's math (1,
  * 2, 4, 8 work-groups per compute unit: 92.6 / 75.0 / 70.4 / 75.0 us; steps within the
- * spread).
+ * spread). Also slower (H200, 1M tokens, 2026-11-28, two alternations in one run, 58.2-58.6
+ * us here): 4 lanes per candidate (each lane 16 bytes of codes and its 4 weights, so a warp
+ * load covers 8 whole rows; the block dots summed in local memory in the same order), with
+ * 4x the work-groups 133.0 / 133.2 us, with 4 candidates per lane in rounds (all loads
+ * issued first, same work-groups) 110.0 / 110.4 us.
  * Grid (ceil(max_cand / RR_SPAN) * WG, Hkv, B), local (WG). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 pkv_rerank(__global const float *qr, __global const float *qn, __global const uchar *codes,
