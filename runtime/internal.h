@@ -44,6 +44,7 @@ struct clkv_context {
     struct clkv_kernel_memo *memo;       /* (file, -D set, kernel) -> kernel, see get_kernel */
     clkv_cache_stats stats;
     int disk_cache_enabled;
+    int disk_cache_default; /* CLKV_CACHE unset: the platform decides (runtime/context.c) */
     char cache_dir[1024];
 
     cl_mem workspace;

@@ -23,14 +23,16 @@ static long file_size(const char *path) {
     return stat(path, &st) == 0 ? (long)st.st_size : -1;
 }
 
-/* A context whose disk cache lives in a fresh directory of its own. */
+/* A context whose disk cache lives in a fresh directory of its own (CLKV_CACHE=1: also on
+ * PoCL, where it is off by default). */
 static clkv_context *context_with_cache(const char *sub) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/%s", tmp_root, sub);
     setenv("CLKV_CACHE_DIR", dir, 1);
-    unsetenv("CLKV_CACHE");
+    setenv("CLKV_CACHE", "1", 1);
     clkv_context *ctx = tu_context_create();
     unsetenv("CLKV_CACHE_DIR");
+    unsetenv("CLKV_CACHE");
     return ctx;
 }
 
@@ -201,6 +203,24 @@ static void test_disk_cache_off(void **state) {
     clkv_context_destroy(ctx);
 }
 
+/* CLKV_CACHE unset: the disk cache is on, except on PoCL (runtime/context.c says why). */
+static void test_disk_cache_platform_default(void **state) {
+    (void)state;
+    char dir[512], path[1200];
+    snprintf(dir, sizeof dir, "%s/default", tmp_root);
+    setenv("CLKV_CACHE_DIR", dir, 1);
+    unsetenv("CLKV_CACHE");
+    clkv_context *ctx = tu_context_create();
+    unsetenv("CLKV_CACHE_DIR");
+    const int pocl =
+        strstr(clkv_context_device_info(ctx)->platform_name, "Portable Computing Language") != NULL;
+    clkv_defs defs;
+    clkv__defs_init(&defs);
+    assert_int_equal(clkv__disk_cache_path(ctx, "attention_merge.cl", &defs, path, sizeof path),
+                     pocl ? -1 : 0);
+    clkv_context_destroy(ctx);
+}
+
 /* Kernel files from a scratch CLKV_KERNEL_DIR. */
 static void kernel_dir_with(const char *file, const char *text) {
     char dir[512], path[700];
@@ -335,6 +355,7 @@ int main(void) {
         cmocka_unit_test(test_kernel_memo),
         cmocka_unit_test(test_disk_hit_and_rebuilds),
         cmocka_unit_test(test_disk_cache_off),
+        cmocka_unit_test(test_disk_cache_platform_default),
         cmocka_unit_test(test_build_failure_keeps_log),
         cmocka_unit_test(test_include_fragments),
         cmocka_unit_test(test_local_memory_budget),

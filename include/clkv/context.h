@@ -8,7 +8,10 @@
  *   CLKV_DEVICE      device choice when the caller passes no selector (see below)
  *   CLKV_CACHE_DIR   directory of the on-disk program cache
  *                    (default: $XDG_CACHE_HOME/clkv, else $HOME/.cache/clkv)
- *   CLKV_CACHE       "0"/"off" disables the on-disk program cache
+ *   CLKV_CACHE       "0"/"off" disables the on-disk program cache; any other value
+ *                    enables it on every platform. Unset: on, except on PoCL, which keeps
+ *                    its own cache of compiled kernels and would compile every kernel of a
+ *                    program to hand out its binary
  *   CLKV_KERNEL_DIR  development override: load the .cl files from this directory
  *                    instead of the copies embedded in the library
  *   CLKV_LOG         "1" prints a debug log to stderr (device choice, program-cache
