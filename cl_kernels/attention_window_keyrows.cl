@@ -300,10 +300,11 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
      * loads stay in flight through the softmax and O^T (same registers). H200, bf16 Hq 32 /
      * Hkv 8, D 128, 2026-11-28, two alternations in one run, B 8 128K 976.0-976.5 -> 958.7-
      * 960.0 us, B 1 128K 131.3-132.3 -> 129.8-130.5, B 8 32K 251.7-252.7 -> 247.8-249.3, B 1
-     * 32K 40.3-40.5 either way. Slower: also the next tile's V after O^T (B 8 128K 1048-1050,
-     * 255 registers), or its first 16 keys' V (1040), or either at 16 keys a warp (1011 /
-     * 1065); a register cap (-cl-nv-maxrregcount 128) for two 8 x 16-key work-groups per
-     * compute unit changed nothing (1041.5 against 1041.1-1043.2). */
+     * 32K 40.3-40.5 either way. Slower: also the next tile's V after O^T (B 8 128K 1048-1050;
+     * a first form of it compiled to 255 registers), or its first 16 keys' V (1040), or
+     * either at 16 keys a warp (1011 / 1065); at 16 keys a warp a register cap
+     * (-cl-nv-maxrregcount 128, meant to fit two work-groups per compute unit; not checked)
+     * changed nothing (1041.5 against 1041.1-1043.2). docs/performance.md has the sweep. */
     uint4 kr[NMT][2][CH / 4], vr[NMT][4][HEAD_DIM / 64];
 #if PREFETCH
     if (ntiles > 0)

@@ -7,7 +7,8 @@
  * name, driver version, platform version) and stored with a header holding that key, the
  * binary's size and the binary's own SHA-256; a file that is short, long, corrupt or made
  * for another key is rejected and rebuilt, never trusted. Writes go to a temporary file
- * that is renamed into place, so concurrent contexts never see a partial entry. */
+ * that is renamed into place, so concurrent contexts never see a partial entry. The disk
+ * cache is off on PoCL unless CLKV_CACHE asks for it (runtime/context.c says why). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
