@@ -144,7 +144,9 @@ clkv_status clkv_attention_decode_workspace_size(clkv_context *ctx,
  * in the last bits (within the tolerances). In the environment (read once per process):
  * CLKV_DECODE_KEYROWS=0 keeps the 16-row form, CLKV_DECODE_FUSED_MERGE=0 the separate merge
  * kernel, CLKV_DECODE_INTERLEAVE=0 contiguous key ranges per split, CLKV_DECODE_DIRECT=0 the
- * local-memory staging at every length (CLKV_DECODE_DIRECT_WARPS=4|16 other work-groups).
+ * local-memory staging at every length (CLKV_DECODE_DIRECT_WARPS=4|16 other work-groups),
+ * CLKV_DECODE_PREFETCH=0 the register-load form without requesting the next key tile's K
+ * while the current tile is computed.
  */
 typedef struct clkv_attention_window_args {
     clkv_tensor q;
