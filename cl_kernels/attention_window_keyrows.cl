@@ -39,6 +39,18 @@
  *   PREFETCH                    DIRECT only: 1 (the -D default): the next tile's K is
  *                               loaded as soon as S has consumed this tile's (below);
  *                               0: at the top of its iteration (CLKV_DECODE_PREFETCH=0)
+ *   LONGFLOW                    1 (needs DIRECT, no FUSED_MERGE): build the LongFlow step
+ *                               kernel longflow_step_keyrows instead (SPEC §2.3;
+ *                               host/longflow_step.c; the scorers and the merge are in
+ *                               longflow_step.cl, which also takes PER_HEAD and LF_NH).
+ *                               On top of decode, per K/V tile: the slot positions (one
+ *                               per lane, requested with the tile's K) give the warp's
+ *                               slot mask by a ballot; masked rows' V is zeroed; the
+ *                               new token's K/V rows are patched into the registers of the
+ *                               lanes that loaded the victim slot; ||v||_1 of each slot
+ *                               comes from the tensor cores (the V^T blocks of O^T,
+ *                               transposed, times ones) in the layout of the logits, and
+ *                               each lane stores the score logits of its slots.
  *
  * Warp w takes the keys [w KW, w KW + KW) of every K/V tile; the NW warps combine their
  * (m, l, acc) through local memory at the end and the work-group writes o and lse (one
@@ -107,10 +119,19 @@
 #ifndef INTERLEAVE
 #define INTERLEAVE 0
 #endif
+#ifndef LONGFLOW
+#define LONGFLOW 0
+#endif
+#if LONGFLOW && (!DIRECT || FUSED_MERGE)
+#error "attention_window_keyrows: LONGFLOW needs DIRECT, without FUSED_MERGE"
+#endif
 #if FUSED_MERGE
 #include "split_merge.cl"
 #endif
 #include "kernel_args.cl"
+#if LONGFLOW
+#include "longflow_step.cl"
+#endif
 
 #define mma16816 CLKV_MMA(KV_DTYPE)
 #define split16x2 CLKV_SPLIT16X2(KV_DTYPE)
@@ -199,6 +220,74 @@ inline uint pair_elem(uint4 x, uint4 y, int e) {
     } while (0)
 #endif
 
+#if LONGFLOW
+/* The LongFlow step in one launch (longflow_step.cl): work-groups [0, n_attn) are
+ * (sequence x KV head, split) pairs, bh * num_splits + split, over contiguous chunks of the
+ * S slots; the rest are scorers. */
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+longflow_step_keyrows(LF_STEP_PARAMS) {
+    KARGS_UNPACK(LF_STEP)
+    __local float cmb[NW * QN * CLD];
+    __local float wm[NW][QN], wl[NW][QN];
+    __local uint4 new_k[CH], new_v[CH];
+    __local int flag;
+    const int gid = (int)get_group_id(0);
+    if (gid >= n_attn) { /* a scorer; its local arrays live in the combine area */
+        lf_step_score(gid, pos, victim, next_pos, ws, ctr, scores, vout, P, cmb, &flag);
+        return;
+    }
+    const int lid = (int)get_local_id(0);
+    const int lane = lid % 32, w = lid / 32;
+    const int fg = lane >> 2, ft = lane & 3;
+    const int split = gid % num_splits, bh = gid / num_splits;
+    const int Hkv = Hq / G;
+    const int b = bh / Hkv, kvh = bh % Hkv;
+    const int Hm = PER_HEAD ? Hkv : 1, u = PER_HEAD ? kvh : 0;
+    const int vslot = do_write ? victim[b * Hm + u] : -1;
+#if INTERLEAVE /* split s takes the slot tiles s, s + num_splits, ... (as decode) */
+    (void)chunk;
+    const int kend = S, ntot = (S + KT - 1) / KT;
+    const int ntiles = split < ntot ? (ntot - split + num_splits - 1) / num_splits : 0;
+#define TILE_KEY(t) (((t)*num_splits + split) * KT)
+    const int has_victim = vslot >= 0 && (vslot / KT) % num_splits == split;
+#else
+    const int kbeg = split * chunk;
+    const int kend = min(kbeg + chunk, S);
+    const int ntiles = kend > kbeg ? (kend - kbeg + KT - 1) / KT : 0;
+#define TILE_KEY(t) (kbeg + (t)*KT)
+    const int has_victim = vslot >= kbeg && vslot < kend;
+#endif
+    const long kb = ((long)b * Hkv + kvh) * S * HEAD_DIM, vb = kb; /* contiguous cache */
+    const long k_sl = HEAD_DIM, v_sl = HEAD_DIM;
+    __global float *part_acc = ws;
+
+    /* The new token: stored by the work-group whose split holds the victim slot, which also
+     * keeps it (as stored) to patch into its registers where a lane loaded that row (the
+     * loads may see the old row or the new one). Every slot of a split is read by this
+     * work-group alone, so nothing waits on the global writes. */
+    __global int *prow = pos + ((long)b * Hm + u) * S;
+    if (has_victim) { /* uniform */
+        const long knrow = kn_off + (long)b * kn_sb + (long)kvh * kn_sh;
+        const long vnrow = vn_off + (long)b * vn_sb + (long)kvh * vn_sh;
+        for (int c = lid; c < CH; c += WG_SIZE) {
+            const uint4 rk = lf_new_chunk(kn, n_dt, knrow, c);
+            const uint4 rv = lf_new_chunk(vn, n_dt, vnrow, c);
+            new_k[c] = rk;
+            new_v[c] = rv;
+            *(__global uint4 *)(k + kb + (long)vslot * HEAD_DIM + c * 8) = rk;
+            *(__global uint4 *)(v + vb + (long)vslot * HEAD_DIM + c * 8) = rv;
+        }
+#if PER_HEAD
+        if (lid == 0)
+#else
+        if (lid == 0 && kvh == 0) /* one writer per slot map */
+#endif
+            prow[vslot] = next_pos[b];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    /* score logits of this (sequence, KV head): yb[r * S + slot] for its query head r */
+    __global float *yb = ws + y_off + ((long)b * Hq + kvh * G) * S;
+#else
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global const KV_T *v,
                          __global const int *lengths, __global O_T *o, __global float *lse,
@@ -244,6 +333,9 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
     const int ntiles = kend > kbeg ? (kend - kbeg + KT - 1) / KT : 0;
 #define TILE_KEY(t) (kbeg + (t)*KT)
 #endif
+    const long kb = k_off + (long)b * k_sb + (long)kvh * k_sh;
+    const long vb = v_off + (long)b * v_sb + (long)kvh * v_sh;
+#endif /* LONGFLOW */
 
     /* Q^T as B fragments: lane (g, t) holds query g, dims 2t, 2t + 1 (+ 8) of each k-step */
     uint qf[NKS][2];
@@ -273,8 +365,6 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
     /* this lane's queries 2t (suffix 0) and 2t + 1 (suffix 1); l: this lane's part */
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
-    const long kb = k_off + (long)b * k_sb + (long)kvh * k_sh;
-    const long vb = v_off + (long)b * v_sb + (long)kvh * v_sh;
 #if !DIRECT
     /* ldmatrix row addresses of this lane inside a stage (16-bit units): K blocks as A
      * (matrix i: keys + 8 (i & 1), dims + 8 (i >> 1)), V blocks as A of V^T via .trans
@@ -311,6 +401,13 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
         DIRECT_LOAD_K(TILE_KEY(0) + w * KW);
 #endif
 #endif
+#if LONGFLOW
+        /* lane l: the position held by slot j + l of the warp's keys (requested with their K) */
+#define LF_POS(j) prow[min((j) + min(lane, KW - 1), kend - 1)]
+#if PREFETCH
+    int pnext = ntiles > 0 ? LF_POS(TILE_KEY(0) + w * KW) : -1;
+#endif
+#endif
     for (int t = 0; t < ntiles; t++) {
         const int j0 = TILE_KEY(t) + w * KW; /* first key of this warp */
 #if DIRECT
@@ -318,6 +415,32 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
         DIRECT_LOAD_K(j0);
 #endif
         DIRECT_LOAD_V(j0);
+#endif
+#if LONGFLOW
+#if PREFETCH
+        const int pcur = pnext;
+#else
+        const int pcur = LF_POS(j0);
+#endif
+        if (vslot >= j0 && vslot < j0 + KW) { /* uniform: rows of the new token, as stored */
+            UNROLL
+            for (int mt = 0; mt < NMT; mt++) {
+                UNROLL
+                for (int h = 0; h < 2; h++)
+                    if (min(j0 + mt * 16 + fg + 8 * h, kend - 1) == vslot) {
+                        UNROLL
+                        for (int i = 0; i < CH / 4; i++)
+                            kr[mt][h][i] = new_k[4 * i + ft];
+                    }
+                UNROLL
+                for (int kq = 0; kq < 4; kq++)
+                    if (min(j0 + mt * 16 + 2 * ft + (kq & 1) + 8 * (kq >> 1), kend - 1) == vslot) {
+                        UNROLL
+                        for (int i = 0; i < HEAD_DIM / 64; i++)
+                            vr[mt][kq][i] = new_v[fg + 8 * i];
+                    }
+            }
+        }
 #endif
 #if !DIRECT
         const int st = t % NSTG;
@@ -363,15 +486,40 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
 #if DIRECT && PREFETCH
         DIRECT_LOAD_K(TILE_KEY(t + 1) + w * KW); /* past the end: row kend - 1 (no branch) */
 #endif
+#if LONGFLOW
+#if PREFETCH
+        pnext = LF_POS(TILE_KEY(t + 1) + w * KW);
+#endif
+        /* slot mask, bit kl: key j0 + kl is in the split and holds a position or is the
+         * victim; masked rows' V (may hold NaN) is zeroed before O^T reads it */
+        const uint okm =
+            lf_ballot(lane < KW && j0 + lane < kend && (pcur >= 0 || j0 + lane == vslot));
+        if (okm != (KW == 32 ? 0xffffffffu : 0xffffu)) { /* uniform */
+            UNROLL
+            for (int mt = 0; mt < NMT; mt++) {
+                UNROLL
+                for (int kq = 0; kq < 4; kq++)
+                    if (!((okm >> (mt * 16 + 2 * ft + (kq & 1) + 8 * (kq >> 1))) & 1u)) {
+                        UNROLL
+                        for (int i = 0; i < HEAD_DIM / 64; i++)
+                            vr[mt][kq][i] = (uint4)(0u);
+                    }
+            }
+        }
+#define KEY_OK(kl) ((okm >> (kl)) & 1u)
+#else
+#define KEY_OK(kl) (j0 + (kl) < kend)
+#endif
 
-        /* scale, mask the keys past the split, online softmax per query (column) */
+        /* scale, mask the keys past the split (and LongFlow's masked slots), online
+         * softmax per query (column) */
         float mx0 = -INFINITY, mx1 = -INFINITY;
         UNROLL
         for (int mt = 0; mt < NMT; mt++) {
             UNROLL
             for (int i = 0; i < 4; i++) {
-                const int j = j0 + mt * 16 + fg + (i >> 1) * 8;
-                const float x = j < kend ? s[mt][i] * scale_log2 : -INFINITY;
+                const float x =
+                    KEY_OK(mt * 16 + fg + (i >> 1) * 8) ? s[mt][i] * scale_log2 : -INFINITY;
                 s[mt][i] = x;
                 if (i & 1)
                     mx1 = fmax(mx1, x);
@@ -397,6 +545,17 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
             acc[n][3] *= al1;
         }
 
+#if LONGFLOW
+        /* ||v||_1 of the warp's keys (below): nv[mt][0] key fg, nv[mt][2] key fg + 8 of
+         * 16-key block mt, as the logits */
+        float nv[NMT][4];
+        UNROLL
+        for (int mt = 0; mt < NMT; mt++) {
+            UNROLL
+            for (int i = 0; i < 4; i++)
+                nv[mt][i] = 0.0f;
+        }
+#endif
         /* O^T += V^T P^T, 16 keys at a time */
         UNROLL
         for (int mt = 0; mt < NMT; mt++) {
@@ -426,11 +585,35 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
 #endif
                 mma16816(acc[n], af[0], af[1], af[2], af[3], bh0, bh1);
                 mma16816(acc[n], af[0], af[1], af[2], af[3], bl0, bl1);
+#if LONGFLOW
+                /* ||v||_1 on the tensor cores: each 8 x 8 block of V^T (dims x keys),
+                 * transposed, is a block of |V| with keys as rows (lane (g, t): key g or
+                 * g + 8, two dims), so |V| (16 keys x these 16 dims) x ones sums a key's
+                 * dims into the rows of S^T's layout; the NKS blocks cover every dim once */
+                mma16816(nv[mt], transpose8x8(af[0] & 0x7fff7fffu, lane),
+                         transpose8x8(af[2] & 0x7fff7fffu, lane),
+                         transpose8x8(af[1] & 0x7fff7fffu, lane),
+                         transpose8x8(af[3] & 0x7fff7fffu, lane), ONES16X2, ONES16X2);
+#endif
             }
         }
+#if LONGFLOW
+        /* score logits y = x + log2 ||v||_1 of the G real queries (-inf: masked slot) */
+        UNROLL
+        for (int mt = 0; mt < NMT; mt++) {
+            UNROLL
+            for (int i = 0; i < 4; i++) {
+                const int kl = mt * 16 + fg + (i >> 1) * 8, c = 2 * ft + (i & 1);
+                if (c < G && j0 + kl < kend)
+                    yb[(long)c * S + j0 + kl] =
+                        KEY_OK(kl) ? s[mt][i] + native_log2(nv[mt][i & 2]) : -INFINITY;
+            }
+        }
+#endif
 #if !DIRECT
         barrier(CLK_LOCAL_MEM_FENCE); /* the stage may be refilled */
 #endif
+#undef KEY_OK
     }
 #if KV_ALIGNED && !DIRECT
     CLKV_CP_ASYNC_WAIT(0); /* no copy may land in the combine area */
@@ -486,6 +669,7 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
             x += vload4(c4, cmb + (i * QN + r) * CLD);
         }
         const int h = kvh * G + r;
+#if !LONGFLOW /* LongFlow: always the partial state (lf_step_arrive merges) */
         if (direct) {
             x *= l > 0.0f ? 1.0f / l : 0.0f;
             const long orow = o_off + (long)b * o_sb + (long)h * o_sh + c4 * 4;
@@ -496,7 +680,9 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
             if (has_lse && c4 == 0)
                 lse[lse_off + (long)b * lse_sb + (long)h * lse_sh] =
                     l > 0.0f ? (ms + log2(l)) * CLKV_LN2 : -INFINITY;
-        } else {
+        } else
+#endif
+        {
             const long idx = ((long)b * Hq + h) * num_splits + split;
             vstore4(x, 0, part_acc + idx * HEAD_DIM + c4 * 4);
             if (c4 == 0) {
@@ -505,6 +691,10 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
             }
         }
     }
+#if LONGFLOW
+    lf_step_arrive(bh, ws, ctr, o, lse, P, &flag);
+#undef LF_POS
+#endif
 #if FUSED_MERGE
     if (direct)
         return;

@@ -429,29 +429,8 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
 
 #define NMW ((KW + 31) / 32) /* 32-key words of a warp's slot mask */
 #define YLD (KW + 1)         /* row of a warp's staged score logits (ysm: 4 warps x 16 rows) */
-#if KV_DTYPE == CLKV_DT_BF16
-#define ONES16X2 0x3f803f80u /* two 1.0 in bf16 */
-#else
-#define ONES16X2 0x3c003c00u /* two 1.0 in f16 */
-#endif
 
-/* Bit l set when lane l's predicate is non-zero. */
-inline uint warp_ballot(int p) {
-    uint r;
-    asm volatile("{ .reg .pred q; setp.ne.s32 q, %1, 0; vote.sync.ballot.b32 %0, q, -1; }"
-                 : "=r"(r)
-                 : "r"(p));
-    return r;
-}
-
-/* The cache dtype's bits of x (RNE). */
-inline uint kv_bits16(float x) {
-#if KV_DTYPE == CLKV_DT_BF16
-    return (uint)clkv_f32_to_bf16(x);
-#else
-    return (uint)f32_to_f16_bits(x);
-#endif
-}
+#include "longflow_step.cl" /* lf_ballot, lf_new_chunk, the scorers */
 
 /* The arguments of the attention part (both kernels below start with them). */
 #define LF_ATT_PARAMS                                                                              \
@@ -521,17 +500,8 @@ inline void lf_attend(LF_ATT_PARAMS, int qtile, int split, int bh, __local uint4
         const long knrow = kn_off + (long)b * kn_sb + (long)kvh * kn_sh;
         const long vnrow = vn_off + (long)b * vn_sb + (long)kvh * vn_sh;
         for (int c = lid; c < CH; c += WG_SIZE) {
-            uint wk4[4], wv4[4];
-            UNROLL
-            for (int i = 0; i < 4; i++) {
-                const long e = c * 8 + 2 * i;
-                wk4[i] = kv_bits16(clkv_load_dt(kn, n_dt, knrow + e)) |
-                         kv_bits16(clkv_load_dt(kn, n_dt, knrow + e + 1)) << 16;
-                wv4[i] = kv_bits16(clkv_load_dt(vn, n_dt, vnrow + e)) |
-                         kv_bits16(clkv_load_dt(vn, n_dt, vnrow + e + 1)) << 16;
-            }
-            const uint4 rk = (uint4)(wk4[0], wk4[1], wk4[2], wk4[3]);
-            const uint4 rv = (uint4)(wv4[0], wv4[1], wv4[2], wv4[3]);
+            const uint4 rk = lf_new_chunk(kn, n_dt, knrow, c);
+            const uint4 rv = lf_new_chunk(vn, n_dt, vnrow, c);
             new_k[c] = rk;
             new_v[c] = rv;
             if (qtile == 0) {
@@ -604,7 +574,7 @@ inline void lf_attend(LF_ATT_PARAMS, int qtile, int split, int bh, __local uint4
         for (int wd = 0; wd < NMW; wd++) {
             const int kl = wd * 32 + lane, j = j0 + kl;
             const int ok = kl < KW && j < kend && (j == vslot || spos[st][wk * KW + kl] >= 0);
-            okm[wd] = warp_ballot(ok);
+            okm[wd] = lf_ballot(ok);
             any_masked |= okm[wd] != (KW - wd * 32 >= 32 ? 0xffffffffu : (1u << (KW % 32)) - 1u);
         }
         if (any_masked) { /* uniform over the warp */
@@ -712,308 +682,10 @@ longflow_partial_mma(LF_ATT_PARAMS) {
               spos, wm, wl, new_k, new_v, ysm);
 }
 
-/* ---- longflow_step_mma: the whole step in one launch ----
- *
- * Work-groups [0, n_attn) run lf_attend as above (group t = (bh * num_splits + split) *
- * n_qtiles + qtile); the last n_score work-groups are scorers. The score work is n_items
- * chunks of spt * WG_SIZE slots (item = map * n_chunks + chunk); scorer s takes the items
- * s, s + n_score, ... For each it waits (lane 0 polls) until every attention work-group of
- * the item's map has arrived. Attention work-groups never wait, and the host keeps n_score
- * below the number of compute units (each holds at least one work-group), so at least one
- * work-group slot always runs attention work: the waits end whatever order the device
- * starts work-groups in. After arriving (partials, score logits and the victim's position
- * released by a fence), the last attention work-group of a (sequence, KV head) merges its
- * splits into o and lse (a step only). A scorer merges the split (m, l) of the map's heads
- * into LSE_h, scores its slots as mean_h exp2(y - LSE_h) (never above ||v||_1: no overflow
- * for any logit), keeps the chunk's best victim candidate (as longflow_finish.cl: empty
- * slots first, then the smallest score, ties to the lower slot, protected slots never) and
- * arrives; the last scorer of a map reduces the candidates into the map's victim and, in a
- * step, advances next_pos (per-KV-head mode: the last map of the sequence). Every counter
- * is back at 0 when the kernel ends: a (sequence, KV head)'s counter is reset by its merger,
- * a map's arrival and chunk counters by its last scorer, a sequence's map counter by its
- * last map. Counters (int32, zero between launches): ctr[unit_off + b*Hkv + kvh],
- * ctr[arr_off + map], ctr[scd_off + map], ctr[bat_off + b].
- * Build option LF_NH: the heads a map averages (Hq per-layer, G per-KV-head). */
-#ifndef LF_NH
-#error "longflow_step_mma needs LF_NH"
-#endif
-/* Score logits in flight per work-item: LF_SPB slots x LF_HB heads (64 values). */
-#define LF_HB (LF_NH < 64 ? LF_NH : 64)
-#define LF_SPB (64 / LF_HB)
-
-inline void lf_fence(void) {
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");
-}
-
-/* Victim candidates (as longflow_finish.cl): idx -1 is none; else the smaller key wins
- * (empty slots have key -1, below every score), ties to the lower slot. */
-inline int lf_cand_better(float ka, int ia, float kb, int ib) {
-    if (ia < 0)
-        return 0;
-    if (ib < 0)
-        return 1;
-    return ka < kb || (ka == kb && ia < ib);
-}
-
-/* The work-group's best (key, idx), returned to every work-item (a total order, so the
- * warp butterfly leaves every lane with its warp's best). */
-inline void lf_cand_reduce(float *key, int *idx, __local float *rk, __local int *ri) {
-    const int lid = (int)get_local_id(0);
-    float kb = *key;
-    int ib = *idx;
-    for (int o = 16; o > 0; o >>= 1) {
-        const float k2 = clkv_shfl_xor(kb, o);
-        const int i2 = as_int(clkv_shfl_xor(as_float(ib), o));
-        if (lf_cand_better(k2, i2, kb, ib)) {
-            kb = k2;
-            ib = i2;
-        }
-    }
-    barrier(CLK_LOCAL_MEM_FENCE); /* earlier readers of rk / ri are done */
-    if (lid % 32 == 0) {
-        rk[lid / 32] = kb;
-        ri[lid / 32] = ib;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    kb = rk[0];
-    ib = ri[0];
-    for (int w = 1; w < WG_SIZE / 32; w++)
-        if (lf_cand_better(rk[w], ri[w], kb, ib)) {
-            kb = rk[w];
-            ib = ri[w];
-        }
-    *key = kb;
-    *idx = ib;
-}
-
-/* o and lse of the G heads of (b, kvh) from the splits' partial states (the last attention
- * work-group of the pair, after the acquire fence): an online merge over batches of eight
- * splits, each batch's loads in flight together. */
-inline void lf_merge(__global const float *ws, long ml_off, int b, int kvh, int Hq, int G,
-                     int num_splits, __global void *o, int o_dt, long o_off, long o_sb, long o_sh,
-                     __global float *lse, long lse_off, long lse_sb, long lse_sh, int has_lse) {
-    for (int e = (int)get_local_id(0); e < G * (HEAD_DIM / 4); e += WG_SIZE) {
-        const int r = e / (HEAD_DIM / 4), c4 = e % (HEAD_DIM / 4);
-        const int h = kvh * G + r;
-        const long idx0 = ((long)b * Hq + h) * num_splits;
-        float mx = -INFINITY, sum = 0.0f, f2;
-        float4 x = (float4)(0.0f);
-        for (int s0 = 0; s0 < num_splits; s0 += 8) {
-            float2 ml[8];
-            float4 a[8];
-            UNROLL
-            for (int j = 0; j < 8; j++) {
-                const int sp = min(s0 + j, num_splits - 1);
-                ml[j] = vload2(0, ws + ml_off + (idx0 + sp) * 2);
-                a[j] = vload4(0, ws + (idx0 + sp) * HEAD_DIM + c4 * 4);
-            }
-            UNROLL
-            for (int j = 0; j < 8; j++) {
-                if (s0 + j >= num_splits || ml[j].x == -INFINITY)
-                    continue;
-                const float f1 = clkv_softmax_merge(&mx, &sum, ml[j].x, ml[j].y, &f2);
-                x = fma((float4)(f2), a[j], x * f1);
-            }
-        }
-        x *= sum > 0.0f ? 1.0f / sum : 0.0f;
-        const long orow = o_off + (long)b * o_sb + (long)h * o_sh + c4 * 4;
-        clkv_store_dt(o, o_dt, orow, x.x);
-        clkv_store_dt(o, o_dt, orow + 1, x.y);
-        clkv_store_dt(o, o_dt, orow + 2, x.z);
-        clkv_store_dt(o, o_dt, orow + 3, x.w);
-        if (has_lse && c4 == 0)
-            lse[lse_off + (long)b * lse_sb + (long)h * lse_sh] =
-                sum > 0.0f ? (mx + log2(sum)) * CLKV_LN2 : -INFINITY;
-    }
-}
-
-/* LF_SPB slots (rounds kk0 .. kk0 + LF_SPB - 1 of the chunk) x LF_HB heads (t0 ..) of score
- * logits (plain loads: after the acquire fence, and no line of them was read on this
- * multiprocessor before they were final), 0 outside the chunk or the heads; with load_pos
- * the slots' positions too (-1 outside the chunk). Loads that skip L1 (L1::no_allocate,
- * .cg, .cs) changed nothing: H100, B 2, S 1024 / 32K, two alternations, per-layer
- * 15.04-15.33 / 116.8-117.5 against 15.25-15.39 / 116.9-117.0 us (2026-11-27). */
-inline void lf_load_y(float (*yv)[LF_HB], int *pv, int load_pos, __global const float *yb,
-                      __global const int *prow, int S, int first, int end, int kk0, int t0,
-                      int lid) {
-    UNROLL
-    for (int j = 0; j < LF_SPB; j++) {
-        const int i = first + (kk0 + j) * WG_SIZE + lid;
-        if (load_pos)
-            pv[j] = i < end ? prow[i] : -1;
-        UNROLL
-        for (int t = 0; t < LF_HB; t++)
-            yv[j][t] = i < end && t0 + t < LF_NH ? yb[(long)(t0 + t) * S + i] : 0.0f;
-    }
-}
-
-/* One score item: chunk `chunk` (slots [first, first + spt * WG_SIZE)) of slot map m. */
-inline void lf_score_item(int m, int chunk, __global const int *pos, __global int *victim,
-                          __global int *next_pos, int do_write, int Hq, int G, int n_qtiles, int S,
-                          int num_splits, __global const float *ws, long ml_off, long y_off,
-                          long cand_off, __global int *ctr, int arr_off, int scd_off, int bat_off,
-                          int protect, int n_chunks, int spt, __global float *scores, long sc_off,
-                          long sc_sb, long sc_sh, int has_scores, __global int *vout, long vo_off,
-                          long vo_sb, long vo_sh, int has_vout, __local float *lse2,
-                          __local float *rk, __local int *ri, __local int *flag) {
-    const int lid = (int)get_local_id(0);
-    const int Hkv = Hq / G, Hm = PER_HEAD ? Hkv : 1;
-    const int b = m / Hm, u = m % Hm;
-    const int hf = PER_HEAD ? u * G : 0;
-    const int n_map = (PER_HEAD ? 1 : Hkv) * n_qtiles * num_splits;
-    __global const int *prow = pos + (long)m * S;
-    const int vold = victim[m], np = next_pos[b];
-    /* newest position: the one this step writes (at vold), or after a load the last one */
-    const long prot_from = (long)(do_write ? np : np - 1) - protect + 1;
-    const int first = chunk * spt * WG_SIZE, end = min(first + spt * WG_SIZE, S);
-    __global const float *yb = ws + y_off + ((long)b * Hq + hf) * S;
-    __global const float *pml = ws + ml_off;
-    int pv[LF_SPB]; /* positions of the batch's slots: stable in a step but for vold */
-    UNROLL
-    for (int j = 0; j < LF_SPB; j++) {
-        const int i = first + j * WG_SIZE + lid;
-        pv[j] = i < end ? prow[i] : -1;
-    }
-
-    if (lid == 0) {
-        __global volatile const int *arrived = ctr + arr_off + m;
-        while (*arrived < n_map)
-            asm volatile("nanosleep.u32 128;" ::: "memory");
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    lf_fence();
-
-    /* the first score logits, in flight while the LSEs are merged */
-    float yv[LF_SPB][LF_HB];
-    lf_load_y(yv, pv, 0, yb, prow, S, first, end, 0, 0, lid); /* positions: loaded above */
-    /* LSE (base 2) of each head from its splits: tph lanes per head, then a butterfly */
-    int tph = 1;
-    while (tph < 32 && tph * 2 * LF_NH <= WG_SIZE)
-        tph *= 2;
-    const int r = lid % tph;
-    for (int t0 = 0; t0 < LF_NH; t0 += WG_SIZE / tph) {
-        const int t = t0 + lid / tph;
-        float mm = -INFINITY, ll = 0.0f, f2;
-        if (t < LF_NH) {
-            const long base = ((long)b * Hq + hf + t) * num_splits;
-            for (int s0 = r; s0 < num_splits; s0 += 4 * tph) {
-                float2 ml[4];
-                UNROLL
-                for (int j = 0; j < 4; j++)
-                    ml[j] = vload2(0, pml + (base + min(s0 + j * tph, num_splits - 1)) * 2);
-                UNROLL
-                for (int j = 0; j < 4; j++)
-                    if (s0 + j * tph < num_splits)
-                        (void)clkv_softmax_merge(&mm, &ll, ml[j].x, ml[j].y, &f2);
-            }
-        }
-        for (int o = tph / 2; o > 0; o >>= 1) {
-            const float m2 = clkv_shfl_xor(mm, o), l2 = clkv_shfl_xor(ll, o);
-            (void)clkv_softmax_merge(&mm, &ll, m2, l2, &f2);
-        }
-        if (r == 0 && t < LF_NH)
-            lse2[t] = ll > 0.0f ? mm + log2(ll) : -INFINITY;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-
-    const float inv_nh = 1.0f / (float)LF_NH;
-    float best_key = 0.0f;
-    int best_idx = -1;
-    for (int kk0 = 0; kk0 < spt; kk0 += LF_SPB) {
-        float sum[LF_SPB];
-        UNROLL
-        for (int j = 0; j < LF_SPB; j++)
-            sum[j] = 0.0f;
-        for (int t0 = 0; t0 < LF_NH; t0 += LF_HB) {
-            if (kk0 > 0 || t0 > 0)
-                lf_load_y(yv, pv, t0 == 0, yb, prow, S, first, end, kk0, t0, lid);
-            UNROLL
-            for (int j = 0; j < LF_SPB; j++) {
-                UNROLL
-                for (int t = 0; t < LF_HB; t++)
-                    if (t0 + t < LF_NH)
-                        sum[j] += exp2(yv[j][t] - lse2[t0 + t]);
-            }
-        }
-        UNROLL
-        for (int j = 0; j < LF_SPB; j++) {
-            const int i = first + (kk0 + j) * WG_SIZE + lid;
-            if (kk0 + j >= spt || i >= end)
-                continue;
-            int p = pv[j];
-            if (do_write && i == vold)
-                p = np;                           /* the token this step wrote */
-            float score = -INFINITY, key = -1.0f; /* empty: key -1, below every score */
-            int idx = i;
-            if (p >= 0) {
-                score = sum[j] * inv_nh;
-                key = score;
-                if ((long)p >= prot_from)
-                    idx = -1;
-            }
-            if (has_scores)
-                scores[sc_off + (long)b * sc_sb + (long)u * sc_sh + i] = score;
-            if (lf_cand_better(key, idx, best_key, best_idx)) {
-                best_key = key;
-                best_idx = idx;
-            }
-        }
-    }
-    lf_cand_reduce(&best_key, &best_idx, rk, ri);
-    __global int *cand = (__global int *)(ws + cand_off) + (long)m * n_chunks * 2;
-    if (lid == 0) {
-        cand[chunk * 2] = as_int(best_key);
-        cand[chunk * 2 + 1] = best_idx;
-        lf_fence();
-        *flag = atomic_inc(ctr + scd_off + m) == n_chunks - 1;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (!*flag)
-        return;
-    /* the last scorer of the map: its victim */
-    lf_fence();
-    __global volatile const int *cv = cand;
-    best_key = 0.0f;
-    best_idx = -1;
-    for (int c = lid; c < n_chunks; c += WG_SIZE) {
-        const float kc = as_float(cv[c * 2]);
-        const int ic = cv[c * 2 + 1];
-        if (lf_cand_better(kc, ic, best_key, best_idx)) {
-            best_key = kc;
-            best_idx = ic;
-        }
-    }
-    lf_cand_reduce(&best_key, &best_idx, rk, ri);
-    if (lid == 0) {
-        /* no candidate only if the map breaks its invariants: keep the old victim */
-        const int nv = best_idx >= 0 ? best_idx : vold;
-        victim[m] = nv;
-        if (has_vout)
-            vout[vo_off + (long)b * vo_sb + (long)u * vo_sh] = nv;
-        atomic_xchg(ctr + arr_off + m, 0);
-        atomic_xchg(ctr + scd_off + m, 0);
-        if (do_write) {
-#if PER_HEAD
-            if (atomic_inc(ctr + bat_off + b) == Hkv - 1) {
-                atomic_xchg(ctr + bat_off + b, 0);
-                next_pos[b] = np + 1;
-            }
-#else
-            next_pos[b] = np + 1;
-#endif
-        }
-    }
-    barrier(CLK_LOCAL_MEM_FENCE); /* *flag and rk / ri are reused by the next item */
-}
-
-/* The buffers, then the scalars as one struct (see kernel_args.cl), unpacked into
- * constants named as the parameters of lf_attend, lf_score_item and lf_merge. */
+/* The whole step in one launch (longflow_step.cl): attention work-groups run lf_attend,
+ * the last n_score work-groups score. */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
-longflow_step_mma(__global const Q_T *q, __global const void *kn, __global const void *vn,
-                  __global KV_T *k, __global KV_T *v, __global int *pos, __global int *victim,
-                  __global int *next_pos, __global float *ws, __global int *ctr, __global void *o,
-                  __global float *lse, __global float *scores, __global int *vout,
-                  const lf_step_scalars P) {
+longflow_step_mma(LF_STEP_PARAMS) {
     KARGS_UNPACK(LF_STEP)
     __local uint4 smem[NSTG * 2 * TILE16];
     __local int spos[NSTG][KT];
@@ -1021,44 +693,15 @@ longflow_step_mma(__global const Q_T *q, __global const void *kn, __global const
     __local uint4 new_k[CH], new_v[CH];
     __local float ysm[4 * 16 * YLD];
     __local int flag;
-    const int lid = (int)get_local_id(0);
     const int gid = (int)get_group_id(0);
-    const int Hkv = Hq / G;
-    if (gid >= n_attn) {
-        /* scorer; its local arrays live in the (unused) tile stages */
-        __local float *lse2 = (__local float *)smem;
-        __local float *rk = lse2 + LF_NH;
-        __local int *ri = (__local int *)(rk + WG_SIZE / 32);
-        for (int it = gid - n_attn; it < n_items; it += n_score)
-            lf_score_item(it / n_chunks, it % n_chunks, pos, victim, next_pos, do_write, Hq, G,
-                          n_qtiles, S, num_splits, ws, ml_off, y_off, cand_off, ctr, arr_off,
-                          scd_off, bat_off, protect, n_chunks, spt, scores, sc_off, sc_sb, sc_sh,
-                          has_scores, vout, vo_off, vo_sb, vo_sh, has_vout, lse2, rk, ri, &flag);
+    if (gid >= n_attn) { /* a scorer; its local arrays live in the (unused) tile stages */
+        lf_step_score(gid, pos, victim, next_pos, ws, ctr, scores, vout, P, (__local float *)smem,
+                      &flag);
         return;
     }
     const int per_bh = n_qtiles * num_splits;
     const int bh = gid / per_bh, split = (gid / n_qtiles) % num_splits, qtile = gid % n_qtiles;
     lf_attend(LF_ATT_ARGS, qtile, split, bh, smem, spos, wm, wl, new_k, new_v, ysm);
-    /* release the partial state, the score logits and the victim's position; arrive */
-    lf_fence();
-    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-    const int b = bh / Hkv;
-    if (lid == 0) {
-        lf_fence();
-        atomic_inc(ctr + arr_off + (PER_HEAD ? bh : b));
-        int last = 0;
-        if (do_write) {
-            last = atomic_inc(ctr + unit_off + bh) == per_bh - 1;
-            if (last)
-                atomic_xchg(ctr + unit_off + bh, 0);
-        }
-        flag = last;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (!flag)
-        return;
-    lf_fence();
-    lf_merge(ws, ml_off, b, bh % Hkv, Hq, G, num_splits, o, o_dt, o_off, o_sb, o_sh, lse, lse_off,
-             lse_sb, lse_sh, has_lse);
+    lf_step_arrive(bh, ws, ctr, o, lse, P, &flag);
 }
 #endif /* LONGFLOW */

@@ -156,6 +156,12 @@ inline float clkv_shfl_xor(float x, int lane_mask) {
                  : "f"(x), "r"(lane_mask));
     return r;
 }
+/* x of lane src (0..31) of the warp. */
+inline float clkv_shfl_idx(float x, int src) {
+    float r;
+    asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(x), "r"(src));
+    return r;
+}
 /* Inclusive prefix sum of x over the lanes of a full warp (lane order). */
 inline uint clkv_warp_scan_u32(uint x) {
     const uint lane = get_local_id(0) & 31u;

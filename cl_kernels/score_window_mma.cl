@@ -90,12 +90,6 @@ inline void mma16816(float *c, uint4 a, uint b0, uint b1) {
     CLKV_MMA(KV_DTYPE)(c, a.x, a.y, a.z, a.w, b0, b1);
 }
 
-inline float shfl_idx(float x, int src) {
-    float r;
-    asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(x), "r"(src));
-    return r;
-}
-
 inline float f16_bits(ushort h) {
     return clkv_f16_bits_to_f32(h);
 }
@@ -300,8 +294,8 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
         float vc[2][2];
         UNROLL
         for (int nt = 0; nt < 2; nt++) {
-            vc[nt][0] = shfl_idx(vn[nt], (2 * ft) * 4);
-            vc[nt][1] = shfl_idx(vn[nt], (2 * ft + 1) * 4);
+            vc[nt][0] = clkv_shfl_idx(vn[nt], (2 * ft) * 4);
+            vc[nt][1] = clkv_shfl_idx(vn[nt], (2 * ft + 1) * 4);
         }
 #endif
 

@@ -24,10 +24,15 @@ typedef struct lf_plan {
     int mma;                               /* available for this cache */
     int mma_qt, mma_nwk, mma_kw, mma_nstg; /* tile parameters (see the kernel) */
     int mma_qtiles, mma_splits, mma_chunk; /* row tiles, split-K over the S slots */
-    /* The one-launch step (longflow_step_mma): the tensor-core partial, the merge, scores
-     * and victim in one kernel: sc_attn attention work-groups, then sc_wgs scorers over
-     * sc_chunks chunks of sc_spt * 128 slots per map. */
-    int fused, sc_attn, sc_wgs, sc_spt, sc_chunks;
+    /* The one-launch step (longflow_step_mma, or longflow_step_keyrows where keyrows): the
+     * attention, the merge, scores and victim in one kernel: sc_attn attention
+     * work-groups, then sc_wgs scorers over sc_chunks chunks of sc_spt * step_wg slots per
+     * map, work-groups of step_wg work-items. */
+    int fused, sc_attn, sc_wgs, sc_spt, sc_chunks, step_wg;
+    /* The step's attention in attention_window_keyrows.cl's DIRECT form (G <= 8; keys on
+     * the mma M dimension, K/V straight into registers): kr_nw warps of mma_kw keys, one
+     * row tile (mma_qtiles = 1), its own split-K in mma_splits / mma_chunk. */
+    int keyrows, kr_nw, kr_interleave;
     size_t acc_bytes;  /* workspace: split acc [B, Hq, splits, D] f32 (largest plan) */
     size_t ml_bytes;   /* split (m, l) [B, Hq, splits, 2] f32 */
     size_t y_bytes;    /* score logits [B, Hq, S] f32 */

@@ -1,7 +1,8 @@
 /* clkv_longflow_step: validation, the step's launch plan and the pass that load also uses to
  * choose its first victim: two kernels (cl_kernels/longflow_partial.cl or the tensor-core
- * partial, then longflow_finish.cl), or on NVIDIA with a 16-bit cache one
- * (attention_window_mma.cl, longflow_step_mma: attention, merge, scores and victim). */
+ * partial, then longflow_finish.cl), or on NVIDIA with a 16-bit cache one (attention, merge,
+ * scores and victim: longflow_step_keyrows of attention_window_keyrows.cl for G <= 8,
+ * longflow_step_mma of attention_window_mma.cl otherwise; both share longflow_step.cl). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,8 @@
 
 #define PARTIAL_FILE "longflow_partial.cl"
 #define FINISH_FILE "longflow_finish.cl"
-#define MMA_FILE "attention_window_mma.cl" /* -DLONGFLOW=1: longflow_partial_mma */
+#define MMA_FILE "attention_window_mma.cl"         /* -DLONGFLOW=1: longflow_partial_mma */
+#define KEYROWS_FILE "attention_window_keyrows.cl" /* -DLONGFLOW=1: longflow_step_keyrows */
 
 /* Launch-parameter overrides CLKV_LONGFLOW_EPL / _WG / _UNROLL / _SPLITS / _CPASYNC /
  * _STAGES / _SCORE_LANES / _SCORE_ROUNDS / _SCORE_WGS / _FUSED (benchmarks,
@@ -43,6 +45,66 @@ static size_t stage_bytes(const lf_plan *p, int64_t D, size_t esize) {
 }
 
 #define LF_STAGE_BUDGET (96 * 1024) /* two or more work-groups per multiprocessor */
+
+/* The step's attention in the keyrows DIRECT form (attention_window_keyrows.cl,
+ * -DLONGFLOW=1, longflow_step_keyrows), as decode attention runs it: G <= 8 query heads of a
+ * KV head are the mma N dimension, each warp loads its 32 keys' K/V chunks straight into
+ * registers (no local tiles, no barriers in the slot loop); kr_nw = 4 warps per work-group;
+ * split-K as decode's rule (two work-groups per compute unit in all, chunks of at least 128
+ * slots, whole tiles). Only for the one-launch step (it has no two-kernel form):
+ * CLKV_LONGFLOW_FUSED=0 or CLKV_LONGFLOW_KEYROWS=0 keep the 16-row form of
+ * attention_window_mma.cl. H200, B 2, Hq 32 / Hkv 8, D 128, bf16, per-layer, 2026-11-28 (us
+ * per step at S 32K, decode on the same cache 70.3-71.3): 16-row form 88.2-88.5; this form
+ * with 8 warps 84.3-85.3 (16 splits: two waves of 256 work-groups; 8 splits 80.7-80.9), with
+ * 4 warps 80.4-81.7. Slower: 16 keys a warp (89.5-92.0), 16 warps (160, the registers do not
+ * fit), 24 / 32 splits at 4 warps (95.0-95.5 / 84.6-84.8), interleaved splits (no change).
+ * Diagnostic builds at 4 warps (CLKV_KERNEL_DIR): without the scorers 76.0-76.4, without
+ * them and the arrival (fence, counters, merge of o) 72.2-73.1, without the score-logit
+ * stores or the slot-position loads no faster. Overrides (tuning):
+ * CLKV_LONGFLOW_KEYROWS_WARPS (4 | 8), CLKV_LONGFLOW_MMA_KW (16 | 32),
+ * CLKV_LONGFLOW_MMA_MIN_CHUNK, CLKV_LONGFLOW_MMA_SPLITS (as for the 16-row form),
+ * CLKV_LONGFLOW_INTERLEAVE=1 (split s takes the slot tiles s, s + splits, ...). */
+static void plan_keyrows(clkv_longflow_cache *c) {
+    lf_plan *p = &c->plan;
+    const clkv_device_info *dev = &c->ctx->info;
+    if (c->G > 8 || env_int("CLKV_LONGFLOW_KEYROWS", 1) == 0 ||
+        env_int("CLKV_LONGFLOW_FUSED", 1) == 0)
+        return;
+    const int nw = env_int("CLKV_LONGFLOW_KEYROWS_WARPS", 4) == 8 ? 8 : 4;
+    const int kw = env_int("CLKV_LONGFLOW_MMA_KW", 32) == 16 ? 16 : 32;
+    /* combine area (nw x 8 queries x (D + 4) f32), warp (m, l), the new token's K and V */
+    const size_t local = (size_t)nw * 8 * (size_t)(c->D + 4) * 4 + (size_t)nw * 8 * 2 * 4 +
+                         (size_t)2 * (size_t)c->D * 2 + 16;
+    if ((size_t)(32 * nw) > dev->max_work_group_size || local > dev->static_local_mem_bytes)
+        return;
+    const int64_t kt = (int64_t)nw * kw, units = c->B * c->Hkv;
+    const int64_t cu = (int64_t)dev->compute_units;
+    int64_t splits = (2 * cu + units - 1) / units;
+    const int64_t min_chunk = env_int("CLKV_LONGFLOW_MMA_MIN_CHUNK", 128);
+    const int64_t mc = min_chunk > 0 ? min_chunk : 1;
+    if (splits > (c->S + mc - 1) / mc)
+        splits = (c->S + mc - 1) / mc;
+    if (splits > (c->S + kt - 1) / kt)
+        splits = (c->S + kt - 1) / kt;
+    const int forced = env_int("CLKV_LONGFLOW_MMA_SPLITS", 0);
+    if (forced > 0)
+        splits = forced;
+    if (splits > LF_MAX_SPLITS)
+        splits = LF_MAX_SPLITS;
+    if (splits < 1)
+        splits = 1;
+    int64_t chunk = (c->S + splits - 1) / splits;
+    if (forced <= 0)
+        chunk = (chunk + kt - 1) / kt * kt;
+    p->keyrows = 1;
+    p->kr_interleave = env_int("CLKV_LONGFLOW_INTERLEAVE", 0) != 0;
+    p->kr_nw = nw;
+    p->mma_kw = kw;
+    p->mma_qtiles = 1;
+    p->mma_chunk = (int)chunk;
+    p->mma_splits = (int)((c->S + chunk - 1) / chunk);
+    p->step_wg = 32 * nw;
+}
 
 /* The tensor-core partial (attention_window_mma.cl, -DLONGFLOW=1): where inline PTX works,
  * the cache is f16 / bf16 and D is 64 or 128, unless CLKV_LONGFLOW_MMA=0. A step or load
@@ -110,7 +172,9 @@ static void plan_mma(clkv_longflow_cache *c) {
         chunk = (chunk + kt - 1) / kt * kt;
     p->mma_chunk = (int)chunk;
     p->mma_splits = (int)((c->S + chunk - 1) / chunk);
-    /* The one-launch step: B * Hm * sc_chunks score chunks of sc_spt * 128 slots, taken by
+    p->step_wg = 128;
+    plan_keyrows(c);
+    /* The one-launch step: B * Hm * sc_chunks score chunks of sc_spt * step_wg slots, taken by
      * sc_wgs scorer work-groups, fewer than the compute units (a scorer may wait for
      * attention work-groups, which then always have a work-group slot; see the kernel); a
      * chunk per scorer where that fits. CLKV_LONGFLOW_SCORE_ROUNDS sets spt (tests of
@@ -121,19 +185,18 @@ static void plan_mma(clkv_longflow_cache *c) {
      * (decode 13-15 and ~100.5). Per-KV-head S 32K with 8 or 64 rounds per chunk instead of
      * the default 32: 134.4 / 127.6. */
     const int64_t n_attn = c->B * c->Hkv * p->mma_qtiles * p->mma_splits;
-    const int64_t maps = c->B * c->Hm, scorers_max = cu - 1;
-    int64_t spt =
-        (maps * c->S + 128 * scorers_max - 1) / (128 * (scorers_max > 0 ? scorers_max : 1));
+    const int64_t maps = c->B * c->Hm, scorers_max = cu - 1, wg = p->step_wg;
+    int64_t spt = (maps * c->S + wg * scorers_max - 1) / (wg * (scorers_max > 0 ? scorers_max : 1));
     const int rounds = env_int("CLKV_LONGFLOW_SCORE_ROUNDS", 0);
     if (rounds > 0)
         spt = rounds;
-    const int64_t spt_max = (c->S + 127) / 128;
+    const int64_t spt_max = (c->S + wg - 1) / wg;
     if (spt > spt_max)
         spt = spt_max;
     if (spt < 1)
         spt = 1;
     p->sc_spt = (int)spt;
-    p->sc_chunks = (int)((c->S + spt * 128 - 1) / (spt * 128));
+    p->sc_chunks = (int)((c->S + spt * wg - 1) / (spt * wg));
     const int64_t items = maps * p->sc_chunks;
     p->sc_wgs = (int)(items < scorers_max ? items : scorers_max);
     const int wgs = env_int("CLKV_LONGFLOW_SCORE_WGS", 0); /* tests: several items per scorer */
@@ -142,6 +205,8 @@ static void plan_mma(clkv_longflow_cache *c) {
     p->fused = env_int("CLKV_LONGFLOW_FUSED", 1) != 0 && scorers_max >= 1 &&
                n_attn + p->sc_wgs <= INT32_MAX && items <= INT32_MAX;
     p->sc_attn = p->fused ? (int)n_attn : 0;
+    if (p->keyrows && !p->fused) /* (a device of one compute unit) the CUDA-core kernels */
+        p->mma = p->keyrows = 0;
 }
 
 clkv_status lf__plan(clkv_longflow_cache *c) {
@@ -313,10 +378,12 @@ static lf_out_args out_args(const lf_pass *ps) {
     return a;
 }
 
-/* All arguments of longflow_step_mma: its 14 buffers, then its scalars as one struct
- * (cl_kernels/kernel_args.cl says why). */
-static clkv_status set_step_args(clkv_longflow_cache *c, const lf_pass *ps, cl_kernel k, cl_mem ws,
-                                 cl_long ml_off, cl_long y_off, cl_long cand_off) {
+/* All arguments of the one-launch step kernel (longflow_step_mma or longflow_step_keyrows,
+ * `name`): its 14 buffers, then its scalars as one struct (cl_kernels/kernel_args.cl says
+ * why). */
+static clkv_status set_step_args(clkv_longflow_cache *c, const lf_pass *ps, cl_kernel k,
+                                 const char *name, cl_mem ws, cl_long ml_off, cl_long y_off,
+                                 cl_long cand_off) {
     const lf_plan *p = &c->plan;
     const lf_counter_layout l = lf__counter_layout(c);
     const lf_out_args a = out_args(ps);
@@ -353,11 +420,11 @@ static clkv_status set_step_args(clkv_longflow_cache *c, const lf_pass *ps, cl_k
     P.lse_off = a.lse_off, P.lse_sb = a.lse_sb, P.lse_sh = a.lse_sh, P.has_lse = a.has_lse;
     P.sc_off = a.sc_off, P.sc_sb = a.sc_sb, P.sc_sh = a.sc_sh, P.has_scores = a.has_sc;
     P.vo_off = a.vo_off, P.vo_sb = a.vo_sb, P.vo_sh = a.vo_sh, P.has_vout = a.has_vo;
-    return clkv__set_args(c->ctx, k, "longflow_step_mma", 15, CLKV_ARG(q_buf), CLKV_ARG(kn_buf),
-                          CLKV_ARG(vn_buf), CLKV_ARG(c->k), CLKV_ARG(c->v), CLKV_ARG(c->pos),
-                          CLKV_ARG(c->victim), CLKV_ARG(c->next_pos), CLKV_ARG(ws),
-                          CLKV_ARG(c->counters), CLKV_ARG(a.o_buf), CLKV_ARG(a.lse_buf),
-                          CLKV_ARG(a.sc_buf), CLKV_ARG(a.vo_buf), CLKV_ARG(P));
+    return clkv__set_args(c->ctx, k, name, 15, CLKV_ARG(q_buf), CLKV_ARG(kn_buf), CLKV_ARG(vn_buf),
+                          CLKV_ARG(c->k), CLKV_ARG(c->v), CLKV_ARG(c->pos), CLKV_ARG(c->victim),
+                          CLKV_ARG(c->next_pos), CLKV_ARG(ws), CLKV_ARG(c->counters),
+                          CLKV_ARG(a.o_buf), CLKV_ARG(a.lse_buf), CLKV_ARG(a.sc_buf),
+                          CLKV_ARG(a.vo_buf), CLKV_ARG(P));
 }
 
 /* Arguments of the two-kernel step's partial kernel: longflow_partial_mma (use_mma) or
@@ -409,9 +476,29 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
      * (longflow_step_mma, no finish kernel). */
     const int use_mma = p->mma && ps->mode != 2 && ps->q && ps->q->dtype == c->dtype;
     const int fused = use_mma && p->fused;
-    const char *mma_name = fused ? "longflow_step_mma" : "longflow_partial_mma";
+    const char *mma_name = !fused       ? "longflow_partial_mma"
+                           : p->keyrows ? "longflow_step_keyrows"
+                                        : "longflow_step_mma";
     cl_kernel kp = NULL, kf = NULL;
-    if (use_mma) {
+    if (fused && p->keyrows) {
+        clkv_defs dk;
+        clkv__defs_init(&dk);
+        clkv__defs_int(&dk, "LONGFLOW", 1);
+        clkv__defs_int(&dk, "Q_DTYPE", c->dtype);
+        clkv__defs_int(&dk, "KV_DTYPE", c->dtype);
+        clkv__defs_int(&dk, "O_DTYPE", c->dtype);
+        clkv__defs_int(&dk, "HEAD_DIM", c->D);
+        clkv__defs_int(&dk, "KW", p->mma_kw);
+        clkv__defs_int(&dk, "NSTG", 1);
+        clkv__defs_int(&dk, "KV_ALIGNED", 1);
+        clkv__defs_int(&dk, "DIRECT", 1);
+        clkv__defs_int(&dk, "NW", p->kr_nw);
+        clkv__defs_int(&dk, "INTERLEAVE", p->kr_interleave);
+        clkv__defs_int(&dk, "PER_HEAD", c->mode == CLKV_LONGFLOW_PER_KV_HEAD);
+        clkv__defs_int(&dk, "LF_NH", c->mode == CLKV_LONGFLOW_PER_KV_HEAD ? c->G : c->Hq);
+        if ((st = clkv__get_kernel(ctx, KEYROWS_FILE, &dk, mma_name, &kp)) != CLKV_OK)
+            return st;
+    } else if (use_mma) {
         clkv_defs dm;
         clkv__defs_init(&dm);
         clkv__defs_int(&dm, "LONGFLOW", 1);
@@ -465,7 +552,7 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
                  splits = use_mma ? p->mma_splits : p->splits;
 
     if (kp) {
-        st = fused ? set_step_args(c, ps, kp, ws, ml_off, y_off, cand_off)
+        st = fused ? set_step_args(c, ps, kp, mma_name, ws, ml_off, y_off, cand_off)
                    : set_partial_args(c, ps, kp, use_mma, ws, ml_off, y_off);
         if (st == CLKV_OK)
             st = clkv__check_local_mem(ctx, kp, use_mma ? mma_name : "longflow_partial", 0);
@@ -477,16 +564,17 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
                                            ps->pre->local, NULL)) != CLKV_OK)
             return st;
         const size_t n_attn = (size_t)p->sc_attn, n_score = (size_t)p->sc_wgs;
-        const size_t gp[1] = {(n_attn + n_score) * 128};
-        const size_t lp[1] = {128};
+        const size_t gp[1] = {(n_attn + n_score) * (size_t)p->step_wg};
+        const size_t lp[1] = {(size_t)p->step_wg};
         clkv__log(ctx,
                   "longflow: B=%lld Hq=%lld Hkv=%lld D=%lld S=%lld mode=%d pass=%d one launch, "
-                  "mma (qt=%d nwk=%d kw=%d stages=%d qtiles=%d) splits=%d chunk=%d, "
-                  "%zu attention + %zu score work-groups (%d chunks of %d slots per map)",
+                  "%s (qt=%d nwk=%d kw=%d stages=%d qtiles=%d) splits=%d chunk=%d, "
+                  "%zu attention + %zu score work-groups of %d (%d chunks of %d slots per map)",
                   (long long)c->B, (long long)c->Hq, (long long)c->Hkv, (long long)c->D,
-                  (long long)c->S, (int)c->mode, ps->mode, p->mma_qt, p->mma_nwk, p->mma_kw,
-                  p->mma_nstg, p->mma_qtiles, p->mma_splits, p->mma_chunk, n_attn, n_score,
-                  p->sc_chunks, p->sc_spt * 128);
+                  (long long)c->S, (int)c->mode, ps->mode, p->keyrows ? "keyrows" : "mma",
+                  p->keyrows ? 8 : p->mma_qt, p->keyrows ? p->kr_nw : p->mma_nwk, p->mma_kw,
+                  p->keyrows ? 0 : p->mma_nstg, p->mma_qtiles, p->mma_splits, p->mma_chunk, n_attn,
+                  n_score, p->step_wg, p->sc_chunks, p->sc_spt * p->step_wg);
         return clkv__enqueue(ctx, kp, mma_name, 1, gp, lp, done);
     }
     {

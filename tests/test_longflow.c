@@ -24,6 +24,10 @@
  * _SCORE_LANES / _SCORE_ROUNDS. An override given to the whole run (e.g.
  * CLKV_LONGFLOW_CPASYNC=0) applies to every case that sets none.
  *
+ * On NVIDIA (16-bit cache, q of the cache dtype, D 64 / 128) the one-kernel step runs the
+ * cases with G <= 8 in its keyrows form and the G 20 / 80 cases in its 16-row form
+ * (CLKV_LONGFLOW_KEYROWS=0 runs every such case in the latter).
+ *
  * Reproduce a failure with CLKV_TEST_SEED=<seed printed>.
  */
 #include "util/test_util.h"
@@ -81,7 +85,8 @@ typedef struct lcase {
     const char *cpasync; /* CLKV_LONGFLOW_CPASYNC: staged K/V tiles (plain copies on CPUs) */
     const char *lanes;   /* CLKV_LONGFLOW_SCORE_LANES: finish lanes per slot (GPU: 1..8) */
     const char *rounds;  /* CLKV_LONGFLOW_SCORE_ROUNDS: finish slot rounds per work-group
-                            (NVIDIA one-kernel step: score chunks of rounds x 128 slots) */
+                            (NVIDIA one-kernel step: score chunks of rounds x its
+                            work-group size slots, 128 by default) */
     const char *fused;   /* CLKV_LONGFLOW_FUSED: "0" keeps the two-kernel step on NVIDIA */
     const char *scorers; /* CLKV_LONGFLOW_SCORE_WGS: scorer work-groups of the one-kernel step */
 } lcase;

@@ -45,7 +45,8 @@ void usage_bench_longflow(FILE *f) {
             "step's kernels from profiling events over --iters more back-to-back steps\n"
             "(finish: the duration of the step's last kernel; partial: the gap between two\n"
             "steps' last kernels, i.e. the earlier kernels and the launch gaps). On NVIDIA with\n"
-            "a 16-bit cache a step is one kernel (longflow_step_mma): finish_us is then the\n"
+            "a 16-bit cache a step is one kernel (longflow_step_keyrows, or longflow_step_mma\n"
+            "with CLKV_LONGFLOW_KEYROWS=0 or G > 8): finish_us is then the\n"
             "whole step kernel and partial_us the launch gap; CLKV_LONGFLOW_FUSED=0 restores\n"
             "the two-kernel step (partial + finish) for comparison. Bytes: B*Hkv*S*D*2*element\n"
             "size (K and V read once). Launch geometry overrides for tuning (read at cache\n"
@@ -55,8 +56,9 @@ void usage_bench_longflow(FILE *f) {
             "CLKV_LONGFLOW_MMA_KW, CLKV_LONGFLOW_MMA_STAGES, CLKV_LONGFLOW_MMA_MIN_CHUNK,\n"
             "CLKV_LONGFLOW_MMA_SPLITS (tensor-core partial: NVIDIA, f16 / bf16, D 64 / 128),\n"
             "CLKV_LONGFLOW_SCORE_LANES, CLKV_LONGFLOW_SCORE_ROUNDS (finish kernel; in the\n"
-            "one-kernel step ROUNDS sets the score chunks: ROUNDS x 128 slots),\n"
-            "CLKV_LONGFLOW_FUSED. Progress goes to stderr, results to stdout.\n");
+            "one-kernel step ROUNDS sets the score chunks: ROUNDS x work-group size slots),\n"
+            "CLKV_LONGFLOW_FUSED, CLKV_LONGFLOW_KEYROWS, CLKV_LONGFLOW_KEYROWS_WARPS,\n"
+            "CLKV_LONGFLOW_INTERLEAVE. Progress goes to stderr, results to stdout.\n");
 }
 
 typedef struct lf_opts {
