@@ -261,30 +261,7 @@ longflow_step_keyrows(LF_STEP_PARAMS) {
     const long k_sl = HEAD_DIM, v_sl = HEAD_DIM;
     __global float *part_acc = ws;
 
-    /* The new token: stored by the work-group whose split holds the victim slot, which also
-     * keeps it (as stored) to patch into its registers where a lane loaded that row (the
-     * loads may see the old row or the new one). Every slot of a split is read by this
-     * work-group alone, so nothing waits on the global writes. */
     __global int *prow = pos + ((long)b * Hm + u) * S;
-    if (has_victim) { /* uniform */
-        const long knrow = kn_off + (long)b * kn_sb + (long)kvh * kn_sh;
-        const long vnrow = vn_off + (long)b * vn_sb + (long)kvh * vn_sh;
-        for (int c = lid; c < CH; c += WG_SIZE) {
-            const uint4 rk = lf_new_chunk(kn, n_dt, knrow, c);
-            const uint4 rv = lf_new_chunk(vn, n_dt, vnrow, c);
-            new_k[c] = rk;
-            new_v[c] = rv;
-            *(__global uint4 *)(k + kb + (long)vslot * HEAD_DIM + c * 8) = rk;
-            *(__global uint4 *)(v + vb + (long)vslot * HEAD_DIM + c * 8) = rv;
-        }
-#if PER_HEAD
-        if (lid == 0)
-#else
-        if (lid == 0 && kvh == 0) /* one writer per slot map */
-#endif
-            prow[vslot] = next_pos[b];
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
     /* score logits of this (sequence, KV head): yb[r * S + slot] for its query head r */
     __global float *yb = ws + y_off + ((long)b * Hq + kvh * G) * S;
 #else
@@ -407,6 +384,30 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
 #if PREFETCH
     int pnext = ntiles > 0 ? LF_POS(TILE_KEY(0) + w * KW) : -1;
 #endif
+    /* The new token (after the first tile's loads are in flight): stored by the work-group
+     * whose split holds the victim slot, which also
+     * keeps it (as stored) to patch into its registers where a lane loaded that row (the
+     * loads may see the old row or the new one). Every slot of a split is read by this
+     * work-group alone, so nothing waits on the global writes. */
+    if (has_victim) { /* uniform */
+        const long knrow = kn_off + (long)b * kn_sb + (long)kvh * kn_sh;
+        const long vnrow = vn_off + (long)b * vn_sb + (long)kvh * vn_sh;
+        for (int c = lid; c < CH; c += WG_SIZE) {
+            const uint4 rk = lf_new_chunk(kn, n_dt, knrow, c);
+            const uint4 rv = lf_new_chunk(vn, n_dt, vnrow, c);
+            new_k[c] = rk;
+            new_v[c] = rv;
+            *(__global uint4 *)(k + kb + (long)vslot * HEAD_DIM + c * 8) = rk;
+            *(__global uint4 *)(v + vb + (long)vslot * HEAD_DIM + c * 8) = rv;
+        }
+#if PER_HEAD
+        if (lid == 0)
+#else
+        if (lid == 0 && kvh == 0) /* one writer per slot map */
+#endif
+            prow[vslot] = next_pos[b];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
 #endif
     for (int t = 0; t < ntiles; t++) {
         const int j0 = TILE_KEY(t) + w * KW; /* first key of this warp */
