@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "runtime/internal.h"
+#include "runtime/kernel_registry.h"
 #include "util/test_util.h"
 
 static char tmp_root[256];
@@ -347,6 +348,53 @@ static void test_local_memory_budget(void **state) {
     clkv_context_destroy(ctx);
 }
 
+/* The shipped kernels obey the fragment rule above: every `#include "x.cl"` line of an
+ * embedded source names an embedded file that includes nothing itself (a kernel that
+ * breaks it fails only when it is first built, which on CPUs may be never: the NVIDIA-only
+ * variants). */
+static void test_shipped_includes(void **state) {
+    (void)state;
+    static const char prefix[] = "#include \"";
+    const size_t plen = sizeof prefix - 1;
+    int n_files = 0, n_includes = 0;
+    for (const clkv_embedded_source *s = clkv_embedded_sources; s->name; s++, n_files++) {
+        const char *text = (const char *)s->data;
+        const size_t len = *s->size;
+        for (size_t at = 0; at < len;) {
+            const char *line = text + at;
+            const char *eol = memchr(line, '\n', len - at);
+            const size_t line_len = eol ? (size_t)(eol - line) : len - at;
+            at += line_len + 1;
+            if (line_len <= plen || strncmp(line, prefix, plen) != 0)
+                continue;
+            const char *q = memchr(line + plen, '"', line_len - plen);
+            assert_non_null(q);
+            const size_t nlen = (size_t)(q - line - plen);
+            const clkv_embedded_source *frag = NULL;
+            for (const clkv_embedded_source *f = clkv_embedded_sources; f->name; f++)
+                if (strlen(f->name) == nlen && strncmp(f->name, line + plen, nlen) == 0)
+                    frag = f;
+            if (!frag)
+                fail_msg("%s includes %.*s, which is not embedded", s->name, (int)nlen,
+                         line + plen);
+            const char *ftext = (const char *)frag->data;
+            const size_t flen = *frag->size;
+            for (size_t fat = 0; fat < flen;) {
+                const char *fl = ftext + fat;
+                const char *feol = memchr(fl, '\n', flen - fat);
+                const size_t fl_len = feol ? (size_t)(feol - fl) : flen - fat;
+                fat += fl_len + 1;
+                if (fl_len > plen && strncmp(fl, prefix, plen) == 0)
+                    fail_msg("%s includes %s, a fragment that includes another file", s->name,
+                             frag->name);
+            }
+            n_includes++;
+        }
+    }
+    assert_true(n_files > 10);
+    assert_true(n_includes > 0);
+}
+
 int main(void) {
     snprintf(tmp_root, sizeof tmp_root, "/tmp/clkv_test_cache_%ld", (long)getpid());
     mkdir(tmp_root, 0755);
@@ -358,6 +406,7 @@ int main(void) {
         cmocka_unit_test(test_disk_cache_platform_default),
         cmocka_unit_test(test_build_failure_keeps_log),
         cmocka_unit_test(test_include_fragments),
+        cmocka_unit_test(test_shipped_includes),
         cmocka_unit_test(test_local_memory_budget),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
