@@ -79,7 +79,7 @@ static void plan_keyrows(clkv_longflow_cache *c) {
         return;
     const int64_t kt = (int64_t)nw * kw, units = c->B * c->Hkv;
     const int64_t cu = (int64_t)dev->compute_units;
-    int64_t splits = (2 * cu + units - 1) / units;
+    int64_t splits = 2 * cu / units; /* one wave: two 4-warp work-groups per compute unit */
     const int64_t min_chunk = env_int("CLKV_LONGFLOW_MMA_MIN_CHUNK", 128);
     const int64_t mc = min_chunk > 0 ? min_chunk : 1;
     if (splits > (c->S + mc - 1) / mc)
@@ -185,7 +185,12 @@ static void plan_mma(clkv_longflow_cache *c) {
      * (decode 13-15 and ~100.5). Per-KV-head S 32K with 8 or 64 rounds per chunk instead of
      * the default 32: 134.4 / 127.6. */
     const int64_t n_attn = c->B * c->Hkv * p->mma_qtiles * p->mma_splits;
-    const int64_t maps = c->B * c->Hm, scorers_max = cu - 1, wg = p->step_wg;
+    /* Two 4-warp keyrows work-groups always fit a compute unit (at most 255 registers a
+     * lane, 17 KiB of local memory each), so there up to 2 cu - 1 scorers leave a slot to the
+     * attention; each then scores fewer slots (H200, B 2, per-layer, S 32K: measured in
+     * docs/performance.md, **LongFlow in the keyrows form**). */
+    const int64_t slots = p->keyrows && p->kr_nw == 4 ? 2 * cu : cu;
+    const int64_t maps = c->B * c->Hm, scorers_max = slots - 1, wg = p->step_wg;
     int64_t spt = (maps * c->S + wg * scorers_max - 1) / (wg * (scorers_max > 0 ? scorers_max : 1));
     const int rounds = env_int("CLKV_LONGFLOW_SCORE_ROUNDS", 0);
     if (rounds > 0)
