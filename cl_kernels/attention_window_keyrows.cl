@@ -385,10 +385,10 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
     int pnext = ntiles > 0 ? LF_POS(TILE_KEY(0) + w * KW) : -1;
 #endif
     /* The new token (after the first tile's loads are in flight): stored by the work-group
-     * whose split holds the victim slot, which also
-     * keeps it (as stored) to patch into its registers where a lane loaded that row (the
-     * loads may see the old row or the new one). Every slot of a split is read by this
-     * work-group alone, so nothing waits on the global writes. */
+     * whose split holds the victim slot, which also keeps it (as stored) to patch into its
+     * registers where a lane loaded that row (the loads may see the old row or the new
+     * one). Every slot of a split is read by this work-group alone, so nothing waits on the
+     * global writes. */
     if (has_victim) { /* uniform */
         const long knrow = kn_off + (long)b * kn_sb + (long)kvh * kn_sh;
         const long vnrow = vn_off + (long)b * vn_sb + (long)kvh * vn_sh;
