@@ -264,6 +264,7 @@ longflow_step_keyrows(LF_STEP_PARAMS) {
     __global int *prow = pos + ((long)b * Hm + u) * S;
     /* score logits of this (sequence, KV head): yb[r * S + slot] for its query head r */
     __global float *yb = ws + y_off + ((long)b * Hq + kvh * G) * S;
+    const ulong ypol = lf_policy_keep(); /* see lf_policy_keep */
 #else
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global const KV_T *v,
@@ -606,8 +607,9 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
             for (int i = 0; i < 4; i++) {
                 const int kl = mt * 16 + fg + (i >> 1) * 8, c = 2 * ft + (i & 1);
                 if (c < G && j0 + kl < kend)
-                    yb[(long)c * S + j0 + kl] =
-                        KEY_OK(kl) ? s[mt][i] + native_log2(nv[mt][i & 2]) : -INFINITY;
+                    lf_store_keep(yb + (long)c * S + j0 + kl,
+                                  KEY_OK(kl) ? s[mt][i] + native_log2(nv[mt][i & 2]) : -INFINITY,
+                                  ypol);
             }
         }
 #endif
