@@ -352,42 +352,45 @@ static void test_local_memory_budget(void **state) {
  * embedded source names an embedded file that includes nothing itself (a kernel that
  * breaks it fails only when it is first built, which on CPUs may be never: the NVIDIA-only
  * variants). */
-static void test_shipped_includes(void **state) {
-    (void)state;
+/* The next `#include "name"` line of text[*at, len) at or after *at: the name's start and
+ * length (*name, *nlen), or 0 when there is none; *at moves past that line. */
+static int next_include(const char *text, size_t len, size_t *at, const char **name, size_t *nlen) {
     static const char prefix[] = "#include \"";
     const size_t plen = sizeof prefix - 1;
+    while (*at < len) {
+        const char *line = text + *at;
+        const char *eol = memchr(line, '\n', len - *at);
+        const size_t line_len = eol ? (size_t)(eol - line) : len - *at;
+        *at += line_len + 1;
+        if (line_len <= plen || strncmp(line, prefix, plen) != 0)
+            continue;
+        const char *q = memchr(line + plen, '"', line_len - plen);
+        assert_non_null(q);
+        *name = line + plen;
+        *nlen = (size_t)(q - *name);
+        return 1;
+    }
+    return 0;
+}
+
+static void test_shipped_includes(void **state) {
+    (void)state;
     int n_files = 0, n_includes = 0;
     for (const clkv_embedded_source *s = clkv_embedded_sources; s->name; s++, n_files++) {
-        const char *text = (const char *)s->data;
-        const size_t len = *s->size;
-        for (size_t at = 0; at < len;) {
-            const char *line = text + at;
-            const char *eol = memchr(line, '\n', len - at);
-            const size_t line_len = eol ? (size_t)(eol - line) : len - at;
-            at += line_len + 1;
-            if (line_len <= plen || strncmp(line, prefix, plen) != 0)
-                continue;
-            const char *q = memchr(line + plen, '"', line_len - plen);
-            assert_non_null(q);
-            const size_t nlen = (size_t)(q - line - plen);
+        const char *name;
+        size_t nlen, at = 0;
+        while (next_include((const char *)s->data, *s->size, &at, &name, &nlen)) {
             const clkv_embedded_source *frag = NULL;
             for (const clkv_embedded_source *f = clkv_embedded_sources; f->name; f++)
-                if (strlen(f->name) == nlen && strncmp(f->name, line + plen, nlen) == 0)
+                if (strlen(f->name) == nlen && strncmp(f->name, name, nlen) == 0)
                     frag = f;
             if (!frag)
-                fail_msg("%s includes %.*s, which is not embedded", s->name, (int)nlen,
-                         line + plen);
-            const char *ftext = (const char *)frag->data;
-            const size_t flen = *frag->size;
-            for (size_t fat = 0; fat < flen;) {
-                const char *fl = ftext + fat;
-                const char *feol = memchr(fl, '\n', flen - fat);
-                const size_t fl_len = feol ? (size_t)(feol - fl) : flen - fat;
-                fat += fl_len + 1;
-                if (fl_len > plen && strncmp(fl, prefix, plen) == 0)
-                    fail_msg("%s includes %s, a fragment that includes another file", s->name,
-                             frag->name);
-            }
+                fail_msg("%s includes %.*s, which is not embedded", s->name, (int)nlen, name);
+            const char *inner;
+            size_t ilen, fat = 0;
+            if (next_include((const char *)frag->data, *frag->size, &fat, &inner, &ilen))
+                fail_msg("%s includes %s, a fragment that includes another file", s->name,
+                         frag->name);
             n_includes++;
         }
     }
