@@ -485,25 +485,7 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
                            : p->keyrows ? "longflow_step_keyrows"
                                         : "longflow_step_mma";
     cl_kernel kp = NULL, kf = NULL;
-    if (fused && p->keyrows) {
-        clkv_defs dk;
-        clkv__defs_init(&dk);
-        clkv__defs_int(&dk, "LONGFLOW", 1);
-        clkv__defs_int(&dk, "Q_DTYPE", c->dtype);
-        clkv__defs_int(&dk, "KV_DTYPE", c->dtype);
-        clkv__defs_int(&dk, "O_DTYPE", c->dtype);
-        clkv__defs_int(&dk, "HEAD_DIM", c->D);
-        clkv__defs_int(&dk, "KW", p->mma_kw);
-        clkv__defs_int(&dk, "NSTG", 1);
-        clkv__defs_int(&dk, "KV_ALIGNED", 1);
-        clkv__defs_int(&dk, "DIRECT", 1);
-        clkv__defs_int(&dk, "NW", p->kr_nw);
-        clkv__defs_int(&dk, "INTERLEAVE", p->kr_interleave);
-        clkv__defs_int(&dk, "PER_HEAD", c->mode == CLKV_LONGFLOW_PER_KV_HEAD);
-        clkv__defs_int(&dk, "LF_NH", c->mode == CLKV_LONGFLOW_PER_KV_HEAD ? c->G : c->Hq);
-        if ((st = clkv__get_kernel(ctx, KEYROWS_FILE, &dk, mma_name, &kp)) != CLKV_OK)
-            return st;
-    } else if (use_mma) {
+    if (use_mma) { /* the tensor-core forms: 16-bit q, K/V and o of the cache dtype */
         clkv_defs dm;
         clkv__defs_init(&dm);
         clkv__defs_int(&dm, "LONGFLOW", 1);
@@ -511,15 +493,24 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
         clkv__defs_int(&dm, "KV_DTYPE", c->dtype);
         clkv__defs_int(&dm, "O_DTYPE", c->dtype);
         clkv__defs_int(&dm, "HEAD_DIM", c->D);
-        clkv__defs_int(&dm, "QT", p->mma_qt);
-        clkv__defs_int(&dm, "NWK", p->mma_nwk);
         clkv__defs_int(&dm, "KW", p->mma_kw);
-        clkv__defs_int(&dm, "NSTG", p->mma_nstg);
         clkv__defs_int(&dm, "KV_ALIGNED", 1);
-        clkv__defs_int(&dm, "P_LO", 1);
         clkv__defs_int(&dm, "PER_HEAD", c->mode == CLKV_LONGFLOW_PER_KV_HEAD);
         clkv__defs_int(&dm, "LF_NH", c->mode == CLKV_LONGFLOW_PER_KV_HEAD ? c->G : c->Hq);
-        if ((st = clkv__get_kernel(ctx, MMA_FILE, &dm, mma_name, &kp)) != CLKV_OK)
+        const int keyrows = fused && p->keyrows;
+        if (keyrows) {
+            clkv__defs_int(&dm, "NSTG", 1);
+            clkv__defs_int(&dm, "DIRECT", 1);
+            clkv__defs_int(&dm, "NW", p->kr_nw);
+            clkv__defs_int(&dm, "INTERLEAVE", p->kr_interleave);
+        } else {
+            clkv__defs_int(&dm, "QT", p->mma_qt);
+            clkv__defs_int(&dm, "NWK", p->mma_nwk);
+            clkv__defs_int(&dm, "NSTG", p->mma_nstg);
+            clkv__defs_int(&dm, "P_LO", 1);
+        }
+        if ((st = clkv__get_kernel(ctx, keyrows ? KEYROWS_FILE : MMA_FILE, &dm, mma_name, &kp)) !=
+            CLKV_OK)
             return st;
     } else if (ps->mode != 2) {
         clkv_defs dp;
