@@ -449,7 +449,7 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
  * (m, l, acc) per row and the score logits of its slots into the workspace. */
 inline void lf_attend(LF_ATT_PARAMS, int qtile, int split, int bh, __local uint4 *smem,
                       __local int (*spos)[KT], __local float (*wm)[QT], __local float (*wl)[QT],
-                      __local uint4 *new_k, __local uint4 *new_v, __local float *ysm) {
+                      __local uint4 *new_k, __local uint4 *new_v, __local float *ysm, int keep_y) {
     const int lid = (int)get_local_id(0);
     const int lane = lid % 32, w = lid / 32;
     const int wq = w % NWQ, wk = w / NWQ;
@@ -523,6 +523,7 @@ inline void lf_attend(LF_ATT_PARAMS, int qtile, int split, int bh, __local uint4
     __local float *ysw = ysm + w * (16 * YLD);
     const int nyr = clamp(rows - (r0 + wq * 16), 0, 16);
     __global float *yrow = ws + y_off + ((long)b * Hq + kvh * G + r0 + wq * 16) * S;
+    const ulong ypol = keep_y ? lf_policy_keep() : 0; /* see lf_policy_keep */
 
     float acc[NNT][4];
     UNROLL
@@ -642,8 +643,12 @@ inline void lf_attend(LF_ATT_PARAMS, int qtile, int split, int bh, __local uint4
         clkv_warp_sync();
         for (int e = lane; e < nyr * KW; e += 32) {
             const int r = e / KW, kl = e % KW;
-            if (j0 + kl < kend)
-                yrow[(long)r * S + j0 + kl] = ysw[r * YLD + kl];
+            if (j0 + kl < kend) {
+                if (keep_y) /* the one-launch step: kept in L2 for its scorers */
+                    lf_store_keep(yrow + (long)r * S + j0 + kl, ysw[r * YLD + kl], ypol);
+                else
+                    yrow[(long)r * S + j0 + kl] = ysw[r * YLD + kl];
+            }
         }
         frag_softmax(s, acc, mx_a, mx_b, &m_a, &m_b, &l_a, &l_b);
         frag_pv(acc, s, vs, v_row, v_col);
@@ -679,7 +684,7 @@ longflow_partial_mma(LF_ATT_PARAMS) {
     __local uint4 new_k[CH], new_v[CH];
     __local float ysm[4 * 16 * YLD];
     lf_attend(LF_ATT_ARGS, (int)get_group_id(0), (int)get_group_id(1), (int)get_group_id(2), smem,
-              spos, wm, wl, new_k, new_v, ysm);
+              spos, wm, wl, new_k, new_v, ysm, 0);
 }
 
 /* The whole step in one launch (longflow_step.cl): attention work-groups run lf_attend,
@@ -701,7 +706,7 @@ longflow_step_mma(LF_STEP_PARAMS) {
     }
     const int per_bh = n_qtiles * num_splits;
     const int bh = gid / per_bh, split = (gid / n_qtiles) % num_splits, qtile = gid % n_qtiles;
-    lf_attend(LF_ATT_ARGS, qtile, split, bh, smem, spos, wm, wl, new_k, new_v, ysm);
+    lf_attend(LF_ATT_ARGS, qtile, split, bh, smem, spos, wm, wl, new_k, new_v, ysm, 1);
     lf_step_arrive(bh, ws, ctr, o, lse, P, &flag);
 }
 #endif /* LONGFLOW */

@@ -62,7 +62,7 @@
 #define LF_STEP_LONG_FIELDS(X)                                                                     \
     X(q_off)                                                                                       \
     X(q_sb)                                                                                        \
-    X(q_sh) X(kn_off) X(kn_sb) X(kn_sh) X(vn_off) X(vn_sb) X(vn_sh) X(ml_off) X(y_off) X(cand_off) \
+    X(q_sh) X(kn_off) X(kn_sb) X(kn_sh) X(vn_off) X(vn_sb) X(vn_sh) X(ml_off) X(y_off)             \
         X(o_off) X(o_sb) X(o_sh) X(lse_off) X(lse_sb) X(lse_sh) X(sc_off) X(sc_sb) X(sc_sh)        \
             X(vo_off) X(vo_sb) X(vo_sh)
 #define LF_STEP_INT_FIELDS(X)                                                                      \
@@ -70,7 +70,7 @@
     X(do_write)                                                                                    \
     X(Hq) X(G) X(n_qtiles) X(S) X(chunk) X(num_splits) X(n_attn) X(n_score) X(n_items) X(unit_off) \
         X(arr_off) X(scd_off) X(bat_off) X(protect) X(n_chunks) X(spt) X(o_dt) X(has_lse)          \
-            X(has_scores) X(has_vout) X(pad_)
+            X(has_scores) X(has_vout) X(c64_off)
 #define LF_STEP_FLOAT_FIELDS(X) X(scale_log2)
 
 /* ParisKV Stage I (pariskv_collide.cl; host/pariskv_collide.c). The workspace (bonus

@@ -59,10 +59,11 @@ struct clkv_longflow_cache {
 clkv_status lf__plan(clkv_longflow_cache *c);
 
 /* Layout of c->counters (int32 elements): the finish kernel's [B*Hm] arrivals at 0, then
- * longflow_step_mma's [B*Hkv] arrivals per (sequence, KV head), [B*Hm] arrivals and [B*Hm]
- * scored chunks per slot map, [B] maps done per sequence. */
+ * the one-launch step's [B*Hkv] arrivals per (sequence, KV head), [B*Hm] arrivals and [B*Hm]
+ * scored chunks per slot map, [B] maps done per sequence, and from the next even element
+ * [B*Hm] 64-bit words: each map's best victim candidate (0 between launches). */
 typedef struct lf_counter_layout {
-    int unit, arr, scd, bat;
+    int unit, arr, scd, bat, c64;
     size_t total;
 } lf_counter_layout;
 lf_counter_layout lf__counter_layout(const clkv_longflow_cache *c);

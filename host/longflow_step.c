@@ -333,8 +333,9 @@ clkv_status lf__plan(clkv_longflow_cache *c) {
     p->acc_bytes = clkv__ws_align((size_t)(c->B * c->Hq * max_splits * c->D) * 4);
     p->ml_bytes = clkv__ws_align((size_t)(c->B * c->Hq * max_splits) * 2 * 4);
     p->y_bytes = clkv__ws_align((size_t)(c->B * c->Hq * c->S) * 4);
-    const int64_t max_chunks = p->mma && p->sc_chunks > p->n_chunks ? p->sc_chunks : p->n_chunks;
-    p->cand_bytes = clkv__ws_align((size_t)(c->B * c->Hm * max_chunks) * 2 * 4);
+    /* the finish kernel's chunk candidates (the one-launch step keeps one word per map in
+     * the counters instead) */
+    p->cand_bytes = clkv__ws_align((size_t)(c->B * c->Hm * p->n_chunks) * 2 * 4);
     return CLKV_OK;
 }
 
@@ -344,7 +345,8 @@ lf_counter_layout lf__counter_layout(const clkv_longflow_cache *c) {
     l.arr = l.unit + (int)(c->B * c->Hkv);
     l.scd = l.arr + (int)(c->B * c->Hm);
     l.bat = l.scd + (int)(c->B * c->Hm);
-    l.total = (size_t)l.bat + (size_t)c->B;
+    l.c64 = (l.bat + (int)c->B + 1) / 2 * 2; /* 8-byte aligned */
+    l.total = (size_t)l.c64 + 2 * (size_t)(c->B * c->Hm);
     return l;
 }
 
@@ -387,8 +389,7 @@ static lf_out_args out_args(const lf_pass *ps) {
  * `name`): its 14 buffers, then its scalars as one struct (cl_kernels/kernel_args.cl says
  * why). */
 static clkv_status set_step_args(clkv_longflow_cache *c, const lf_pass *ps, cl_kernel k,
-                                 const char *name, cl_mem ws, cl_long ml_off, cl_long y_off,
-                                 cl_long cand_off) {
+                                 const char *name, cl_mem ws, cl_long ml_off, cl_long y_off) {
     const lf_plan *p = &c->plan;
     const lf_counter_layout l = lf__counter_layout(c);
     const lf_out_args a = out_args(ps);
@@ -404,7 +405,6 @@ static clkv_status set_step_args(clkv_longflow_cache *c, const lf_pass *ps, cl_k
     P.scale_log2 = ps->scale * 1.4426950408889634f;
     P.ml_off = ml_off;
     P.y_off = y_off;
-    P.cand_off = cand_off;
     cl_mem q_buf, kn_buf, vn_buf;
     opt_tensor(ps->q, &q_buf, &P.q_off, &P.q_sb, &P.q_sh);
     opt_tensor(ps->k_new, &kn_buf, &P.kn_off, &P.kn_sb, &P.kn_sh);
@@ -417,6 +417,7 @@ static clkv_status set_step_args(clkv_longflow_cache *c, const lf_pass *ps, cl_k
     P.arr_off = l.arr;
     P.scd_off = l.scd;
     P.bat_off = l.bat;
+    P.c64_off = l.c64;
     P.protect = c->protect;
     P.n_chunks = p->sc_chunks;
     P.spt = p->sc_spt;
@@ -548,7 +549,7 @@ clkv_status lf__enqueue_pass(clkv_longflow_cache *c, const lf_pass *ps, cl_event
                  splits = use_mma ? p->mma_splits : p->splits;
 
     if (kp) {
-        st = fused ? set_step_args(c, ps, kp, mma_name, ws, ml_off, y_off, cand_off)
+        st = fused ? set_step_args(c, ps, kp, mma_name, ws, ml_off, y_off)
                    : set_partial_args(c, ps, kp, use_mma, ws, ml_off, y_off);
         if (st == CLKV_OK)
             st = clkv__check_local_mem(ctx, kp, use_mma ? mma_name : "longflow_partial", 0);
