@@ -389,7 +389,8 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
      * whose split holds the victim slot, which also keeps it (as stored) to patch into its
      * registers where a lane loaded that row (the loads may see the old row or the new
      * one). Every slot of a split is read by this work-group alone, so nothing waits on the
-     * global writes. */
+     * global writes. (The same loop stands in attention_window_mma.cl: one helper for both
+     * made the per-KV-head step 2 us slower, H200, S 32K, 2026-11-28.) */
     if (has_victim) { /* uniform */
         const long knrow = kn_off + (long)b * kn_sb + (long)kvh * kn_sh;
         const long vnrow = vn_off + (long)b * vn_sb + (long)kvh * vn_sh;
