@@ -15,7 +15,7 @@
  * below the number of compute units (each holds at least one work-group), so at least one
  * work-group slot always runs attention work: the waits end whatever order the device
  * starts work-groups in. After arriving (partials, score logits and the victim's position
- * released by a fence), the last attention work-group of a (sequence, KV head) merges its
+ * released by the arrival), the last attention work-group of a (sequence, KV head) merges its
  * splits into o and lse (a step only). A scorer merges the split (m, l) of the map's heads
  * into LSE_h, scores its slots as mean_h exp2(y - LSE_h) (never above ||v||_1: no overflow
  * for any logit), folds the chunk's best victim candidate (as longflow_finish.cl: empty
@@ -28,12 +28,14 @@
  * counter by its last map. Counters (int32, zero between launches): ctr[unit_off + b*Hkv +
  * kvh], ctr[arr_off + map], ctr[scd_off + map], ctr[bat_off + b]; the best words are the
  * ulong ctr[c64_off + 2 map] (c64_off even).
- * Synchronisation is CUDA's grid-barrier pattern: a work-group barrier, then one lane's
- * gpu-scope fence and atomic (release); one lane polls, fences, then the barrier (acquire).
- * The 64-bit best word instead of an array of chunk candidates reduced by the last scorer,
- * one fence per work-group instead of one per work-item, and polls every 32 ns instead of
- * 128 took the step from 78.9-79.2 to 78.1-78.3 us (H200, B 2, Hq 32 / Hkv 8, D 128, bf16,
- * per-layer, S 32K; 14.1 -> 13.4 us at S 1K; docs/performance.md has the runs).
+ * Synchronisation as CUDA's grid barrier: a work-group barrier, then one lane's gpu-scope
+ * release atomic (the barrier orders the other work-items' writes before it); one lane
+ * polls with acquire loads, then the barrier. The 64-bit best word instead of an array of
+ * chunk candidates reduced by the last scorer, one gpu-scope fence per work-group instead
+ * of one per work-item, and polls every 32 ns instead of 128 took the step from 78.9-79.2
+ * to 78.1-78.3 us (H200, B 2, Hq 32 / Hkv 8, D 128, bf16, per-layer, S 32K; 14.1 -> 13.4 us
+ * at S 1K); release / acquire atomics instead of those fences then took it to 77.3 (from
+ * 78.0 in the same run; docs/performance.md has the runs).
  *
  * The includer defines KV_DTYPE, Q_T, KV_T, HEAD_DIM, WG_SIZE, UNROLL and PER_HEAD; build
  * option LF_NH: the heads a map averages (Hq per-layer, G per-KV-head). The includer
@@ -46,10 +48,22 @@
 #define LF_HB (LF_NH < 64 ? LF_NH : 64)
 #define LF_SPB (64 / LF_HB)
 
-inline void lf_fence(void) {
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+/* The step's synchronisation (gpu scope): an acquire load (a poll), a release increment
+ * without result (an arrival), an acquire-release increment returning the old value (an
+ * arrival that asks whether it is the last). */
+inline int lf_ld_acquire(__global const int *p) {
+    int x;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(x) : "l"(p) : "memory");
+    return x;
 }
-
+inline void lf_red_release(__global int *p) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
+}
+inline int lf_inc_acq_rel(__global int *p) {
+    int x;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(x) : "l"(p) : "memory");
+    return x;
+}
 /* L2 policies of the score logits: the keyrows attention stores them to be kept
  * (evict_last) while the K/V stream passes through L2, so the scorers find them there
  * instead of in DRAM (H200, B 2, S 32K: the step 80.1-80.4 -> 78.8-79.1 us; K/V loads marked
@@ -140,7 +154,7 @@ inline void lf_cand_reduce(float *key, int *idx, __local float *rk, __local int 
 }
 
 /* o and lse of the G heads of (b, kvh) from the splits' partial states (the last attention
- * work-group of the pair, after the acquire fence): an online merge over batches of eight
+ * work-group of the pair, after its acquiring arrival): an online merge over batches of eight
  * splits, each batch's loads in flight together. */
 inline void lf_merge(__global const float *ws, long ml_off, int b, int kvh, int Hq, int G,
                      int num_splits, __global void *o, int o_dt, long o_off, long o_sb, long o_sh,
@@ -181,7 +195,7 @@ inline void lf_merge(__global const float *ws, long ml_off, int b, int kvh, int 
 }
 
 /* LF_SPB slots (rounds kk0 .. kk0 + LF_SPB - 1 of the chunk) x LF_HB heads (t0 ..) of score
- * logits (plain loads: after the acquire fence, and no line of them was read on this
+ * logits (plain loads: after the acquiring poll, and no line of them was read on this
  * multiprocessor before they were final), 0 outside the chunk or the heads; with load_pos
  * the slots' positions too (-1 outside the chunk). Loads that skip L1 (L1::no_allocate,
  * .cg, .cs) changed nothing: H100, B 2, S 1024 / 32K, two alternations, per-layer
@@ -231,10 +245,8 @@ inline void lf_score_item(int m, int chunk, __global const int *pos, __global in
     }
 
     if (lid == 0) {
-        __global volatile const int *arrived = ctr + arr_off + m;
-        while (*arrived < n_map)
+        while (lf_ld_acquire(ctr + arr_off + m) < n_map)
             asm volatile("nanosleep.u32 32;" ::: "memory");
-        lf_fence();
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -319,15 +331,13 @@ inline void lf_score_item(int m, int chunk, __global const int *pos, __global in
     if (lid == 0) {
         if (best_idx >= 0)
             lf_cand_max64(best64, ~lf_cand_pack(best_key, best_idx));
-        lf_fence();
-        *flag = atomic_inc(ctr + scd_off + m) == n_chunks - 1;
+        *flag = lf_inc_acq_rel(ctr + scd_off + m) == n_chunks - 1;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (!*flag)
         return;
     /* the last scorer of the map: its victim from the best word (left at 0) */
     if (lid == 0) {
-        lf_fence();
         const ulong wd = ~lf_take64(best64);
         /* no candidate only if the map breaks its invariants: keep the old victim */
         const int nv = wd != ~(ulong)0 ? (int)(uint)wd : vold;
@@ -413,16 +423,13 @@ inline void lf_step_arrive(int bh, __global float *ws, __global int *ctr, __glob
     const int per_bh = n_qtiles * num_splits;
     barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
     if (lid == 0) {
-        lf_fence();
-        atomic_inc(ctr + arr_off + (PER_HEAD ? bh : b));
+        lf_red_release(ctr + arr_off + (PER_HEAD ? bh : b));
         int last = 0;
         if (do_write) {
-            last = atomic_inc(ctr + unit_off + bh) == per_bh - 1;
+            last = lf_inc_acq_rel(ctr + unit_off + bh) == per_bh - 1;
             if (last)
                 atomic_xchg(ctr + unit_off + bh, 0);
         }
-        if (last)
-            lf_fence();
         *flag = last;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
