@@ -46,6 +46,31 @@ static size_t stage_bytes(const lf_plan *p, int64_t D, size_t esize) {
 
 #define LF_STAGE_BUDGET (96 * 1024) /* two or more work-groups per multiprocessor */
 
+/* Slots per split of the tensor-core step's attention (both forms): `units` work-groups
+ * per split over the cache's (sequence, KV head, row tile)s, tiles of kt slots. Splits:
+ * one wave of two work-groups per compute unit, each of at least
+ * CLKV_LONGFLOW_MMA_MIN_CHUNK slots (default 128), at most LF_MAX_SPLITS, or
+ * CLKV_LONGFLOW_MMA_SPLITS where set; then whole tiles per split unless the count is forced
+ * (tests force any chunk length). */
+static int64_t step_chunk(const clkv_longflow_cache *c, int64_t units, int64_t kt) {
+    int64_t splits = 2 * (int64_t)c->ctx->info.compute_units / units;
+    const int64_t min_chunk = env_int("CLKV_LONGFLOW_MMA_MIN_CHUNK", 128);
+    const int64_t mc = min_chunk > 0 ? min_chunk : 1;
+    if (splits > (c->S + mc - 1) / mc)
+        splits = (c->S + mc - 1) / mc;
+    const int forced = env_int("CLKV_LONGFLOW_MMA_SPLITS", 0);
+    if (forced > 0)
+        splits = forced;
+    if (splits > LF_MAX_SPLITS)
+        splits = LF_MAX_SPLITS;
+    if (splits < 1)
+        splits = 1;
+    int64_t chunk = (c->S + splits - 1) / splits;
+    if (forced <= 0)
+        chunk = (chunk + kt - 1) / kt * kt;
+    return chunk;
+}
+
 /* The step's attention in the keyrows DIRECT form (attention_window_keyrows.cl,
  * -DLONGFLOW=1, longflow_step_keyrows), as decode attention runs it: G <= 8 query heads of a
  * KV head are the mma N dimension, each warp loads its 32 keys' K/V chunks straight into
@@ -77,25 +102,8 @@ static void plan_keyrows(clkv_longflow_cache *c) {
                          (size_t)2 * (size_t)c->D * 2 + 16;
     if ((size_t)(32 * nw) > dev->max_work_group_size || local > dev->static_local_mem_bytes)
         return;
-    const int64_t kt = (int64_t)nw * kw, units = c->B * c->Hkv;
-    const int64_t cu = (int64_t)dev->compute_units;
-    int64_t splits = 2 * cu / units; /* one wave: two 4-warp work-groups per compute unit */
-    const int64_t min_chunk = env_int("CLKV_LONGFLOW_MMA_MIN_CHUNK", 128);
-    const int64_t mc = min_chunk > 0 ? min_chunk : 1;
-    if (splits > (c->S + mc - 1) / mc)
-        splits = (c->S + mc - 1) / mc;
-    if (splits > (c->S + kt - 1) / kt)
-        splits = (c->S + kt - 1) / kt;
-    const int forced = env_int("CLKV_LONGFLOW_MMA_SPLITS", 0);
-    if (forced > 0)
-        splits = forced;
-    if (splits > LF_MAX_SPLITS)
-        splits = LF_MAX_SPLITS;
-    if (splits < 1)
-        splits = 1;
-    int64_t chunk = (c->S + splits - 1) / splits;
-    if (forced <= 0)
-        chunk = (chunk + kt - 1) / kt * kt;
+    /* one wave: two 4-warp work-groups per compute unit */
+    const int64_t chunk = step_chunk(c, c->B * c->Hkv, (int64_t)nw * kw);
     p->keyrows = 1;
     p->kr_interleave = env_int("CLKV_LONGFLOW_INTERLEAVE", 0) != 0;
     p->kr_nw = nw;
@@ -152,24 +160,7 @@ static void plan_mma(clkv_longflow_cache *c) {
         return;
     }
     p->mma_qtiles = (int)((c->G + p->mma_qt - 1) / p->mma_qt);
-    const int64_t units = c->B * c->Hkv * p->mma_qtiles;
-    const int64_t cu = (int64_t)dev->compute_units;
-    int64_t splits = cu * 2 / units;
-    const int64_t min_chunk = env_int("CLKV_LONGFLOW_MMA_MIN_CHUNK", 128);
-    const int64_t cap =
-        (c->S + (min_chunk > 0 ? min_chunk : 1) - 1) / (min_chunk > 0 ? min_chunk : 1);
-    if (splits > cap)
-        splits = cap;
-    const int forced = env_int("CLKV_LONGFLOW_MMA_SPLITS", 0);
-    if (forced > 0)
-        splits = forced;
-    if (splits > LF_MAX_SPLITS)
-        splits = LF_MAX_SPLITS;
-    if (splits < 1)
-        splits = 1;
-    int64_t chunk = (c->S + splits - 1) / splits;
-    if (forced <= 0) /* whole tiles per split (tests force any chunk length) */
-        chunk = (chunk + kt - 1) / kt * kt;
+    const int64_t chunk = step_chunk(c, c->B * c->Hkv * p->mma_qtiles, kt);
     p->mma_chunk = (int)chunk;
     p->mma_splits = (int)((c->S + chunk - 1) / chunk);
     p->step_wg = 128;
@@ -189,6 +180,7 @@ static void plan_mma(clkv_longflow_cache *c) {
      * lane, 17 KiB of local memory each), so there up to 2 cu - 1 scorers leave a slot to the
      * attention; each then scores fewer slots (H200, B 2, per-layer, S 32K: measured in
      * docs/performance.md, **LongFlow in the keyrows form**). */
+    const int64_t cu = (int64_t)dev->compute_units;
     const int64_t slots = p->keyrows && p->kr_nw == 4 ? 2 * cu : cu;
     const int64_t maps = c->B * c->Hm, scorers_max = slots - 1, wg = p->step_wg;
     int64_t spt = (maps * c->S + wg * scorers_max - 1) / (wg * (scorers_max > 0 ? scorers_max : 1));
