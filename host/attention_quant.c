@@ -37,7 +37,7 @@ typedef struct quant_plan {
  *   CLKV_QUANT_MMA_WARPS=N  automatic splits aim at N warps per compute unit (default 64)
  *   CLKV_QUANT_MMA_MINTOK=N no automatic split shorter than N tokens (default 256); where
  *                           the length limits the split count, splits of about 2N tokens
- *                           at 2-bit codes (4N at 4-bit), see plan_mma
+ *                           at 2-bit and 4-bit codes, see plan_mma
  *   CLKV_QUANT_MMA_STAGES=N 16-token tiles in flight per warp, 1..8 (default 0: 3 with
  *                           4-bit keys and values, 4 otherwise; see mma_stages)
  *   CLKV_QUANT_MMA_RES_SPLITS=0  no splits of the residual's own: the last split walks it
@@ -173,16 +173,22 @@ static void plan_mma(const clkv_quant_cache *c, const clkv_attention_quant_decod
          * least one round of work-groups (`per_cu` per compute unit) in splits of at least
          * mintok. 2-bit codes: lt = 2 mintok, 4 per unit (H100, groups of 128, against
          * splits of mintok: B 1 128K 63.8 -> 58.7 us, B 2 128K 110.9 -> 104.8, B 8 32K
-         * 110.0 -> 104.3, B 8 128K unchanged). 4-bit keys and values: fewer, longer splits,
-         * lt = 4 mintok and 2 per unit (H100, groups of 128, two alternations in one run
-         * against lt = mintok and 4 per unit: B 1 128K 79.1 / 78.6 -> 75.1 / 75.6 us, B 2 32K
-         * 49.1 / 49.0 -> 44.7 / 44.8; B 1 32K, B 2 128K and B 8 within the runs' spread;
-         * a forced sweep at B 1 128K: 512 splits 78.8, 256 84.1, 192 80.4, 128 75.0);
-         * other widths: lt = mintok * 8 / (k_bits + v_bits), 4 per unit. */
+         * 110.0 -> 104.3, B 8 128K unchanged). 4-bit keys and values: lt = 2 mintok and 2
+         * per unit. H200, groups of 128, two alternations in one run (2026-11-28, us,
+         * against lt = 4 mintok): B 1 32K / 128K 24.1-24.6 / 60.3-61.2 against 24.5-24.6 /
+         * 65.8-66.3, B 2 47.8-48.3 / 109.8-112.5 against 50.9-51.0 / 109.9-110.5, B 4
+         * 60.3-61.6 / 201.5-205.7 against 83.9 / 202.1-202.6, B 8 110.6-116.2 / 376.5-377.7
+         * against 111.0-115.4 / 387.0-392.4; CLKV_QUANT_MMA_MINTOK=192 with lt = 4 mintok
+         * (768 tokens) was mixed (B 4 32K 66.5-66.7, B 8 32K 138.7-145.3, B 1 128K
+         * 66.6-67.3). lt = 4 mintok came from the H100 and an earlier kernel (2026-11-27:
+         * against lt = mintok and 4 per unit, B 1 128K 79.1 / 78.6 -> 75.1 / 75.6 us, B 2 32K
+         * 49.1 / 49.0 -> 44.7 / 44.8; a forced sweep at B 1 128K there: 512 splits 78.8, 256
+         * 84.1, 192 80.4, 128 75.0); not re-measured on the H100.
+         * Other widths: lt = mintok * 8 / (k_bits + v_bits), 4 per unit. */
         const int bits = c->cfg.k_bits + c->cfg.v_bits;
         const int four = bits == 8;
         const int64_t lt =
-            four ? 4 * (int64_t)kn->mintok : ((int64_t)kn->mintok * 8 / bits + 15) / 16 * 16;
+            four ? 2 * (int64_t)kn->mintok : ((int64_t)kn->mintok * 8 / bits + 15) / 16 * 16;
         const int64_t cap = (len + lt - 1) / lt;
         if (splits > cap) {
             const int64_t per_cu = four ? 2 : 4;
