@@ -348,10 +348,6 @@ static void test_local_memory_budget(void **state) {
     clkv_context_destroy(ctx);
 }
 
-/* The shipped kernels obey the fragment rule above: every `#include "x.cl"` line of an
- * embedded source names an embedded file that includes nothing itself (a kernel that
- * breaks it fails only when it is first built, which on CPUs may be never: the NVIDIA-only
- * variants). */
 /* The next `#include "name"` line of text[*at, len) at or after *at: the name's start and
  * length (*name, *nlen), or 0 when there is none; *at moves past that line. */
 static int next_include(const char *text, size_t len, size_t *at, const char **name, size_t *nlen) {
@@ -373,6 +369,10 @@ static int next_include(const char *text, size_t len, size_t *at, const char **n
     return 0;
 }
 
+/* The shipped kernels obey the fragment rule above: every `#include "x.cl"` line of an
+ * embedded source names an embedded file that includes nothing itself (a kernel that
+ * breaks it fails only when it is first built, which on CPUs may be never: the NVIDIA-only
+ * variants). */
 static void test_shipped_includes(void **state) {
     (void)state;
     int n_files = 0, n_includes = 0;
