@@ -36,11 +36,20 @@
  *   KV_ALIGNED  1: K/V rows 16-byte aligned (vector loads); 0: element loads
  *   SCORE_ILV   1: interleaved tiles (see the kernel); 0: each work-group a run of `chunk`
  *               keys
- *   PREFETCH    1: the next tile's K/V fragments are loaded while this tile is computed
- *               (twice the fragment registers; measured slower on an H200: fewer resident
- *               warps); 0 (default): loaded at the top of each tile
- * Not kept: streaming each warp's K/V rows through two cp.async stages in local memory (64 KiB
- * per work-group, fragments read back conflict-free): H200, DropKV bf16 Hq 32 / Hkv 8, W 8,
+ *   PREFETCH    when the next tile's K/V fragments are requested: 0 at the top of its
+ *               iteration; 1 at the top of this one (twice the fragment registers; slower
+ *               on the H100 and the H200: fewer resident warps); 2 after the last row
+ *               block's products (K and V are dead then), so the loads overlap that
+ *               block's epilogue and the tile's reduction; 3 the products of every row
+ *               block first (S, then D), the next K requested after S and the next V after
+ *               D, then the epilogues (with ||v|| computed just before D). The host picks
+ *               per method (host/score.c has the measurements).
+ * Not kept: the next tile's (or the 2nd / 4th next) K and V rows requested into L2 by
+ * the bulk-copy unit (cp.async.bulk.prefetch.L2, one 256-byte row per lane, sm_90): H200,
+ * bf16 Hq 32 / Hkv 8, W 8, 128K keys, two alternations in one run (2026-11-28), DropKV
+ * 186.8 -> 208-223 us (306 four tiles ahead), SnapKV 99.0 -> 112-115 us, with PREFETCH 0 or 2.
+ * Not kept either: streaming each warp's K/V rows through two cp.async stages in local memory (64
+ * KiB per work-group, fragments read back conflict-free): H200, DropKV bf16 Hq 32 / Hkv 8, W 8,
  * 128K keys, scorer 188.7 -> 271.9 / 275.7 us; SnapKV 104.9 -> 117.0, AnDPro 162.8 -> 238.5
  * (2026-11-27): the stages halve the resident warps (SnapKV, which reads only K, ran at
  * 55 % of read bandwidth there). On the H100 it is bound neither by its arithmetic nor by
@@ -139,26 +148,104 @@ inline uint4 load_chunk(__global const KV_T *p, long elem) {
 #endif
 }
 
-/* K (and V) fragments of keys j0 .. j0 + 15 (rows past n read row n - 1; masked later). */
-inline void load_tile(__global const KV_T *k, __global const KV_T *v, long kb, long vb, long k_sl,
-                      long v_sl, int j0, int n, int fg, int ft, uint4 (*kf)[NCK],
-                      uint4 (*vf)[NCK]) {
+#if METHOD == M_DROPKV || WRITE_VNORM
+/* ||v||^2 (DropKV) or ||v||_1 of key j0 + 8 nt + fg (summed over the 4 lanes of fg): stored
+ * at outv[j] (WRITE_VNORM), and for DropKV returned for the keys of this lane's C columns,
+ * vc[nt][c] = key 8 nt + 2 ft + c. Every lane of the warp calls it (shuffles). */
+inline void v_norms(uint4 (*vf)[NCK], int live, int j0, int c1, int fg, int ft,
+                    __global float *outv, float (*vc)[2]) {
+    float vn[2];
+    UNROLL
+    for (int nt = 0; nt < 2; nt++) {
+        float s2 = 0.0f;
+        if (live) {
+            UNROLL
+            for (int s = 0; s < NCK; s++)
+                UNROLL
+            for (int e = 0; e < 8; e++) {
+                const float x = chunk_elem(vf[nt][s], e);
+#if METHOD == M_DROPKV
+                s2 = fma(x, x, s2);
+#else
+                s2 += fabs(x);
+#endif
+            }
+        }
+        s2 += clkv_shfl_xor(s2, 1);
+        vn[nt] = s2 + clkv_shfl_xor(s2, 2);
+    }
+#if WRITE_VNORM
+    if (live && ft == 0) {
+        UNROLL
+        for (int nt = 0; nt < 2; nt++) {
+            const int j = j0 + nt * 8 + fg;
+            if (j < c1)
+                outv[j] = vn[nt];
+        }
+    }
+#else
+    (void)outv;
+    (void)c1;
+    (void)j0;
+#endif
+#if METHOD == M_DROPKV
+    UNROLL
+    for (int nt = 0; nt < 2; nt++) {
+        vc[nt][0] = clkv_shfl_idx(vn[nt], (2 * ft) * 4);
+        vc[nt][1] = clkv_shfl_idx(vn[nt], (2 * ft + 1) * 4);
+    }
+#else
+    (void)vc;
+#endif
+}
+#define V_NORMS(lv) v_norms(vf, (lv), j0, c1, fg, ft, out + vnorm_off, vc)
+#else
+#define V_NORMS(lv) ((void)0)
+#endif
+
+/* The factor of a (row, key) term that depends on p alone: DropKV w^2 with w = p~ / (1 - p~ +
+ * eps) (SPEC §2.1), the others p. The division is the approximate one (div.approx, 2 ulp;
+ * test_score's tolerance is far above it): H200, DropKV bf16 Hq 32 / Hkv 8, W 8, 128K keys,
+ * PREFETCH 2, two alternations (2026-11-28): scorer 181.2 / 180.7 -> 178.7 / 179.1 us. */
+inline float p_factor(float p, float eps) {
+#if METHOD == M_DROPKV
+    float pt = clamp(p, 0.0f, 1.0f);
+#if ROUND_P
+    pt = from16(to16(pt));
+#endif
+    const float wt = native_divide(pt, 1.0f - pt + eps);
+    return wt * wt;
+#else
+    (void)eps;
+    return p;
+#endif
+}
+
+/* Fragments of keys j0 .. j0 + 15 of one of K, V (rows past n read row n - 1; masked later). */
+inline void load_rows(__global const KV_T *x, long xb, long x_sl, int j0, int n, int fg, int ft,
+                      uint4 (*xf)[NCK]) {
     UNROLL
     for (int nt = 0; nt < 2; nt++) {
         const int j = min(j0 + nt * 8 + fg, n - 1);
         UNROLL
-        for (int c = 0; c < NCK; c++) {
-            kf[nt][c] = load_chunk(k, kb + (long)j * k_sl + (4 * c + ft) * 8);
-#if NEED_V
-            vf[nt][c] = load_chunk(v, vb + (long)j * v_sl + (4 * c + ft) * 8);
-#else
-            (void)v;
-            (void)vb;
-            (void)v_sl;
-            (void)vf;
-#endif
-        }
+        for (int c = 0; c < NCK; c++)
+            xf[nt][c] = load_chunk(x, xb + (long)j * x_sl + (4 * c + ft) * 8);
     }
+}
+
+/* K (and V) fragments of keys j0 .. j0 + 15. */
+inline void load_tile(__global const KV_T *k, __global const KV_T *v, long kb, long vb, long k_sl,
+                      long v_sl, int j0, int n, int fg, int ft, uint4 (*kf)[NCK],
+                      uint4 (*vf)[NCK]) {
+    load_rows(k, kb, k_sl, j0, n, fg, ft, kf);
+#if NEED_V
+    load_rows(v, vb, v_sl, j0, n, fg, ft, vf);
+#else
+    (void)v;
+    (void)vb;
+    (void)v_sl;
+    (void)vf;
+#endif
 }
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
@@ -222,7 +309,10 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
     uint4(*vf)[NCK] = 0;
     (void)vf;
 #endif
-#if PREFETCH
+#if PREFETCH >= 2
+    if (c0 + w * KW < c1)
+        load_tile(k, v, kb, vb, k_sl, v_sl, c0 + w * KW, n, fg, ft, kf, vf);
+#elif PREFETCH
     uint4 kn[2][NCK];
 #if NEED_V
     uint4 vnx[2][NCK];
@@ -237,7 +327,11 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
         const int j0 = tile0 + w * KW; /* this warp's first key */
         const int live = j0 < c1;      /* uniform over the warp */
 
-#if PREFETCH
+#if PREFETCH >= 2
+        int requested = 0; /* the next tile's K/V (this tile's were requested by the last) */
+        int have_vn = 0;   /* PREFETCH 3: v_norms done */
+        (void)have_vn;
+#elif PREFETCH
         /* the next tile's rows are requested before this tile's products */
         UNROLL
         for (int nt = 0; nt < 2; nt++) {
@@ -256,47 +350,10 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
             load_tile(k, v, kb, vb, k_sl, v_sl, j0, n, fg, ft, kf, vf);
 #endif
 
-#if METHOD == M_DROPKV || WRITE_VNORM
-        /* ||v||^2 (DropKV) or ||v||_1 of key j0 + 8 nt + fg, summed over the 4 lanes of fg */
-        float vn[2];
-        UNROLL
-        for (int nt = 0; nt < 2; nt++) {
-            float s2 = 0.0f;
-            if (live) {
-                UNROLL
-                for (int s = 0; s < NCK; s++)
-                    UNROLL
-                for (int e = 0; e < 8; e++) {
-                    const float x = chunk_elem(vf[nt][s], e);
-#if METHOD == M_DROPKV
-                    s2 = fma(x, x, s2);
-#else
-                    s2 += fabs(x);
-#endif
-                }
-            }
-            s2 += clkv_shfl_xor(s2, 1);
-            vn[nt] = s2 + clkv_shfl_xor(s2, 2);
-        }
-#endif
-#if WRITE_VNORM
-        if (live && ft == 0) {
-            UNROLL
-            for (int nt = 0; nt < 2; nt++) {
-                const int j = j0 + nt * 8 + fg;
-                if (j < c1)
-                    out[vnorm_off + j] = vn[nt];
-            }
-        }
-#endif
-#if METHOD == M_DROPKV
-        /* ||v||^2 of the keys of this lane's C columns: 8 nt + 2 ft + c */
-        float vc[2][2];
-        UNROLL
-        for (int nt = 0; nt < 2; nt++) {
-            vc[nt][0] = clkv_shfl_idx(vn[nt], (2 * ft) * 4);
-            vc[nt][1] = clkv_shfl_idx(vn[nt], (2 * ft + 1) * 4);
-        }
+        float vc[2][2]; /* DropKV: ||v||^2 of this lane's C columns (v_norms) */
+        (void)vc;
+#if PREFETCH != 3
+        V_NORMS(live);
 #endif
 
         float acc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
@@ -387,6 +444,121 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
             if (!live)
                 continue;
             const int nrb = min(NRB, (rows - r0 + 15) / 16);
+#if PREFETCH == 3
+            /* the products of every row block first: K is dead after S and V after D, so
+             * (last stage) the next tile's rows are requested before the epilogues */
+            const int last = st == nstage - 1;
+            int skip[NRB];
+            float s3[NRB][2][4];
+#if NEED_A
+            float d3[NRB][2][4];
+#endif
+            UNROLL
+            for (int rb = 0; rb < NRB; rb++) {
+                /* causal skip (uniform over the warp): all 16 rows precede the warp's keys */
+                float pm = rb < nrb ? (float)pos_loc[rb * 16 + (lane & 15)] : -1.0f;
+                UNROLL
+                for (int o = 8; o > 0; o >>= 1)
+                    pm = fmax(pm, clkv_shfl_xor(pm, o));
+                skip[rb] = pm < (float)j0;
+                UNROLL
+                for (int nt = 0; nt < 2; nt++) {
+                    UNROLL
+                    for (int i = 0; i < 4; i++) {
+                        s3[rb][nt][i] = 0.0f;
+#if NEED_A
+                        d3[rb][nt][i] = 0.0f;
+#endif
+                    }
+                }
+                if (!skip[rb]) {
+                    UNROLL
+                    for (int kk = 0; kk < NKS; kk++) {
+                        const uint4 qa = q_loc[rb][kk][lane];
+                        UNROLL
+                        for (int nt = 0; nt < 2; nt++) {
+                            const uint4 kc = kf[nt][kk >> 1];
+                            mma16816(s3[rb][nt], qa, (kk & 1) ? kc.z : kc.x,
+                                     (kk & 1) ? kc.w : kc.y);
+                        }
+                    }
+                }
+            }
+            if (last && j0 + tstep < c1)
+                load_rows(k, kb, k_sl, j0 + tstep, n, fg, ft, kf);
+            UNROLL
+            for (int rb = 0; rb < NRB; rb++) {
+                if (skip[rb])
+                    continue;
+                UNROLL
+                for (int i = 0; i < 4; i++) {
+                    const int r = rb * 16 + fg + 8 * (i >> 1);
+                    const float l2 = lse_loc[r];
+                    const int pos = pos_loc[r];
+                    UNROLL
+                    for (int nt = 0; nt < 2; nt++) {
+                        const int j = j0 + nt * 8 + 2 * ft + (i & 1);
+                        const float p = (j < c1 && j <= pos && l2 > -INFINITY)
+                                            ? exp2(s3[rb][nt][i] * scale_log2 - l2)
+                                            : 0.0f;
+                        s3[rb][nt][i] = p_factor(p, eps);
+                    }
+                }
+            }
+#if METHOD == M_DROPKV || WRITE_VNORM
+            if (!have_vn) {
+                V_NORMS(1);
+                have_vn = 1;
+            }
+#endif
+#if NEED_A
+            UNROLL
+            for (int rb = 0; rb < NRB; rb++) {
+                if (skip[rb])
+                    continue;
+                UNROLL
+                for (int kk = 0; kk < NKS; kk++) {
+                    const uint4 ha = ah_loc[rb][kk][lane], la = al_loc[rb][kk][lane];
+                    UNROLL
+                    for (int nt = 0; nt < 2; nt++) {
+                        const uint4 vcn = vf[nt][kk >> 1];
+                        const uint v0 = (kk & 1) ? vcn.z : vcn.x, v1 = (kk & 1) ? vcn.w : vcn.y;
+                        mma16816(d3[rb][nt], ha, v0, v1);
+                        mma16816(d3[rb][nt], la, v0, v1);
+                    }
+                }
+            }
+#endif
+            if (last) {
+#if NEED_V
+                if (j0 + tstep < c1)
+                    load_rows(v, vb, v_sl, j0 + tstep, n, fg, ft, vf);
+#endif
+                requested = 1;
+            }
+            UNROLL
+            for (int rb = 0; rb < NRB; rb++) {
+                if (skip[rb])
+                    continue;
+                UNROLL
+                for (int i = 0; i < 4; i++) {
+#if METHOD == M_DROPKV
+                    const float an = an_loc[rb * 16 + fg + 8 * (i >> 1)];
+#endif
+                    UNROLL
+                    for (int nt = 0; nt < 2; nt++) {
+#if METHOD == M_DROPKV
+                        const float d2 = fmax(an + vc[nt][i & 1] - 2.0f * d3[rb][nt][i], 0.0f);
+                        acc[nt][i & 1] = fma(s3[rb][nt][i], d2, acc[nt][i & 1]);
+#elif METHOD == M_ANDPRO
+                        acc[nt][i & 1] = fma(s3[rb][nt][i], d3[rb][nt][i], acc[nt][i & 1]);
+#else
+                        acc[nt][i & 1] += s3[rb][nt][i];
+#endif
+                    }
+                }
+            }
+#else
             for (int rb = 0; rb < nrb; rb++) {
                 const int rl = rb * 16;
                 /* causal skip (uniform over the warp): all 16 rows precede the warp's keys */
@@ -429,6 +601,15 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
 #endif
                     }
                 }
+#if PREFETCH == 2
+                /* K and V are dead after the last products of the tile: the next tile's
+                 * loads overlap this block's epilogue and the tile's reduction */
+                if (st == nstage - 1 && rb == nrb - 1) {
+                    if (j0 + tstep < c1)
+                        load_tile(k, v, kb, vb, k_sl, v_sl, j0 + tstep, n, fg, ft, kf, vf);
+                    requested = 1;
+                }
+#endif
                 UNROLL
                 for (int i = 0; i < 4; i++) {
                     const int r = rl + fg + 8 * (i >> 1);
@@ -444,13 +625,8 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                                             ? exp2(s[nt][i] * scale_log2 - l2)
                                             : 0.0f;
 #if METHOD == M_DROPKV
-                        float pt = clamp(p, 0.0f, 1.0f);
-#if ROUND_P
-                        pt = from16(to16(pt));
-#endif
-                        const float wt = pt / (1.0f - pt + eps);
                         const float d2 = fmax(an + vc[nt][i & 1] - 2.0f * d[nt][i], 0.0f);
-                        acc[nt][i & 1] = fma(wt * wt, d2, acc[nt][i & 1]);
+                        acc[nt][i & 1] = fma(p_factor(p, eps), d2, acc[nt][i & 1]);
 #elif METHOD == M_ANDPRO
                         acc[nt][i & 1] = fma(p, d[nt][i], acc[nt][i & 1]);
 #else
@@ -459,9 +635,18 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                     }
                 }
             }
+#endif
         }
         if (!live)
             continue;
+#if PREFETCH == 3 && (METHOD == M_DROPKV || WRITE_VNORM)
+        if (!have_vn)
+            V_NORMS(live);
+#endif
+#if PREFETCH >= 2
+        if (!requested && j0 + tstep < c1) /* the last row block was skipped (causal) */
+            load_tile(k, v, kb, vb, k_sl, v_sl, j0 + tstep, n, fg, ft, kf, vf);
+#endif
         /* sum over the 8 row lanes (g) of each column */
         UNROLL
         for (int nt = 0; nt < 2; nt++) {

@@ -240,7 +240,7 @@ static int mma_env(void) {
 }
 
 /* Tuning overrides of the tensor-core kernel, read once per process (-1: the default):
- * $CLKV_SCORE_MMA_PREFETCH (0/1: next tile's K/V loaded during this tile),
+ * $CLKV_SCORE_MMA_PREFETCH (0..3: when the next tile's K/V is requested, see plan_mma),
  * $CLKV_SCORE_MMA_TILES (64-key tiles per work-group, 1..256) and $CLKV_SCORE_MMA_ILV (0/1:
  * contiguous or interleaved tiles per work-group; default: see launch_window). */
 static int mma_tune(const char *name, int lo, int hi) {
@@ -294,8 +294,20 @@ static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p)
         per = g_mma_tiles;
     p->mma_chunk = (int)(per * MMA_KT);
     if (g_mma_prefetch == -2)
-        g_mma_prefetch = mma_tune("CLKV_SCORE_MMA_PREFETCH", 0, 1);
-    p->mma_prefetch = g_mma_prefetch >= 0 ? g_mma_prefetch : 0;
+        g_mma_prefetch = mma_tune("CLKV_SCORE_MMA_PREFETCH", 0, 3);
+    /* When the next tile's K/V is requested (PREFETCH in score_window_mma.cl). H200, bf16
+     * Hq 32 / Hkv 8, D 128, W 8, 128K keys, scorer alone, two alternations in one run
+     * (2026-11-28), PREFETCH 0 / 2 / 3: DropKV 186.9-187.0 / 180.7-181.2 / 190.4-190.8 us,
+     * SnapKV 98.9-99.2 / 95.1-96.8 / 93.2-93.8, AnDPro 162.2-162.6 / 161.9 / 164.7-165.2,
+     * CriticalKV 155.9-156.9 / 199.2-199.9 / 154.1-155.2. $CLKV_SCORE_MMA_PREFETCH forces
+     * one (1: the full register double buffer, slower everywhere measured). 3 keeps the
+     * scores of every row block of a stage in registers: only up to 32 rows a stage. */
+    const int pf =
+        p->method == CLKV_SCORE_DROPKV ? 2
+        : (p->method == CLKV_SCORE_SNAPKV || p->method == CLKV_SCORE_CRITICALKV) && p->mma_rs <= 32
+            ? 3
+            : 0;
+    p->mma_prefetch = g_mma_prefetch >= 0 ? g_mma_prefetch : pf;
     if (g_mma_ilv == -2)
         g_mma_ilv = mma_tune("CLKV_SCORE_MMA_ILV", 0, 1);
     p->mma_ilv = g_mma_ilv; /* -1: the default (launch_window) */
