@@ -48,7 +48,11 @@
  * the bulk-copy unit (cp.async.bulk.prefetch.L2, one 256-byte row per lane, sm_90): H200,
  * bf16 Hq 32 / Hkv 8, W 8, 128K keys, two alternations in one run (2026-11-28), DropKV
  * 186.8 -> 208-223 us (306 four tiles ahead), SnapKV 99.0 -> 112-115 us, with PREFETCH 0 or 2.
- * Not kept either: streaming each warp's K/V rows through two cp.async stages in local memory (64
+ * Not kept either: 32 keys per warp (a 128-key tile; for SnapKV twice the bytes in flight
+ * per warp at the same register count as DropKV's 16): same day, 128K keys, SnapKV 93.0 ->
+ * 118.3-120.3 us, DropKV 179.5 -> 230.3, CriticalKV 155.9 -> 157.6, AnDPro 162.8 -> 173.6;
+ * nor more, shorter work-groups for SnapKV (16 / 8 tiles each: 105.2 / 101.0 us).
+ * Nor streaming each warp's K/V rows through two cp.async stages in local memory (64
  * KiB per work-group, fragments read back conflict-free): H200, DropKV bf16 Hq 32 / Hkv 8, W 8,
  * 128K keys, scorer 188.7 -> 271.9 / 275.7 us; SnapKV 104.9 -> 117.0, AnDPro 162.8 -> 238.5
  * (2026-11-27): the stages halve the resident warps (SnapKV, which reads only K, ran at
