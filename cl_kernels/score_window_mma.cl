@@ -44,6 +44,11 @@
  *               block first (S, then D), the next K requested after S and the next V after
  *               D, then the epilogues (with ||v|| computed just before D). The host picks
  *               per method (host/score.c has the measurements).
+ * Profile (Nsight Compute on the replayed PTX, H200, DropKV at 128K, PREFETCH 2, before the
+ * single-test logits below; 2026-11-28): 126 registers, 14.5 resident warps per unit, DRAM
+ * 66 %, issue slots 55 % busy, ~1270 warp instructions per 16-key tile (96 mma); stalls
+ * mostly fixed-latency dependencies (30 %) and short scoreboard (20 %: local-memory reads,
+ * shuffles), global-memory waits 5 %: the warps are latency-bound, not waiting on DRAM.
  * Not kept: the next tile's (or the 2nd / 4th next) K and V rows requested into L2 by
  * the bulk-copy unit (cp.async.bulk.prefetch.L2, one 256-byte row per lane, sm_90): H200,
  * bf16 Hq 32 / Hkv 8, W 8, 128K keys, two alternations in one run (2026-11-28), DropKV
@@ -90,6 +95,20 @@
 #define NCK (HEAD_DIM / 32) /* 16-byte chunks per lane per key row */
 #define NRB (RS / 16)       /* row blocks per stage */
 #define UNROLL _Pragma("unroll")
+/* SHORT_CHAINS 1: exp2 as ex2.approx (native_exp2, 2 ulp; p < 2^-126 flushes to 0) and
+ * A_lo V^T accumulated apart from A_hi V^T (mma chains half as long). H200, bf16 Hq 32 /
+ * Hkv 8, W 8, 128K keys, two alternations (2026-11-28): AnDPro 166.0 / 166.9 -> 163.1 /
+ * 161.7 us, DropKV 165.7 / 165.2 -> 167.8 / 167.8, SnapKV and CriticalKV within 1 %. */
+#ifndef SHORT_CHAINS
+#define SHORT_CHAINS 0
+#endif
+#if SHORT_CHAINS
+#define EXP2 native_exp2
+#define DLO dl
+#else
+#define EXP2 exp2
+#define DLO d
+#endif
 
 #if (HEAD_DIM != 64 && HEAD_DIM != 128) || RS % 16 != 0 || METHOD > M_H2O
 #error "score_window_mma: unsupported parameters"
@@ -269,6 +288,7 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
 #endif
     __local float lse_loc[RS];
     __local int pos_loc[RS];
+    __local int pmax_loc[NRB];
 
     const int lid = (int)get_local_id(0);
     const int lane = lid % 32, w = lid / 32;
@@ -408,19 +428,34 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                     ((__local uint *)&al_loc[rb][kk][ln])[word] = lw;
 #endif
                 }
+                /* per row: LSE * log2(e), +inf where the row weighs nothing (padding, LSE
+                 * -inf or NaN: exp2(s - inf) = 0), and the last key it weighs (its
+                 * position, capped by c1 - 1), so a logit needs one test; per row block
+                 * the latest position (the causal skip). Before, three tests per logit
+                 * and a 4-shuffle maximum per row block and tile, which the profile
+                 * showed as a latency chain: H200, bf16 Hq 32 / Hkv 8, W 8, 128K keys,
+                 * two alternations (2026-11-28), DropKV 176.5 / 177.3 -> 165.7 / 165.2
+                 * us, SnapKV 92.4 / 93.5 -> 86.8 / 86.6 (AnDPro, CriticalKV within 1 %
+                 * with their forms). */
                 for (int i = lid; i < RS; i += WG_SIZE) {
                     const int rr = r0 + i;
-                    float l2 = -INFINITY;
+                    float l2 = INFINITY;
                     int pos = -1;
                     if (rr < rows) {
                         const int h = kvh * G + rr / W, tt = rr % W;
                         l2 =
                             lse[lse_off + (long)b * lse_sb + (long)h * lse_sh + (long)tt * lse_st] *
                             CLKV_LOG2E;
-                        pos = n - W + tt;
+                        if (!(l2 > -INFINITY))
+                            l2 = INFINITY;
+                        pos = min(n - W + tt, c1 - 1);
                     }
                     lse_loc[i] = l2;
                     pos_loc[i] = pos;
+                }
+                for (int i = lid; i < NRB; i += WG_SIZE) {
+                    const int lo = r0 + 16 * i, hi = min(lo + 15, rows - 1);
+                    pmax_loc[i] = lo >= rows ? -1 : lo / W != hi / W ? n - 1 : n - W + hi % W;
                 }
 #if NEED_A
                 /* ||a||^2 of each row (f32 a): one warp per row, a butterfly over its lanes */
@@ -459,12 +494,8 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
 #endif
             UNROLL
             for (int rb = 0; rb < NRB; rb++) {
-                /* causal skip (uniform over the warp): all 16 rows precede the warp's keys */
-                float pm = rb < nrb ? (float)pos_loc[rb * 16 + (lane & 15)] : -1.0f;
-                UNROLL
-                for (int o = 8; o > 0; o >>= 1)
-                    pm = fmax(pm, clkv_shfl_xor(pm, o));
-                skip[rb] = pm < (float)j0;
+                /* causal skip (uniform over the warp), as in the other form */
+                skip[rb] = rb >= nrb || (j0 > n - W && pmax_loc[rb] < j0);
                 UNROLL
                 for (int nt = 0; nt < 2; nt++) {
                     UNROLL
@@ -502,9 +533,7 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                     UNROLL
                     for (int nt = 0; nt < 2; nt++) {
                         const int j = j0 + nt * 8 + 2 * ft + (i & 1);
-                        const float p = (j < c1 && j <= pos && l2 > -INFINITY)
-                                            ? exp2(s3[rb][nt][i] * scale_log2 - l2)
-                                            : 0.0f;
+                        const float p = j <= pos ? EXP2(s3[rb][nt][i] * scale_log2 - l2) : 0.0f;
                         s3[rb][nt][i] = p_factor(p, eps);
                     }
                 }
@@ -565,16 +594,14 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
 #else
             for (int rb = 0; rb < nrb; rb++) {
                 const int rl = rb * 16;
-                /* causal skip (uniform over the warp): all 16 rows precede the warp's keys */
-                float pm = (float)pos_loc[rl + (lane & 15)];
-                UNROLL
-                for (int o = 8; o > 0; o >>= 1)
-                    pm = fmax(pm, clkv_shfl_xor(pm, o));
-                if (pm < (float)j0)
+                /* causal skip (uniform): all 16 rows precede the warp's keys, which only
+                 * the warps past n - W can see */
+                if (j0 > n - W && pmax_loc[rb] < j0)
                     continue;
                 float s[2][4];
 #if NEED_A
-                float d[2][4];
+                float d[2][4], dl[2][4]; /* SHORT_CHAINS: A_lo V^T apart */
+                (void)dl;
 #endif
                 UNROLL
                 for (int nt = 0; nt < 2; nt++) {
@@ -582,7 +609,7 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                     for (int i = 0; i < 4; i++) {
                         s[nt][i] = 0.0f;
 #if NEED_A
-                        d[nt][i] = 0.0f;
+                        d[nt][i] = dl[nt][i] = 0.0f;
 #endif
                     }
                 }
@@ -601,10 +628,17 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                         const uint4 vcn = vf[nt][kk >> 1];
                         const uint v0 = (kk & 1) ? vcn.z : vcn.x, v1 = (kk & 1) ? vcn.w : vcn.y;
                         mma16816(d[nt], ha, v0, v1);
-                        mma16816(d[nt], la, v0, v1);
+                        mma16816(DLO[nt], la, v0, v1);
 #endif
                     }
                 }
+#if NEED_A && SHORT_CHAINS
+                UNROLL
+                for (int nt = 0; nt < 2; nt++)
+                    UNROLL
+                for (int i = 0; i < 4; i++)
+                    d[nt][i] += dl[nt][i];
+#endif
 #if PREFETCH == 2
                 /* K and V are dead after the last products of the tile: the next tile's
                  * loads overlap this block's epilogue and the tile's reduction */
@@ -625,9 +659,7 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                     UNROLL
                     for (int nt = 0; nt < 2; nt++) {
                         const int j = j0 + nt * 8 + 2 * ft + (i & 1);
-                        const float p = (j < c1 && j <= pos && l2 > -INFINITY)
-                                            ? exp2(s[nt][i] * scale_log2 - l2)
-                                            : 0.0f;
+                        const float p = j <= pos ? EXP2(s[nt][i] * scale_log2 - l2) : 0.0f;
 #if METHOD == M_DROPKV
                         const float d2 = fmax(an + vc[nt][i & 1] - 2.0f * d[nt][i], 0.0f);
                         acc[nt][i & 1] = fma(p_factor(p, eps), d2, acc[nt][i & 1]);

@@ -62,7 +62,7 @@ typedef struct score_plan {
     /* window kernel geometry */
     int tpr, wg, kpr, vec_aligned;
     /* tensor-core window kernel (score_window_mma.cl): rows per stage, keys per work-group */
-    int mma, mma_rs, mma_chunk, mma_prefetch, mma_ilv;
+    int mma, mma_rs, mma_chunk, mma_prefetch, mma_ilv, mma_short;
     /* tensor-core H2O kernel (score_h2o_mma.cl): keys per warp, rows per stage, stages,
      * row pieces (NSPLIT) and rows per piece */
     int h2o, h2o_kw, h2o_rt, h2o_nstg, h2o_split, h2o_rps;
@@ -241,6 +241,7 @@ static int mma_env(void) {
 
 /* Tuning overrides of the tensor-core kernel, read once per process (-1: the default):
  * $CLKV_SCORE_MMA_PREFETCH (0..3: when the next tile's K/V is requested, see plan_mma),
+ * $CLKV_SCORE_MMA_SHORT (0/1: the kernel's SHORT_CHAINS),
  * $CLKV_SCORE_MMA_TILES (64-key tiles per work-group, 1..256) and $CLKV_SCORE_MMA_ILV (0/1:
  * contiguous or interleaved tiles per work-group; default: see launch_window). */
 static int mma_tune(const char *name, int lo, int hi) {
@@ -248,7 +249,7 @@ static int mma_tune(const char *name, int lo, int hi) {
     const int x = e && *e ? atoi(e) : -1;
     return x >= lo && x <= hi ? x : -1;
 }
-static int g_mma_prefetch = -2, g_mma_tiles = -2, g_mma_ilv = -2;
+static int g_mma_prefetch = -2, g_mma_tiles = -2, g_mma_ilv = -2, g_mma_short = -2;
 
 #define MMA_LOCAL_MAX 40960 /* staged query rows, bytes (static local memory <= 48 KiB) */
 #define MMA_KT 64           /* keys per tile of score_window_mma */
@@ -308,6 +309,10 @@ static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p)
             ? 3
             : 0;
     p->mma_prefetch = g_mma_prefetch >= 0 ? g_mma_prefetch : pf;
+    /* SHORT_CHAINS (score_window_mma.cl has the measurements): AnDPro only */
+    if (g_mma_short == -2)
+        g_mma_short = mma_tune("CLKV_SCORE_MMA_SHORT", 0, 1);
+    p->mma_short = g_mma_short >= 0 ? g_mma_short : p->method == CLKV_SCORE_ANDPRO;
     if (g_mma_ilv == -2)
         g_mma_ilv = mma_tune("CLKV_SCORE_MMA_ILV", 0, 1);
     p->mma_ilv = g_mma_ilv; /* -1: the default (launch_window) */
@@ -536,6 +541,7 @@ static clkv_status launch_window(clkv_context *ctx, const clkv_score_args *a, co
     if (p->mma) {
         clkv__defs_int(&defs, "RS", p->mma_rs);
         clkv__defs_int(&defs, "PREFETCH", p->mma_prefetch);
+        clkv__defs_int(&defs, "SHORT_CHAINS", p->mma_short);
         /* Interleaved tiles where the kernel streams K and V (DropKV, AnDPro, CriticalKV
          * with ||v||_1): DropKV bf16 Hq 32 / Hkv 8 D 128 W 8 at 128K, three alternations in
          * one run each, full call 370.2-372.3 -> 366.6-369.0 us on an H200 (scorer 191.0-192.6
