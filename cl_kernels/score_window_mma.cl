@@ -44,30 +44,29 @@
  *               block first (S, then D), the next K requested after S and the next V after
  *               D, then the epilogues (with ||v|| computed just before D). The host picks
  *               per method (host/score.c has the measurements).
- * Profile (Nsight Compute on the replayed PTX, H200, DropKV at 128K, PREFETCH 2, before the
- * single-test logits below; 2026-11-28): 126 registers, 14.5 resident warps per unit, DRAM
- * 66 %, issue slots 55 % busy, ~1270 warp instructions per 16-key tile (96 mma); stalls
- * mostly fixed-latency dependencies (30 %) and short scoreboard (20 %: local-memory reads,
- * shuffles), global-memory waits 5 %: the warps are latency-bound, not waiting on DRAM.
- * Not kept: the next tile's (or the 2nd / 4th next) K and V rows requested into L2 by
- * the bulk-copy unit (cp.async.bulk.prefetch.L2, one 256-byte row per lane, sm_90): H200,
- * bf16 Hq 32 / Hkv 8, W 8, 128K keys, two alternations in one run (2026-11-28), DropKV
- * 186.8 -> 208-223 us (306 four tiles ahead), SnapKV 99.0 -> 112-115 us, with PREFETCH 0 or 2.
- * Not kept either: 32 keys per warp (a 128-key tile; for SnapKV twice the bytes in flight
- * per warp at the same register count as DropKV's 16): same day, 128K keys, SnapKV 93.0 ->
- * 118.3-120.3 us, DropKV 179.5 -> 230.3, CriticalKV 155.9 -> 157.6, AnDPro 162.8 -> 173.6;
- * nor more, shorter work-groups for SnapKV (16 / 8 tiles each: 105.2 / 101.0 us).
- * Nor streaming each warp's K/V rows through two cp.async stages in local memory (64
- * KiB per work-group, fragments read back conflict-free): H200, DropKV bf16 Hq 32 / Hkv 8, W 8,
- * 128K keys, scorer 188.7 -> 271.9 / 275.7 us; SnapKV 104.9 -> 117.0, AnDPro 162.8 -> 238.5
- * (2026-11-27): the stages halve the resident warps (SnapKV, which reads only K, ran at
- * 55 % of read bandwidth there). On the H100 it is bound neither by its arithmetic nor by
- * the read bandwidth (DropKV at 128K: 78 % of it; load_chunk has the measurements); what is
- * left is how its loads reach memory: 16 resident warps (122 registers), each with one
- * 16-key tile of K and V in flight, 8 rows x 64 bytes per load instruction.
- * Not kept either (H100, DropKV bf16 Hq 32 / Hkv 8, D 128, W 8, 2026-11-27): a
- * FlashAttention-2 style variant for G * W <= 64 rows as attention_window_mma.cl streams
- * its tiles (64-key K/V tiles in 3 cp.async stages shared by the 4 warps, B fragments by
+ * Profile (Nsight Compute on the replayed PTX, tools/profile; H200, DropKV at 128K, PREFETCH
+ * 2, before the single-test logits below; 2026-11-28): 126 registers, 14.5 resident warps per unit,
+ * DRAM 66 %, issue slots 55 % busy, ~1270 warp instructions per 16-key tile (96 mma); stalls mostly
+ * fixed-latency dependencies (30 %) and short scoreboard (20 %: local-memory reads, shuffles),
+ * global-memory waits 5 %: the warps are latency-bound, not waiting on DRAM. Not kept: the next
+ * tile's (or the 2nd / 4th next) K and V rows requested into L2 by the bulk-copy unit
+ * (cp.async.bulk.prefetch.L2, one 256-byte row per lane, sm_90): H200, bf16 Hq 32 / Hkv 8, W 8,
+ * 128K keys, two alternations in one run (2026-11-28), DropKV 186.8 -> 208-223 us (306 four tiles
+ * ahead), SnapKV 99.0 -> 112-115 us, with PREFETCH 0 or 2. Not kept either: 32 keys per warp (a
+ * 128-key tile; for SnapKV twice the bytes in flight per warp at the same register count as
+ * DropKV's 16): same day, 128K keys, SnapKV 93.0 -> 118.3-120.3 us, DropKV 179.5 -> 230.3,
+ * CriticalKV 155.9 -> 157.6, AnDPro 162.8 -> 173.6; nor more, shorter work-groups for SnapKV (16 /
+ * 8 tiles each: 105.2 / 101.0 us). Nor streaming each warp's K/V rows through two cp.async stages
+ * in local memory (64 KiB per work-group, fragments read back conflict-free): H200, DropKV bf16 Hq
+ * 32 / Hkv 8, W 8, 128K keys, scorer 188.7 -> 271.9 / 275.7 us; SnapKV 104.9 -> 117.0, AnDPro 162.8
+ * -> 238.5 (2026-11-27): the stages halve the resident warps (SnapKV, which reads only K, ran at 55
+ * % of read bandwidth there). On the H100 it was bound neither by its arithmetic nor by the read
+ * bandwidth (DropKV at 128K: 78 % of it; load_chunk has the measurements), which was read as a
+ * limit of its loads in flight (16 resident warps, one 16-key tile of K and V each); the H200
+ * profile above (global-memory waits 5 %) and the 32-key tiles (slower) say instead that
+ * instruction latencies bind it. Not kept either (H100, DropKV bf16 Hq 32 / Hkv 8, D 128, W 8,
+ * 2026-11-27): a FlashAttention-2 style variant for G * W <= 64 rows as attention_window_mma.cl
+ * streams its tiles (64-key K/V tiles in 3 cp.async stages shared by the 4 warps, B fragments by
  * ldmatrix, q and a_hi / a_lo fragments in registers, 214-220 registers, 2 work-groups per
  * compute unit): scorer at 128K 228.5-229.7 us against 220.4-221.6 (at 16K 43.3-44.0
  * against 46.6-49.0), the full call 465-472 against 443-447 us; ||v||^2 once per key
