@@ -241,6 +241,18 @@ inline float clkv_exp2_ftz(float x) {
 #endif
 }
 
+/* 1 / x with subnormal inputs and results flushed to 0 (one MUFU.RCP on NVIDIA;
+ * native_recip there keeps a subnormal fix-up around it). Relative error ~2^-23. */
+inline float clkv_rcp_ftz(float x) {
+#ifdef CLKV_NVIDIA_PTX
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+#else
+    return native_recip(x);
+#endif
+}
+
 /* ---- asynchronous global -> local copies (cp.async, sm_80+) ----
  * A tile pipeline issues clkv_cp_async16/4 per work-item, closes each stage with
  * clkv_cp_async_commit() and waits with CLKV_CP_ASYNC_WAIT(n): every group but the n most

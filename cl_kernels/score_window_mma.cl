@@ -94,18 +94,17 @@
 #define NCK (HEAD_DIM / 32) /* 16-byte chunks per lane per key row */
 #define NRB (RS / 16)       /* row blocks per stage */
 #define UNROLL _Pragma("unroll")
-/* SHORT_CHAINS 1: exp2 as ex2.approx (native_exp2, 2 ulp; p < 2^-126 flushes to 0) and
- * A_lo V^T accumulated apart from A_hi V^T (mma chains half as long). H200, bf16 Hq 32 /
- * Hkv 8, W 8, 128K keys, two alternations (2026-11-28): AnDPro 166.0 / 166.9 -> 163.1 /
- * 161.7 us, DropKV 165.7 / 165.2 -> 167.8 / 167.8, SnapKV and CriticalKV within 1 %. */
+/* SHORT_CHAINS 1: A_lo V^T accumulated apart from A_hi V^T (mma chains half as long). With
+ * native_exp2 for p as well (which on NVIDIA is exp2's code: both keep a subnormal fix-up
+ * around ex2.approx), H200, bf16 Hq 32 / Hkv 8, W 8, 128K keys, two alternations
+ * (2026-11-28): AnDPro 166.0 / 166.9 -> 163.1 / 161.7 us, DropKV 165.7 / 165.2 -> 167.8 /
+ * 167.8, SnapKV and CriticalKV within 1 %. */
 #ifndef SHORT_CHAINS
 #define SHORT_CHAINS 0
 #endif
 #if SHORT_CHAINS
-#define EXP2 native_exp2
 #define DLO dl
 #else
-#define EXP2 exp2
 #define DLO d
 #endif
 
@@ -226,16 +225,24 @@ inline void v_norms(uint4 (*vf)[NCK], int live, int j0, int c1, int fg, int ft,
 #endif
 
 /* The factor of a (row, key) term that depends on p alone: DropKV w^2 with w = p~ / (1 - p~ +
- * eps) (SPEC §2.1), the others p. The division is the approximate one (div.approx, 2 ulp;
- * test_score's tolerance is far above it): H200, DropKV bf16 Hq 32 / Hkv 8, W 8, 128K keys,
- * PREFETCH 2, two alternations (2026-11-28): scorer 181.2 / 180.7 -> 178.7 / 179.1 us. */
+ * eps) (SPEC §2.1), the others p. The division is a reciprocal with subnormals flushed
+ * (one MUFU.RCP, ~2^-23; test_score's tolerance is far above it), as p itself comes from
+ * clkv_exp2_ftz (one MUFU.EX2): exp2, native_exp2 and native_divide each kept a subnormal
+ * fix-up of 4-6 instructions around theirs (SASS). H200, bf16 Hq 32 / Hkv 8, W 8, 128K keys
+ * (2026-11-28): IEEE division -> native_divide, DropKV 181.2 / 180.7 -> 178.7 / 179.1 us;
+ * exp2 and native_divide -> the two ftz forms, two alternations, DropKV 164.8 / 164.8 ->
+ * 161.4 / 160.7, SnapKV 86.5 / 87.3 -> 85.1 / 85.3, AnDPro 162.6 / 162.7 -> 157.6 / 157.3,
+ * CriticalKV within 1 %. Not kept (same run): ||v||^2 on the tensor cores (the two n-tiles'
+ * B fragments side by side are the A fragment of the 16 keys, so V V^T's diagonal blocks
+ * hold the norms: 16 more mma per tile instead of 64 unpacks and fmas per lane): DropKV
+ * 163.1 / 164.2 us, the tensor pipe's extra work costing more than the ALU work saved. */
 inline float p_factor(float p, float eps) {
 #if METHOD == M_DROPKV
     float pt = clamp(p, 0.0f, 1.0f);
 #if ROUND_P
     pt = from16(to16(pt));
 #endif
-    const float wt = native_divide(pt, 1.0f - pt + eps);
+    const float wt = pt * clkv_rcp_ftz(1.0f - pt + eps);
     return wt * wt;
 #else
     (void)eps;
@@ -532,7 +539,8 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                     UNROLL
                     for (int nt = 0; nt < 2; nt++) {
                         const int j = j0 + nt * 8 + 2 * ft + (i & 1);
-                        const float p = j <= pos ? EXP2(s3[rb][nt][i] * scale_log2 - l2) : 0.0f;
+                        const float p =
+                            j <= pos ? clkv_exp2_ftz(s3[rb][nt][i] * scale_log2 - l2) : 0.0f;
                         s3[rb][nt][i] = p_factor(p, eps);
                     }
                 }
@@ -658,7 +666,7 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                     UNROLL
                     for (int nt = 0; nt < 2; nt++) {
                         const int j = j0 + nt * 8 + 2 * ft + (i & 1);
-                        const float p = j <= pos ? EXP2(s[nt][i] * scale_log2 - l2) : 0.0f;
+                        const float p = j <= pos ? clkv_exp2_ftz(s[nt][i] * scale_log2 - l2) : 0.0f;
 #if METHOD == M_DROPKV
                         const float d2 = fmax(an + vc[nt][i & 1] - 2.0f * d[nt][i], 0.0f);
                         acc[nt][i & 1] = fma(p_factor(p, eps), d2, acc[nt][i & 1]);
