@@ -98,7 +98,8 @@
  * native_exp2 for p as well (which on NVIDIA is exp2's code: both keep a subnormal fix-up
  * around ex2.approx), H200, bf16 Hq 32 / Hkv 8, W 8, 128K keys, two alternations
  * (2026-11-28): AnDPro 166.0 / 166.9 -> 163.1 / 161.7 us, DropKV 165.7 / 165.2 -> 167.8 /
- * 167.8, SnapKV and CriticalKV within 1 %. */
+ * 167.8, SnapKV and CriticalKV within 1 %. Since p comes from clkv_exp2_ftz for every
+ * method (p_factor), SHORT_CHAINS is the split alone; that has not been measured apart. */
 #ifndef SHORT_CHAINS
 #define SHORT_CHAINS 0
 #endif
