@@ -251,6 +251,51 @@ inline float p_factor(float p, float eps) {
 #endif
 }
 
+/* The latest key position that any of the window rows lo .. hi (row r = head r / W, window
+ * row r % W) weighs: a row's last key is n - W + r % W (causal), and rows of two heads
+ * cover the whole window. */
+inline int rows_last_key(int lo, int hi, int n, int W) {
+    return lo / W != hi / W ? n - 1 : n - W + hi % W;
+}
+
+/* The factor of a (row, key) term that depends on the key's V (a term is p_factor(p) times
+ * it): DropKV max(0, ||a||^2 + ||v||^2 - 2 <a, v>) (d = <a, v>, an = ||a||^2, vn =
+ * ||v||^2), AnDPro <a, v>; the methods that sum p have none (add_term ignores it). */
+inline float v_factor(float d, float an, float vn) {
+#if METHOD == M_DROPKV
+    return fmax(an + vn - 2.0f * d, 0.0f);
+#elif METHOD == M_ANDPRO
+    (void)an, (void)vn;
+    return d;
+#else
+    (void)d, (void)an, (void)vn;
+    return 1.0f;
+#endif
+}
+
+/* A key's sum after one (row, key) term: f = p_factor(p), vf = v_factor(...). */
+inline float add_term(float acc, float f, float vf) {
+#if METHOD == M_DROPKV || METHOD == M_ANDPRO
+    return fma(f, vf, acc);
+#else
+    (void)vf;
+    return acc + f;
+#endif
+}
+/* v_factor's operands where the method has them, else 0 (the argument is not evaluated) */
+#if NEED_A
+#define TERM_D(x) (x)
+#else
+#define TERM_D(x) 0.0f
+#endif
+#if METHOD == M_DROPKV
+#define TERM_AN(x) (x)
+#define TERM_VN(x) (x)
+#else
+#define TERM_AN(x) 0.0f
+#define TERM_VN(x) 0.0f
+#endif
+
 /* Fragments of keys j0 .. j0 + 15 of one of K, V (rows past n read row n - 1; masked later). */
 inline void load_rows(__global const KV_T *x, long xb, long x_sl, int j0, int n, int fg, int ft,
                       uint4 (*xf)[NCK]) {
@@ -393,9 +438,7 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
             if (nstage > 1) {
                 /* causal skip (uniform over the work-group): a stage whose latest query
                  * position precedes the tile's first key contributes p = 0 everywhere */
-                const int last = min(r0 + RS, rows) - 1;
-                const int pmax = r0 / W != last / W ? n - 1 : n - W + last % W;
-                if (pmax < tile0)
+                if (rows_last_key(r0, min(r0 + RS, rows) - 1, n, W) < tile0)
                     continue;
             }
             if (nstage > 1 || tile0 == c0) {
@@ -455,14 +498,14 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                             CLKV_LOG2E;
                         if (!(l2 > -INFINITY))
                             l2 = INFINITY;
-                        pos = min(n - W + tt, c1 - 1);
+                        pos = min(rows_last_key(rr, rr, n, W), c1 - 1);
                     }
                     lse_loc[i] = l2;
                     pos_loc[i] = pos;
                 }
                 for (int i = lid; i < NRB; i += WG_SIZE) {
                     const int lo = r0 + 16 * i, hi = min(lo + 15, rows - 1);
-                    pmax_loc[i] = lo >= rows ? -1 : lo / W != hi / W ? n - 1 : n - W + hi % W;
+                    pmax_loc[i] = lo >= rows ? -1 : rows_last_key(lo, hi, n, W);
                 }
 #if NEED_A
                 /* ||a||^2 of each row (f32 a): one warp per row, a butterfly over its lanes */
@@ -583,19 +626,12 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                     continue;
                 UNROLL
                 for (int i = 0; i < 4; i++) {
-#if METHOD == M_DROPKV
-                    const float an = an_loc[rb * 16 + fg + 8 * (i >> 1)];
-#endif
+                    const float an = TERM_AN(an_loc[rb * 16 + fg + 8 * (i >> 1)]);
                     UNROLL
                     for (int nt = 0; nt < 2; nt++) {
-#if METHOD == M_DROPKV
-                        const float d2 = fmax(an + vc[nt][i & 1] - 2.0f * d3[rb][nt][i], 0.0f);
-                        acc[nt][i & 1] = fma(s3[rb][nt][i], d2, acc[nt][i & 1]);
-#elif METHOD == M_ANDPRO
-                        acc[nt][i & 1] = fma(s3[rb][nt][i], d3[rb][nt][i], acc[nt][i & 1]);
-#else
-                        acc[nt][i & 1] += s3[rb][nt][i];
-#endif
+                        const float vfac =
+                            v_factor(TERM_D(d3[rb][nt][i]), an, TERM_VN(vc[nt][i & 1]));
+                        acc[nt][i & 1] = add_term(acc[nt][i & 1], s3[rb][nt][i], vfac);
                     }
                 }
             }
@@ -661,21 +697,13 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                     const int r = rl + fg + 8 * (i >> 1);
                     const float l2 = lse_loc[r];
                     const int pos = pos_loc[r];
-#if METHOD == M_DROPKV
-                    const float an = an_loc[r];
-#endif
+                    const float an = TERM_AN(an_loc[r]);
                     UNROLL
                     for (int nt = 0; nt < 2; nt++) {
                         const int j = j0 + nt * 8 + 2 * ft + (i & 1);
                         const float p = j <= pos ? clkv_exp2_ftz(s[nt][i] * scale_log2 - l2) : 0.0f;
-#if METHOD == M_DROPKV
-                        const float d2 = fmax(an + vc[nt][i & 1] - 2.0f * d[nt][i], 0.0f);
-                        acc[nt][i & 1] = fma(p_factor(p, eps), d2, acc[nt][i & 1]);
-#elif METHOD == M_ANDPRO
-                        acc[nt][i & 1] = fma(p, d[nt][i], acc[nt][i & 1]);
-#else
-                        acc[nt][i & 1] += p;
-#endif
+                        const float vfac = v_factor(TERM_D(d[nt][i]), an, TERM_VN(vc[nt][i & 1]));
+                        acc[nt][i & 1] = add_term(acc[nt][i & 1], p_factor(p, eps), vfac);
                     }
                 }
             }
