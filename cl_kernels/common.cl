@@ -356,26 +356,31 @@ inline long clkv_keep_rule(long n, ulong ratio_bits, float ratio_f, long budget,
  * over [0, P) (pool 1 avg: sum of the in-range taps / pool_k; 2 max; 0 none), centred,
  * stride 1; tokens j >= P keep their raw score. score_finalize (score_pool.cl) and the
  * keep-set's fused first kernel (select.cl) both use it, so their scores are identical. */
-inline float clkv_pooled_score(__global const float *rawrow, int j, int n, int P, long protect,
-                               int pool, int pool_k) {
-    if (j >= n)
-        return -INFINITY;
-    if ((long)j >= (long)n - protect)
-        return INFINITY;
-    if (pool == 0 || j >= P)
-        return rawrow[j];
-    const int lo = max(j - pool_k / 2, 0), hi = min(j + pool_k / 2, P - 1);
-    if (pool == 1) {
-        float s = 0.0f;
-        for (int i = lo; i <= hi; i++)
-            s += rawrow[i];
-        return s / (float)pool_k;
+/* CLKV_POOLED_SCORE_DEF(NAME, AS, IX) defines it over a row in address space AS whose
+ * element i is row[IX(i)] (select.cl: a row staged in local memory with padding). */
+#define CLKV_POOLED_SCORE_DEF(NAME, AS, IX)                                                        \
+    inline float NAME(AS const float *row, int j, int n, int P, long protect, int pool,            \
+                      int pool_k) {                                                                \
+        if (j >= n)                                                                                \
+            return -INFINITY;                                                                      \
+        if ((long)j >= (long)n - protect)                                                          \
+            return INFINITY;                                                                       \
+        if (pool == 0 || j >= P)                                                                   \
+            return row[IX(j)];                                                                     \
+        const int lo = max(j - pool_k / 2, 0), hi = min(j + pool_k / 2, P - 1);                    \
+        if (pool == 1) {                                                                           \
+            float s = 0.0f;                                                                        \
+            for (int i = lo; i <= hi; i++)                                                         \
+                s += row[IX(i)];                                                                   \
+            return s / (float)pool_k;                                                              \
+        }                                                                                          \
+        float m = -INFINITY;                                                                       \
+        for (int i = lo; i <= hi; i++)                                                             \
+            m = fmax(m, row[IX(i)]);                                                               \
+        return m;                                                                                  \
     }
-    float m = -INFINITY;
-    for (int i = lo; i <= hi; i++)
-        m = fmax(m, rawrow[i]);
-    return m;
-}
+#define CLKV_IX_SAME(i) (i)
+CLKV_POOLED_SCORE_DEF(clkv_pooled_score, __global, CLKV_IX_SAME)
 
 /* ---- warp-level tensor-core helpers (NVIDIA, sm_80+) ----
  * Fragment layouts of mma.sync m16n8k16 (g = lane / 4, t = lane % 4, 16-bit pairs packed

@@ -41,14 +41,17 @@
  * resolves T, take and the per-chunk offsets from the runs of the rank-c bin, see the
  * kernel), then select_write. Scores are read twice plus the candidates.
  *
- * select_row: the whole selection of one row in one work-group (short rows).
+ * select_row: the whole selection of one row in one work-group (short rows), the row
+ * staged in local memory and held in registers (ROW_RES keys per work-item) or, for any
+ * length, streamed from global memory in each pass (ROW_RES 0).
  *
- * -D: SEL_WG (work-group size, power of two <= 256),
+ * -D: SEL_WG (work-group size, power of two <= 256; select_row up to 1024),
  * PER_ITEM (consecutive elements per work-item in the write kernel), FUSE_POOL (0/1:
- * select_hist1 first computes the scores from a scorer's raw rows; the pooling mode and
- * kernel size are the arguments pool / pool_k, see clkv_pooled_score in common.cl, so
- * every scorer's pooling shares one program), SEL_AGG (0/1,
- * default 1: warp-aggregated local histogram increments on NVIDIA), SEL_HREAD (0/1,
+ * select_hist1 / select_hist_sort / select_row first compute the scores from a scorer's
+ * raw rows; the pooling mode and kernel size are the arguments pool / pool_k, see
+ * clkv_pooled_score in common.cl, so every scorer's pooling shares one program), ROW_RES
+ * (select_row's resident keys per work-item, 0 = streaming), SEL_AGG (0/1,
+ * default 0; 1: warp-aggregated local histogram increments on NVIDIA), SEL_HREAD (0/1,
  * default 1: select_hist1's last work-group reads the row histogram in one batch instead
  * of an atomic exchange per bin), SEL_CG (0/1, default 1: cross-work-group reads with
  * ld.global.cg on NVIDIA instead of volatile loads).
@@ -184,7 +187,7 @@ inline int sel_row_count(int n, int b, int h, __global const int *kbuf, long k_o
  * bin == SEL_NOBIN means "no increment"; every lane of the warp must call it (uniform
  * loop). */
 #ifndef SEL_AGG
-#define SEL_AGG 1
+#define SEL_AGG 0
 #endif
 #ifndef SEL_HREAD
 #define SEL_HREAD 1
@@ -980,21 +983,78 @@ __kernel void select_write(__global const float *scores, long s_off, long s_sb, 
 #endif
 
 #if SEL_PIPE == 0 || SEL_PIPE == 1
+#ifndef ROW_RES
+#define ROW_RES 0
+#endif
+#if ROW_RES && SEL_WG * ROW_RES > 65535
+#error "ROW_RES: the write's packed 16-bit counts need SEL_WG * ROW_RES < 65536"
+#endif
+#if ROW_RES
+#define ROW_CAP (SEL_WG * ROW_RES)
+/* a row staged in local memory: element i at SEL_PAD(i), so that a warp's striped
+ * (lanes at consecutive i) and blocked (lane t at t * ROW_RES + j, ROW_RES a power of two
+ * up to 32) accesses hit distinct banks */
+#define SEL_PAD(i) ((i) + ((i) >> 5))
+CLKV_POOLED_SCORE_DEF(sel_pooled_local, __local, SEL_PAD)
+/* select_row's ordered compaction from the resident keys: work-item lid holds positions
+ * i0 .. i0 + ROW_RES - 1 (i0 = lid * ROW_RES) of the row, so one work-group scan of its
+ * counts of keys > T and == T gives its first output slot. */
+inline void sel_write_resident(const uint *kr, long i0, long end, uint T, uint take,
+                               __global int *dst, __local uint *s) {
+    uint gt = 0u, eq = 0u;
+    _Pragma("unroll") for (int j = 0; j < ROW_RES; j++) {
+        if (i0 + j < end) {
+            gt += kr[j] > T;
+            eq += kr[j] == T;
+        }
+    }
+    uint tot;
+    const uint ex = sel_scan(gt | (eq << 16), s, &tot);
+    uint eq_rank = ex >> 16; /* ties at T before this work-item's keys */
+    uint pos = (ex & 0xffffu) + min(eq_rank, take);
+    _Pragma("unroll") for (int j = 0; j < ROW_RES; j++) {
+        const uint key = kr[j];
+        int sel = i0 + j < end && key > T;
+        if (i0 + j < end && key == T) {
+            sel = eq_rank < take;
+            eq_rank++;
+        }
+        if (sel)
+            dst[pos++] = (int)(i0 + j);
+    }
+}
+#endif
+
 /* The whole selection of one row in one work-group (rows short enough that one
- * work-group streams them faster than the multi-kernel pipeline launches; host/select.c
- * decides): c = min(k_row, n), three radix passes over the row with a local histogram,
+ * work-group does them faster than the multi-kernel pipeline; host/select.c decides):
+ * c = min(k_row, n), three radix passes (11 / 11 / 10 bits) with a local histogram and
  * the digit scans, then the ordered compaction, the -1 padding and the count.
+ * ROW_RES > 0 (rows of at most SEL_WG * ROW_RES tokens): work-item lid holds the keys of
+ * positions lid * ROW_RES .. + ROW_RES - 1 in registers, read once; the passes count
+ * them from there. With FUSE_POOL the scores are first computed from the scorer's raw
+ * row and written for every token j < L, as select_hist1 does (the raw arguments as
+ * there; L <= SEL_WG * ROW_RES). ROW_RES 0: every pass streams the row from global
+ * memory (any length; FUSE_POOL must be 0).
  * Global: (SEL_WG, rows). */
-__kernel void select_row(__global const float *scores, long s_off, long s_sb, long s_sh, int H,
-                         __global const int *lens, long len_off, int has_len, int max_len,
-                         __global const int *kbuf, long k_off, long k_sb, long k_sh, int has_krow,
-                         int K, __global int *idx, long i_off, long i_sb, long i_sh,
-                         __global int *counts, long c_off, long c_sb, long c_sh, int has_counts,
-                         int has_rule, ulong ratio_bits, float ratio_f, long budget, long window,
-                         uint key_flip) {
+#if ROW_RES
+#define SEL_ROW_ATTR __attribute__((reqd_work_group_size(SEL_WG, 1, 1)))
+#else
+#define SEL_ROW_ATTR
+#endif
+__kernel SEL_ROW_ATTR void
+select_row(__global float *scores, long s_off, long s_sb, long s_sh, int H,
+           __global const int *lens, long len_off, int has_len, int max_len,
+           __global const int *kbuf, long k_off, long k_sb, long k_sh, int has_krow, int K,
+           __global int *idx, long i_off, long i_sb, long i_sh, __global int *counts, long c_off,
+           long c_sb, long c_sh, int has_counts, int has_rule, ulong ratio_bits, float ratio_f,
+           long budget, long window, uint key_flip, __global const float *raw, long raw_off,
+           long row_len, int L, int W, int excl, long protect, int pool, int pool_k) {
     __local uint lh[BINS];
     __local uint s[SEL_WG];
     __local uint res[2];
+#if ROW_RES
+    __local float rl[ROW_CAP + ROW_CAP / 32];
+#endif
     const uint row = get_group_id(1);
     const uint lid = get_local_id(0);
     const int b = (int)(row / (uint)H), h = (int)(row % (uint)H);
@@ -1003,8 +1063,58 @@ __kernel void select_row(__global const float *scores, long s_off, long s_sb, lo
         n = clamp(lens[len_off + b], 0, max_len);
     const int c = sel_row_count(n, b, h, kbuf, k_off, k_sb, k_sh, has_krow, K, has_rule, ratio_bits,
                                 ratio_f, budget, window);
-    __global const float *p = scores + s_off + b * s_sb + h * s_sh;
+    __global float *p = scores + s_off + b * s_sb + h * s_sh;
     __global int *dst = idx + i_off + b * i_sb + h * i_sh;
+#if ROW_RES
+    /* the row (FUSE_POOL: the raw row, then its scores) staged in local memory with
+     * coalesced loads, then each work-item's ROW_RES consecutive keys into registers */
+    const long i0 = (long)lid * ROW_RES;
+    uint kr[ROW_RES];
+#if FUSE_POOL
+    __global const float *src = raw + raw_off + (long)row * row_len;
+    const int P = excl ? max(n - W, 0) : n, sn = L;
+#else
+    (void)raw, (void)raw_off, (void)row_len, (void)L, (void)W, (void)excl, (void)protect,
+        (void)pool, (void)pool_k;
+    __global const float *src = p;
+    const int sn = n;
+#endif
+    {
+        float x[ROW_RES];
+        _Pragma("unroll") for (int j = 0; j < ROW_RES; j++) {
+            const int i = j * SEL_WG + (int)lid;
+            x[j] = i < sn ? src[i] : 0.0f;
+        }
+        _Pragma("unroll") for (int j = 0; j < ROW_RES; j++) {
+            rl[SEL_PAD(j * SEL_WG + (int)lid)] = x[j];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+#if FUSE_POOL
+        /* the scores of tokens j < L, written out and over the raw row once all are made */
+        _Pragma("unroll") for (int j = 0; j < ROW_RES; j++) {
+            const int i = j * SEL_WG + (int)lid;
+            x[j] = i < L ? sel_pooled_local(rl, i, n, P, protect, pool, pool_k) : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        _Pragma("unroll") for (int j = 0; j < ROW_RES; j++) {
+            const int i = j * SEL_WG + (int)lid;
+            rl[SEL_PAD(i)] = x[j];
+            if (i < L)
+                p[i] = x[j];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+    }
+    _Pragma("unroll") for (int j = 0; j < ROW_RES; j++) {
+        kr[j] = sel_key(rl[SEL_PAD((int)i0 + j)], key_flip); /* positions >= n never count */
+    }
+#else
+#if FUSE_POOL
+#error "select_row: FUSE_POOL needs ROW_RES"
+#endif
+    (void)raw, (void)raw_off, (void)row_len, (void)L, (void)W, (void)excl, (void)protect,
+        (void)pool, (void)pool_k;
+#endif
     uint T = 0u, take = (uint)n; /* c == n: everything */
     if (c == 0) {
         T = 0xffffffffu;
@@ -1020,9 +1130,17 @@ __kernel void select_row(__global const float *scores, long s_off, long s_sb, lo
             for (uint i = lid; i < BINS; i += SEL_WG)
                 lh[i] = 0u;
             barrier(CLK_LOCAL_MEM_FENCE);
+#if ROW_RES
+            _Pragma("unroll") for (int j = 0; j < ROW_RES; j++) {
+                const uint bin =
+                    i0 + j < n && (kr[j] & mask) == prefix ? (kr[j] >> shift) & dmask : SEL_NOBIN;
+                sel_hist_add(lh, bin);
+            }
+#else
             /* uniform trip count: sel_hist_add needs whole warps */
             for (long t0 = 0; t0 < n; t0 += (long)SEL_WG * PER_ITEM)
                 sel_hist_tile(p, t0, (long)n, prefix, mask, shift, dmask, lh, key_flip);
+#endif
             barrier(CLK_LOCAL_MEM_FENCE);
             sel_find_digit(lh, BINS, r, s, res);
             prefix |= res[0] << shift;
@@ -1031,7 +1149,11 @@ __kernel void select_row(__global const float *scores, long s_off, long s_sb, lo
         T = prefix;
         take = r;
     }
+#if ROW_RES
+    sel_write_resident(kr, i0, (long)n, T, take, dst, s);
+#else
     sel_write_range(p, 0, (long)n, T, take, 0u, 0u, dst, s, key_flip);
+#endif
     for (long sl = (long)c + lid; sl < K; sl += SEL_WG)
         dst[sl] = -1;
     if (has_counts && lid == 0)

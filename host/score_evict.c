@@ -199,7 +199,7 @@ clkv_status clkv_evict_keep_set(clkv_context *ctx, const clkv_evict_args *args, 
     const clkv_tensor *k = &s.score.k;
     if ((stages & CLKV__EVICT_SCORE) && (stages & CLKV__EVICT_KEEP) && fuse_env() &&
         clkv__score_fusable(s.score.method) && !s.keep.pbar.buf &&
-        k->dims[0] * k->dims[1] * k->dims[2] > 0 && clkv__keep_set_chunked(ctx, &s.keep)) {
+        k->dims[0] * k->dims[1] * k->dims[2] > 0 && clkv__keep_set_poolable(ctx, &s.keep)) {
         clkv__select_fuse f;
         if ((st = clkv__score_unpooled(ctx, &s.score, &f)))
             return st;

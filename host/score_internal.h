@@ -28,9 +28,10 @@ clkv_status clkv__score_unpooled(clkv_context *ctx, const clkv_score_args *args,
                                  clkv__select_fuse *fuse);
 
 /* clkv_keep_set whose one-stage selection computes args->scores from a scorer's raw rows
- * (`fuse`, from clkv__score_unpooled), on the chunked selection path only:
- * clkv__keep_set_chunked(ctx, args) says whether it applies. */
-int clkv__keep_set_chunked(clkv_context *ctx, const clkv_keep_set_args *args);
+ * (`fuse`, from clkv__score_unpooled), where the selection can pool them (its chunked
+ * pipeline or select_row's resident form): clkv__keep_set_poolable(ctx, args) says
+ * whether it applies. */
+int clkv__keep_set_poolable(clkv_context *ctx, const clkv_keep_set_args *args);
 clkv_status clkv__keep_set_fused(clkv_context *ctx, const clkv_keep_set_args *args,
                                  const clkv__select_fuse *fuse, cl_event *done);
 

@@ -155,11 +155,11 @@ static clkv_select_topk_args one_stage_args(const clkv_keep_set_args *args) {
     return fin;
 }
 
-int clkv__keep_set_chunked(clkv_context *ctx, const clkv_keep_set_args *args) {
+int clkv__keep_set_poolable(clkv_context *ctx, const clkv_keep_set_args *args) {
     if (args->pbar.buf)
         return 0;
     const clkv_select_topk_args fin = one_stage_args(args);
-    return clkv__select_topk_chunked(ctx, &fin);
+    return clkv__select_topk_poolable(ctx, &fin);
 }
 
 static clkv_status keep_set(clkv_context *ctx, const clkv_keep_set_args *args,

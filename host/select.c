@@ -12,13 +12,25 @@
 #define STATE_WORDS 8  /* per-row state words (cl_kernels/select.cl) */
 #define CTR_WORDS 4100 /* per-row words of the context's counter buffer (select.cl) */
 #define ROW_PER_ITEM 16
-/* Rows up to this many tokens take select_row (one work-group per row, one launch)
- * unless a chunk length is forced ($CLKV_SELECT_ROW_MAX overrides it). A row streams
- * through one SM, so long rows go chunked. H100, clkv_evict_keep_set DropKV bf16 Hq 32 /
- * Hkv 8 D 128 (8 rows), whole call, select_row (+ score_finalize) vs the 2-kernel
- * chunked pipeline (pooling fused into it), one run: 8K 75.0 vs 78.8 us, 16K 117.4 vs
- * 110.5 us, 32K 198.8 vs 163.1 us (keep-set alone 60.7 vs 27.8 us). */
-#define ROW_MAX_LEN (1 << 13)
+/* select_row with the row staged in local memory and each work-item's ROW_RES
+ * consecutive keys in registers (read once; with a fused scorer, pooled there too) for
+ * rows of at most row_wg * ROW_RES tokens: 1024 x 8 on a GPU, 256 x 32 elsewhere. Such
+ * rows take select_row by default (unless a chunk length is forced; $CLKV_SELECT_ROW_MAX
+ * sets another bound: rows longer than the resident form's stream through select_row
+ * from global memory in each pass, 512 work-items on a GPU), longer ones the chunked
+ * pipeline. H200 (2026-11-28), clkv_evict_keep_set bf16 Hq 32 / Hkv 8 D 128 (8 rows),
+ * whole call, two alternations in one run, the previous choice (rows up to 8K streaming
+ * through select_row after score_finalize, longer rows chunked with the pooling fused) ->
+ * resident (1024 x 8, plain local atomics): DropKV 4K 60.2 / 62.0 -> 52.1 / 53.1 us, 8K
+ * 62.8 / 62.9 -> 58.7 / 59.0 (select_row 19.1-20.7 -> 17.4-18.2 us of device time);
+ * SnapKV 4K 48.8 -> 45.6, 8K 54.5 -> 49.4. With warp-aggregated increments (match.any)
+ * 54.0-55.0 / 62.1-62.5 us; 1024 x 16 keys (16K rows resident): DropKV 4K 58.7, 8K
+ * 65.0, 16K 92.6-93.0 against 90.4-90.9 chunked, though SnapKV 16K 75.9 against 83.5;
+ * 1024 x 32 keys: 53.7 us of device time at 8K (registers spilled). An earlier form that
+ * pooled from global memory inside the row's one work-group took 141 us at 16K (93 us
+ * chunked): each score's taps were dependent round trips. */
+#define ROW_RES_GPU 8
+#define ROW_RES_CPU 32
 /* The chunked pipeline's counter histograms: at most this many rows (64 MiB of
  * counters); more rows take select_row. */
 #define CHUNKED_MAX_ROWS 4096
@@ -31,15 +43,22 @@
  * clkv_evict_keep_set DropKV bf16 Hq 32 / Hkv 8 D 128 (8 rows, 2048-token chunks), whole
  * call, 2-kernel vs 3-kernel, one run: 32K 163.1 vs 166.1 us, 64K 272.0 vs 278.3 us,
  * 128K 499.3 vs 472.3 us (466.1 with plain local atomics), 512K 1776.5 vs 1645.4 us: the
- * 2-kernel first kernel's time grows with the row (65 us at 128K, 25 us at 16K). */
+ * 2-kernel first kernel's time grows with the row (65 us at 128K, 25 us at 16K). H200
+ * (2026-11-28, both with plain local atomics, two alternations in one run), 2-kernel vs
+ * 3-kernel: DropKV 16K 90.9 / 90.8 vs 94.8 / 94.7 us, 32K 127.9 / 127.8 vs 131.5 / 131.3,
+ * 64K 205.9 / 206.5 vs 202.2 / 201.4; SnapKV 16K 79.7 / 80.0 vs 80.7 / 81.7, 32K 124.4 /
+ * 125.1 vs 109.2 / 111.8, 64K 212.9 / 213.2 vs 169.5 / 170.8; 128K DropKV 339.6 / 342.3
+ * (3-kernel) vs 356.1 / 358.2. So the 2-kernel one up to 8 chunks (16K tokens). */
 #define SORT_MAX_CH 512
-#define SORT_AUTO_CH 32
+#define SORT_AUTO_CH 8
 #define TAB_WORDS 2048 /* uints per (row, chunk) of select_hist_sort's bin-start table */
 
 typedef struct select_plan {
     int64_t B, H, N, rows;
     int max_len, K;
     int row_path, row_wg; /* select_row and its work-group size */
+    int row_res;          /* select_row's resident keys per work-item (0: streaming) */
+    int64_t row_cap;      /* the longest row the resident form takes */
     int wg, chunk, nchunks;
     int sort; /* the 2-kernel chunked pipeline (select_hist_sort) */
     size_t state_bytes, cc_bytes, cand_bytes, tab_bytes;
@@ -143,13 +162,21 @@ static int forced_path(void) {
     return g_force_path;
 }
 
+/* $CLKV_SELECT_ROW_MAX (read once per process), or -1 (the resident form's bound). */
 static int row_max_len(void) {
-    static int v = -1;
-    if (v < 0) {
+    static int v = -2;
+    if (v == -2) {
         const char *e = getenv("CLKV_SELECT_ROW_MAX");
-        v = e && *e && atoi(e) >= 0 ? atoi(e) : ROW_MAX_LEN;
+        v = e && *e && atoi(e) >= 0 ? atoi(e) : -1;
     }
     return v;
+}
+
+/* select_row's static local memory in its resident form (cl_kernels/select.cl): the
+ * padded staged row, the 11-bit histogram, the scan scratch. */
+static uint64_t row_local_bytes(int wg, int res) {
+    const uint64_t cap = (uint64_t)wg * res;
+    return (cap + cap / 32) * 4 + 2048 * 4 + (uint64_t)wg * 4 + 64;
 }
 
 static void plan_launch(clkv_context *ctx, const clkv_select_topk_args *a, select_plan *p) {
@@ -212,14 +239,30 @@ static void plan_launch(clkv_context *ctx, const clkv_select_topk_args *a, selec
                                            : (size_t)p->rows * (size_t)len * 8);
     p->tab_bytes =
         p->sort ? clkv__ws_align((size_t)p->rows * (size_t)p->nchunks * TAB_WORDS * 4) : 0;
-    /* one work-group per row: 512 lanes on a GPU (registers of 1024 would be tight) */
-    int rwg = gpu ? 512 : 256;
+    /* one work-group per row. Resident form: 1024 lanes holding 8 keys each on a GPU
+     * (fewer where its staged row would not fit the device's static local memory);
+     * streaming form: 512 lanes on a GPU (registers of 1024 would be tight) */
+    int rwg = gpu ? 1024 : 256, swg = gpu ? 512 : 256;
     while ((uint64_t)rwg > ctx->info.max_work_group_size && rwg > 1)
         rwg /= 2;
-    p->row_wg = rwg;
+    while ((uint64_t)swg > ctx->info.max_work_group_size && swg > 1)
+        swg /= 2;
+    /* $CLKV_SELECT_ROW_RES: resident keys per work-item (1 .. 32, power of two; tuning) */
+    int row_res = clkv__env_int("CLKV_SELECT_ROW_RES", gpu ? ROW_RES_GPU : ROW_RES_CPU);
+    row_res = row_res < 1 ? 1 : row_res > 32 ? 32 : row_res;
+    while (row_res & (row_res - 1))
+        row_res &= row_res - 1;
+    while (row_res > 1 && row_local_bytes(rwg, row_res) > ctx->info.static_local_mem_bytes)
+        row_res /= 2;
+    p->row_cap = row_local_bytes(rwg, row_res) <= ctx->info.static_local_mem_bytes
+                     ? (int64_t)rwg * row_res
+                     : 0;
+    const int64_t row_max = row_max_len() >= 0 ? row_max_len() : p->row_cap;
     const int fp = forced_path();
-    p->row_path = fp == 1 || (fp == 0 && !chunk_forced && p->max_len <= row_max_len()) ||
+    p->row_path = fp == 1 || (fp == 0 && !chunk_forced && p->max_len <= row_max) ||
                   p->rows > CHUNKED_MAX_ROWS;
+    p->row_res = p->row_path && p->max_len <= p->row_cap ? row_res : 0;
+    p->row_wg = p->row_res ? rwg : swg;
 }
 
 static clkv_status check_common(clkv_context *ctx, const clkv_select_topk_args *args) {
@@ -263,12 +306,17 @@ static rule_args make_rule(const clkv__keep_rule *r) {
 }
 
 static clkv_status launch_row(clkv_context *ctx, const clkv_select_topk_args *args,
-                              const select_plan *p, const rule_args *ra, cl_event *done) {
+                              const select_plan *p, const rule_args *ra,
+                              const clkv__select_fuse *fuse, cl_event *done) {
     clkv_defs defs;
     clkv__defs_init(&defs);
     clkv__defs_int(&defs, "SEL_WG", p->row_wg);
     clkv__defs_int(&defs, "PER_ITEM", ROW_PER_ITEM);
     clkv__defs_int(&defs, "SEL_PIPE", 1);
+    clkv__defs_int(&defs, "ROW_RES", p->row_res);
+    clkv__defs_int(&defs, "FUSE_POOL", fuse != NULL);
+    if (ctx->info.nvidia_ptx) /* histogram increments: as the chunked kernels (below) */
+        clkv__defs_int(&defs, "SEL_AGG", clkv__env_int("CLKV_SELECT_AGG", 0) != 0);
     cl_kernel kr;
     clkv_status st = clkv__get_kernel(ctx, KERNEL_FILE, &defs, "select_row", &kr);
     if (st == CLKV_OK)
@@ -290,9 +338,11 @@ static clkv_status launch_row(clkv_context *ctx, const clkv_select_topk_args *ar
                   c_sh = c_buf ? args->counts.strides[1] : 0;
     const cl_int has_len = len_buf != NULL, has_krow = k_buf != NULL, has_counts = c_buf != NULL;
     const cl_int max_len = p->max_len, K = p->K, H = (cl_int)p->H;
-    clkv__log(ctx, "select_topk (row): B=%lld H=%lld N=%lld max_len=%d k=%d largest=%d wg=%d",
+    clkv__log(ctx,
+              "select_topk (row): B=%lld H=%lld N=%lld max_len=%d k=%d largest=%d wg=%d "
+              "resident=%d fused=%d",
               (long long)p->B, (long long)p->H, (long long)p->N, p->max_len, p->K,
-              (int)args->largest, p->row_wg);
+              (int)args->largest, p->row_wg, p->row_res, fuse != NULL);
     st = clkv__set_args(ctx, kr, "select_row", 29, CLKV_ARG(s_buf), CLKV_ARG(s_off), CLKV_ARG(s_sb),
                         CLKV_ARG(s_sh), CLKV_ARG(H), CLKV_ARG(len_buf), CLKV_ARG(len_off),
                         CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(k_buf), CLKV_ARG(k_off),
@@ -302,22 +352,45 @@ static clkv_status launch_row(clkv_context *ctx, const clkv_select_topk_args *ar
                         CLKV_ARG(has_counts), CLKV_ARG(ra->has), CLKV_ARG(ra->ratio_bits),
                         CLKV_ARG(ra->ratio_f), CLKV_ARG(ra->budget), CLKV_ARG(ra->window));
     const cl_uint key_flip = args->largest ? 0u : 0xffffffffu; /* smallest first: inverted keys */
+    /* the scorer's raw rows (FUSE_POOL; unused otherwise) */
+    const cl_mem raw_buf = fuse ? fuse->raw : s_buf;
+    const cl_long raw_off = fuse ? fuse->raw_off : 0, row_len = fuse ? fuse->row_len : 0,
+                  protect = fuse ? fuse->protect : 0;
+    const cl_int L = fuse ? fuse->L : 0, W = fuse ? fuse->W : 0, excl = fuse ? fuse->excl : 0,
+                 pool = fuse ? fuse->pool : 0, pool_k = fuse ? fuse->pool_k : 1;
     if (!st)
-        st = clkv__set_args_at(ctx, kr, "select_row", 29, 1, CLKV_ARG(key_flip));
+        st = clkv__set_args_at(ctx, kr, "select_row", 29, 10, CLKV_ARG(key_flip), CLKV_ARG(raw_buf),
+                               CLKV_ARG(raw_off), CLKV_ARG(row_len), CLKV_ARG(L), CLKV_ARG(W),
+                               CLKV_ARG(excl), CLKV_ARG(protect), CLKV_ARG(pool), CLKV_ARG(pool_k));
     if (st)
         return st;
     const size_t g[2] = {(size_t)p->row_wg, (size_t)p->rows}, l[2] = {(size_t)p->row_wg, 1};
-    return clkv__launch(ctx, kr, "select_row", 2, g, l, 0, done);
+    cl_event ev = NULL;
+    st = clkv__launch(ctx, kr, "select_row", 2, g, l, 0, g_prof_on ? &ev : done);
+    if (st == CLKV_OK && g_prof_on) {
+        if (done) {
+            clRetainEvent(ev);
+            *done = ev;
+        }
+        st = prof_add(ctx, &ev, 1);
+    }
+    return st;
 }
 
 clkv_status clkv_select_topk(clkv_context *ctx, const clkv_select_topk_args *args, cl_event *done) {
     return clkv__select_topk_rule(ctx, args, NULL, NULL, done);
 }
 
-int clkv__select_topk_chunked(clkv_context *ctx, const clkv_select_topk_args *args) {
+/* Whether select_row's resident form can pool a fused call's raw rows: every token
+ * j < L of them gets its score written. */
+static int row_poolable(const select_plan *p, int64_t L) {
+    return p->row_res > 0 && L <= p->row_cap;
+}
+
+int clkv__select_topk_poolable(clkv_context *ctx, const clkv_select_topk_args *args) {
     select_plan p;
     plan_launch(ctx, args, &p);
-    return p.rows > 0 && !p.row_path;
+    return p.rows > 0 && (!p.row_path || row_poolable(&p, p.N));
 }
 
 clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_args *args,
@@ -329,13 +402,14 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
     const rule_args ra = make_rule(rule);
     select_plan p;
     plan_launch(ctx, args, &p);
-    if (fuse && (p.rows == 0 || p.row_path))
+    if (fuse && (p.rows == 0 || (p.row_path && !row_poolable(&p, fuse->L))))
         return clkv__fail(ctx, CLKV_ERR_ARG_UNSUPPORTED,
-                          "scores: pooled by the selection only on its chunked path (internal)");
+                          "scores: pooled by the selection only on its chunked path or in "
+                          "select_row's resident form (internal)");
     if (p.rows == 0)
         return clkv__marker(ctx, done);
     if (p.row_path)
-        return launch_row(ctx, args, &p, &ra, done);
+        return launch_row(ctx, args, &p, &ra, fuse, done);
 
     clkv_defs defs;
     clkv__defs_init(&defs);
@@ -343,15 +417,19 @@ clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_arg
     clkv__defs_int(&defs, "PER_ITEM", PER_ITEM);
     clkv__defs_int(&defs, "FUSE_POOL", fuse != NULL);
     clkv__defs_int(&defs, "SEL_PIPE", p.sort ? 2 : 3);
-    /* Histogram increments and bin positions: warp-aggregated (match.any, NVIDIA) in the
-     * 2-kernel pipeline, plain local atomics in the 3-kernel one (H100 at 128K, 3-kernel:
-     * 472.3 vs 466.1 us per whole DropKV call, 512K 1645.4 vs 1628.5 us; the aggregation
-     * was measured in the 2-kernel one at 16K-64K only); $CLKV_SELECT_AGG=0 / 1 sets both.
+    /* Histogram increments and bin positions: plain local atomics ($CLKV_SELECT_AGG=1:
+     * warp-aggregated by match.any on NVIDIA, for every selection kernel). H100 at 128K,
+     * 3-kernel: 472.3 (aggregated) vs 466.1 us per whole DropKV call, 512K 1645.4 vs
+     * 1628.5 us. H200 (2026-11-28, two alternations in one run), 2-kernel, whole call,
+     * aggregated vs plain: DropKV 16K 93.8 / 93.2 -> 91.5 / 90.8 us, 32K 132.0 / 130.4 ->
+     * 129.6 / 127.3, 64K 210.8 / 209.9 -> 206.6 / 205.3; clkv_evict_keep_set SnapKV 16K
+     * 84.3 / 83.8 -> 80.7 / 79.9, 32K 131.8 / 130.8 -> 126.0 / 124.5, 64K 225.8 / 225.8 ->
+     * 213.1 / 211.1 (select_hist_sort 24.3 -> 22.5 us at 16K, 37.3 -> 33.7 at 64K).
      * $CLKV_SELECT_HREAD=0: select_hist1's last work-group takes the row histogram with one
      * atomic exchange per bin (before/after timings) */
     clkv__defs_int(&defs, "SEL_HREAD", clkv__env_int("CLKV_SELECT_HREAD", 1) != 0);
     if (ctx->info.nvidia_ptx) { /* only NVIDIA's paths read them: no extra programs elsewhere */
-        clkv__defs_int(&defs, "SEL_AGG", clkv__env_int("CLKV_SELECT_AGG", p.sort) != 0);
+        clkv__defs_int(&defs, "SEL_AGG", clkv__env_int("CLKV_SELECT_AGG", 0) != 0);
         /* $CLKV_SELECT_CG=0: volatile loads instead of ld.global.cg for what other
          * work-groups of the launch wrote */
         clkv__defs_int(&defs, "SEL_CG", clkv__env_int("CLKV_SELECT_CG", 1) != 0);

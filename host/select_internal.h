@@ -34,14 +34,15 @@ typedef struct clkv__select_fuse {
 
 /* clkv_select_topk with the rows' k given by `rule` (NULL: the public behaviour;
  * args->k_per_row must then be absent) and, optionally, the scores computed from a
- * scorer's raw rows (`fuse`, only where clkv__select_topk_chunked says 1). */
+ * scorer's raw rows (`fuse`, only where clkv__select_topk_poolable says 1). */
 clkv_status clkv__select_topk_rule(clkv_context *ctx, const clkv_select_topk_args *args,
                                    const clkv__keep_rule *rule, const clkv__select_fuse *fuse,
                                    cl_event *done);
 
-/* 1 when clkv_select_topk(ctx, args) takes the chunked pipeline (the one a `fuse` can
- * join), 0 for the one-work-group-per-row kernel. args must be valid. */
-int clkv__select_topk_chunked(clkv_context *ctx, const clkv_select_topk_args *args);
+/* 1 when clkv_select_topk(ctx, args) can take a `fuse` of raw rows as long as the
+ * scores (dims[2]): on the chunked pipeline or in select_row's resident form; 0 for the
+ * streaming select_row. args must be valid. */
+int clkv__select_topk_poolable(clkv_context *ctx, const clkv_select_topk_args *args);
 
 /* Per-kernel device times of the chunked pipeline (bench --keep-kernels): while on, each
  * chunked selection waits for its kernels (profiling events) and adds their durations

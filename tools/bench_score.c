@@ -43,8 +43,8 @@ void usage_bench_score(FILE *f) {
             "  --ratio R           keep ratio (dropkv/evict)             (default 0.1)\n"
             "  --breakdown         dropkv/evict: also time each stage alone (window\n"
             "                      attention, scorer + pooling, keep-set), same layout\n"
-            "  --keep-kernels      dropkv/evict: device time of each chunked-selection\n"
-            "                      kernel (profiling events; full call and keep-set alone)\n"
+            "  --keep-kernels      dropkv/evict: device time of each selection kernel\n"
+            "                      (profiling events; full call and keep-set alone)\n"
             "                      and the host time to enqueue one call\n"
             "  --iters N           back-to-back calls per timed batch     (default 20)\n"
             "  --repeats N         timed batches; the median is reported  (default 9)\n"
@@ -505,7 +505,7 @@ static int bench_common(int argc, char **argv, int full, int force_dropkv) {
                 for (int sg = 0; sg < 2 && o.keep_kernels && full; sg++)
                     printf("      %s: host enqueue %.2f us/call; selection kernels (%d calls) "
                            "%.2f / %.2f / %.2f us (3-kernel: hist1 / cand / write, 2-kernel: "
-                           "hist_sort / write), "
+                           "hist_sort / write, row: select_row), "
                            "span %.2f us\n",
                            sg ? "keep-set alone" : "full call", r.host_us[sg], r.kern_calls[sg],
                            r.kern_us[sg][0], r.kern_us[sg][1], r.kern_us[sg][2], r.kern_us[sg][3]);
