@@ -355,28 +355,29 @@ inline long clkv_keep_rule(long n, ulong ratio_bits, float ratio_f, long budget,
  * the n valid tokens, +inf for the last `protect` of them, otherwise the raw scores pooled
  * over [0, P) (pool 1 avg: sum of the in-range taps / pool_k; 2 max; 0 none), centred,
  * stride 1; tokens j >= P keep their raw score. score_finalize (score_pool.cl) and the
- * keep-set's fused first kernel (select.cl) both use it, so their scores are identical. */
-/* CLKV_POOLED_SCORE_DEF(NAME, AS, IX) defines it over a row in address space AS whose
- * element i is row[IX(i)] (select.cl: a row staged in local memory with padding). */
+ * keep-set's fused first kernel (select.cl) both use it, so their scores are identical.
+ * Element i of the row is row[IX(i - base)] (base 0 for a whole row in global memory);
+ * CLKV_POOLED_SCORE_DEF(NAME, AS, IX) defines the same function over address space AS
+ * (select.cl: a row or a tile staged in local memory). */
 #define CLKV_POOLED_SCORE_DEF(NAME, AS, IX)                                                        \
-    inline float NAME(AS const float *row, int j, int n, int P, long protect, int pool,            \
+    inline float NAME(AS const float *row, long base, int j, int n, int P, long protect, int pool, \
                       int pool_k) {                                                                \
         if (j >= n)                                                                                \
             return -INFINITY;                                                                      \
         if ((long)j >= (long)n - protect)                                                          \
             return INFINITY;                                                                       \
         if (pool == 0 || j >= P)                                                                   \
-            return row[IX(j)];                                                                     \
+            return row[IX(j - base)];                                                              \
         const int lo = max(j - pool_k / 2, 0), hi = min(j + pool_k / 2, P - 1);                    \
         if (pool == 1) {                                                                           \
             float s = 0.0f;                                                                        \
             for (int i = lo; i <= hi; i++)                                                         \
-                s += row[IX(i)];                                                                   \
+                s += row[IX(i - base)];                                                            \
             return s / (float)pool_k;                                                              \
         }                                                                                          \
         float m = -INFINITY;                                                                       \
         for (int i = lo; i <= hi; i++)                                                             \
-            m = fmax(m, row[IX(i)]);                                                               \
+            m = fmax(m, row[IX(i - base)]);                                                        \
         return m;                                                                                  \
     }
 #define CLKV_IX_SAME(i) (i)

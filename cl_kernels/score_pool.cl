@@ -33,7 +33,7 @@ score_finalize(__global const float *ws, long raw_off, long vnorm_off, long row_
     (void)sink;
     (void)recent;
     const int P = pool_excl_window ? max(n - W, 0) : n;
-    float val = clkv_pooled_score(rawrow, j, n, P, protect, POOL, POOL_K);
+    float val = clkv_pooled_score(rawrow, 0, j, n, P, protect, POOL, POOL_K);
 #endif
 #if CRITICAL
     const float pb = val;

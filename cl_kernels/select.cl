@@ -269,26 +269,56 @@ inline void sel_hist_take(__global uint *rc, __local uint *lh) {
 }
 
 #if FUSE_POOL
+#define POOL_HALO 127 /* pool_kernel <= 255 (host/score.c) */
+#define POOL_TILE (SEL_WG * PER_ITEM + 2 * POOL_HALO)
+#define POOL_NX ((POOL_TILE + SEL_WG - 1) / SEL_WG)
+CLKV_POOLED_SCORE_DEF(sel_pooled_tile, __local, CLKV_IX_SAME)
+
+/* Final scores of a tile's tokens i = t0 + j * SEL_WG + lid < wend from the scorer's raw row
+ * (clkv_pooled_score's formula, as score_finalize) into v[j] and out[i]. The raw taps the
+ * tile needs, [t0 - pool_k / 2, t0 + tile + pool_k / 2) within [0, max(P, wend)), are first
+ * staged in tl with all loads in flight: pooled straight from global memory, each score's
+ * taps were dependent round trips (60 % of select_hist1's stall samples at 128K, H200
+ * profile). Every work-item calls it (barriers); tl holds POOL_TILE floats. */
+inline void sel_pool_tile(float *v, __global float *out, __global const float *rawrow, long t0,
+                          long wend, int n, int P, long protect, int pool, int pool_k,
+                          __local float *tl) {
+    const int lid = (int)get_local_id(0);
+    const long h = pool ? pool_k / 2 : 0;
+    const long s0 = max(t0 - h, 0L), s1 = min(t0 + SEL_WG * PER_ITEM + h, max((long)P, wend));
+    barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile's readers are done */
+    float x[POOL_NX];
+    _Pragma("unroll") for (int k = 0; k < POOL_NX; k++) {
+        const long i = s0 + k * SEL_WG + lid;
+        x[k] = i < s1 ? rawrow[i] : 0.0f;
+    }
+    _Pragma("unroll") for (int k = 0; k < POOL_NX; k++) {
+        if (s0 + k * SEL_WG + lid < s1)
+            tl[k * SEL_WG + lid] = x[k];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
+        const long i = t0 + (long)j * SEL_WG + lid;
+        v[j] = 0.0f;
+        if (i < wend) {
+            v[j] = sel_pooled_tile(tl, s0, (int)i, n, P, protect, pool, pool_k);
+            out[i] = v[j];
+        }
+    }
+}
+
 /* The fused first kernel's tile (FUSE_POOL): final scores of [t0, wend) computed from the
- * scorer's raw row (clkv_pooled_score, as score_finalize) and written out; the keys of
- * those below `end` (= n) histogrammed like sel_hist_tile. */
+ * scorer's raw row (sel_pool_tile) and written out; the keys of those below `end` (= n)
+ * histogrammed like sel_hist_tile. */
 inline void sel_pool_hist_tile(__global float *out, __global const float *rawrow, long t0, long end,
                                long wend, int n, int P, long protect, int pool, int pool_k,
-                               __local uint *lh, uint key_flip) {
+                               __local uint *lh, __local float *tl, uint key_flip) {
     const uint lid = get_local_id(0);
-    uint keys[PER_ITEM];
+    float v[PER_ITEM];
+    sel_pool_tile(v, out, rawrow, t0, wend, n, P, protect, pool, pool_k, tl);
     _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
         const long i = t0 + (long)j * SEL_WG + lid;
-        float v = 0.0f;
-        if (i < wend) {
-            v = clkv_pooled_score(rawrow, (int)i, n, P, protect, pool, pool_k);
-            out[i] = v;
-        }
-        keys[j] = sel_key(v, key_flip);
-    }
-    _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
-        const long i = t0 + (long)j * SEL_WG + lid;
-        sel_hist_add(lh, i < end ? keys[j] >> H1_SHIFT : SEL_NOBIN);
+        sel_hist_add(lh, i < end ? sel_key(v[j], key_flip) >> H1_SHIFT : SEL_NOBIN);
     }
 }
 #endif
@@ -314,6 +344,9 @@ __kernel void select_hist1(__global float *scores, long s_off, long s_sb, long s
     __local uint s[SEL_WG];
     __local uint res[2];
     __local uint flag;
+#if FUSE_POOL
+    __local float tl[POOL_TILE];
+#endif
     const uint row = get_global_id(1);
     const uint lid = get_local_id(0);
     const uint g = get_group_id(0);
@@ -339,7 +372,7 @@ __kernel void select_hist1(__global float *scores, long s_off, long s_sb, long s
     if (c == 0 || c == n || (int)g >= nchunks) { /* uniform over the work-group */
 #if FUSE_POOL
         for (long i = start + lid; i < wend; i += SEL_WG)
-            p[i] = clkv_pooled_score(rawrow, (int)i, n, P, protect, pool, pool_k);
+            p[i] = clkv_pooled_score(rawrow, 0, (int)i, n, P, protect, pool, pool_k);
 #endif
         /* c == 0 or c == n (uniform over the row): T fixed, no search */
         if ((c == 0 || c == n) && g == 0 && lid == 0) {
@@ -358,7 +391,8 @@ __kernel void select_hist1(__global float *scores, long s_off, long s_sb, long s
         /* uniform trip count (sel_hist_add needs whole warps) */
         for (long t0 = start; t0 < wend; t0 += (long)SEL_WG * PER_ITEM)
 #if FUSE_POOL
-            sel_pool_hist_tile(p, rawrow, t0, end, wend, n, P, protect, pool, pool_k, lh, key_flip);
+            sel_pool_hist_tile(p, rawrow, t0, end, wend, n, P, protect, pool, pool_k, lh, tl,
+                               key_flip);
 #else
             sel_hist_tile(p, t0, end, 0u, 0u, H1_SHIFT, H1_BINS - 1u, lh, key_flip);
 #endif
@@ -700,6 +734,9 @@ __kernel void select_hist_sort(__global float *scores, long s_off, long s_sb, lo
     __local uint s[SEL_WG];
     __local uint res[2];
     __local uint flag;
+#if FUSE_POOL
+    __local float tl[POOL_TILE];
+#endif
     const uint row = get_global_id(1);
     const uint lid = get_local_id(0);
     const uint g = get_group_id(0);
@@ -725,7 +762,7 @@ __kernel void select_hist_sort(__global float *scores, long s_off, long s_sb, lo
     if (c == 0 || c == n || (int)g >= nchunks) { /* uniform over the work-group */
 #if FUSE_POOL
         for (long i = start + lid; i < wend; i += SEL_WG)
-            p[i] = clkv_pooled_score(rawrow, (int)i, n, P, protect, pool, pool_k);
+            p[i] = clkv_pooled_score(rawrow, 0, (int)i, n, P, protect, pool, pool_k);
 #endif
         /* c == 0 or c == n: T fixed (nothing / everything), every chunk its own offset */
         if ((c == 0 || c == n) && (int)g < nchunks && lid == 0) {
@@ -751,15 +788,14 @@ __kernel void select_hist_sort(__global float *scores, long s_off, long s_sb, lo
     barrier(CLK_LOCAL_MEM_FENCE);
     /* the chunk's keys (one tile), then their histogram */
     uint keys[PER_ITEM], bins[PER_ITEM];
+#if FUSE_POOL
+    float v[PER_ITEM];
+    sel_pool_tile(v, p, rawrow, start, wend, n, P, protect, pool, pool_k, tl);
+#endif
     _Pragma("unroll") for (int j = 0; j < PER_ITEM; j++) {
         const long i = start + (long)j * SEL_WG + lid;
 #if FUSE_POOL
-        float v = 0.0f;
-        if (i < wend) {
-            v = clkv_pooled_score(rawrow, (int)i, n, P, protect, pool, pool_k);
-            p[i] = v;
-        }
-        keys[j] = sel_key(v, key_flip);
+        keys[j] = sel_key(v[j], key_flip);
 #else
         keys[j] = i < end ? sel_key(p[i], key_flip) : 0u;
 #endif
@@ -1093,7 +1129,7 @@ select_row(__global float *scores, long s_off, long s_sb, long s_sh, int H,
         /* the scores of tokens j < L, written out and over the raw row once all are made */
         _Pragma("unroll") for (int j = 0; j < ROW_RES; j++) {
             const int i = j * SEL_WG + (int)lid;
-            x[j] = i < L ? sel_pooled_local(rl, i, n, P, protect, pool, pool_k) : 0.0f;
+            x[j] = i < L ? sel_pooled_local(rl, 0, i, n, P, protect, pool, pool_k) : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         _Pragma("unroll") for (int j = 0; j < ROW_RES; j++) {
