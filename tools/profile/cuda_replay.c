@@ -5,9 +5,11 @@
  *
  * NVIDIA's OpenCL PTX reads part of the NDRange from %envreg special registers, which a
  * CUDA launch leaves undefined (seen in pkv_rerank's PTX: get_group_id(d) = %ctaid.d +
- * %envreg{d}, get_num_groups(1) = %envreg7; 6 and 8 taken to be dimensions 0 and 2): the
- * replay writes %envreg0-2 as 0 and %envreg6-8 as the grid's size and refuses PTX that
- * reads any other (launches with a global offset are refused too). Before %envreg6-8 were set,
+ * %envreg{d}, get_num_groups(1) = %envreg7; 6 and 8 taken to be dimensions 0 and 2; the
+ * select kernels' get_global_id(1) reads %envreg4, taken to be the global offset of
+ * dimension 1, so 3-5 are the offsets): the replay writes %envreg0-5 as 0 and %envreg6-8
+ * as the grid's size and refuses PTX that reads any other (launches with a global offset
+ * are refused too). Before %envreg6-8 were set,
  * kernels striding by get_num_groups (score_window_mma's interleaved tiles) looped forever. __local
  * kernel arguments are not supported. Replayed times came within a few per cent of the OpenCL
  * launches' (H100, 2026-11-28: bf16 decode B 8 128K 1428.6 against 1432.5 us per call). */
@@ -52,15 +54,15 @@ static char *read_file(const char *path, size_t *len) {
     return buf;
 }
 
-/* Every "%envregN" becomes its value in place, padded with blanks: 0 for N = 0..2 (group
- * offsets), the grid's size for N = 6..8 (numbers of groups). Returns 0 when the PTX reads
- * another one (unknown meaning) or a value does not fit. */
+/* Every "%envregN" becomes its value in place, padded with blanks: 0 for N = 0..5 (group
+ * and global offsets), the grid's size for N = 6..8 (numbers of groups). Returns 0 when the PTX
+ * reads another one (unknown meaning) or a value does not fit. */
 static int patch_envregs(char *ptx, const size_t grid[3]) {
     for (char *c = ptx; (c = strstr(c, "%envreg")) != NULL;) {
         char *end = c + 7;
         const long k = strtol(end, &end, 10);
         char val[32];
-        if (k >= 0 && k <= 2)
+        if (k >= 0 && k <= 5) /* 3..5 taken to be the global offsets (get_global_id) */
             snprintf(val, sizeof val, "0");
         else if (k >= 6 && k <= 8)
             snprintf(val, sizeof val, "%zu", grid[k - 6]);
