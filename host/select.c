@@ -174,9 +174,10 @@ static int row_max_len(void) {
 
 /* select_row's static local memory in its resident form (cl_kernels/select.cl): the
  * padded staged row, the 11-bit histogram, the scan scratch. */
+#define ROW_BINS 2048 /* select_row's histogram bins (BINS in select.cl) */
 static uint64_t row_local_bytes(int wg, int res) {
     const uint64_t cap = (uint64_t)wg * res;
-    return (cap + cap / 32) * 4 + 2048 * 4 + (uint64_t)wg * 4 + 64;
+    return (cap + cap / 32) * 4 + ROW_BINS * 4 + (uint64_t)wg * 4 + 64;
 }
 
 static void plan_launch(clkv_context *ctx, const clkv_select_topk_args *a, select_plan *p) {
