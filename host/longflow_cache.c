@@ -64,11 +64,7 @@ static clkv_status alloc_fill(clkv_longflow_cache *c, cl_mem *out, size_t bytes,
     *out = clCreateBuffer(c->ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
     if (err != CL_SUCCESS)
         return clkv__fail_cl(c->ctx, err, "longflow cache: clCreateBuffer");
-    err =
-        clEnqueueFillBuffer(c->ctx->queue, *out, &pattern, sizeof pattern, 0, bytes, 0, NULL, NULL);
-    if (err != CL_SUCCESS)
-        return clkv__fail_cl(c->ctx, err, "longflow cache: clEnqueueFillBuffer");
-    return CLKV_OK;
+    return clkv__fill_u32(c->ctx, *out, 0, bytes, (uint32_t)pattern, NULL);
 }
 
 clkv_status clkv_longflow_cache_create(clkv_context *ctx,

@@ -173,6 +173,14 @@ clkv_status clkv__workspace(clkv_context *ctx, size_t bytes, cl_mem *out);
  * work-group to arrive" schemes. Not part of the workspace: it keeps its state. */
 clkv_status clkv__counters(clkv_context *ctx, size_t count, cl_mem *out);
 
+/* ---- fills (runtime/fill.c) ---- */
+
+/* Enqueue a fill of bytes [offset, offset + bytes) of buf with the 32-bit `value` repeated
+ * (offset and bytes multiples of 4; `done` may be NULL). Any range of any buffer: ranges
+ * past the first 4 GiB go to a kernel instead of clEnqueueFillBuffer (see runtime/fill.c). */
+clkv_status clkv__fill_u32(clkv_context *ctx, cl_mem buf, uint64_t offset, uint64_t bytes,
+                           uint32_t value, cl_event *done);
+
 /* Round `bytes` up to the workspace sub-allocation alignment (256). */
 size_t clkv__ws_align(size_t bytes);
 

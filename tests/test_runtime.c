@@ -1,5 +1,5 @@
 /* Runtime: SHA-256, device selection, wrapping a caller's OpenCL objects, the device
- * record, workspace growth. */
+ * record, workspace growth, buffer-range fills. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,6 +234,57 @@ static void test_workspace_grows_and_is_reused(void **state) {
     clkv_context_destroy(ctx);
 }
 
+/* clkv__fill_u32 through clEnqueueFillBuffer (the default for ranges within 4 GiB) and
+ * through its kernel (CLKV_FILL_KERNEL_MIB=0; the path of ranges past 4 GiB): only the
+ * range changes, every word of it gets the value; unaligned ranges are refused. */
+static void test_fill_ranges(void **state) {
+    (void)state;
+    clkv_context *ctx = tu_context_create();
+    enum { N = 70001 };
+    uint32_t *host = malloc(N * sizeof *host);
+    assert_non_null(host);
+    cl_int err;
+    cl_mem buf = clCreateBuffer(clkv_context_cl_context(ctx), CL_MEM_READ_WRITE, N * 4, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    const char *saved = getenv("CLKV_FILL_KERNEL_MIB");
+    char *saved_copy = saved ? strdup(saved) : NULL;
+    const uint64_t ranges[][2] = {{0, N}, {3, 1}, {17, 40000}, {N - 5, 5}, {1000, 0}};
+    for (int kernel = 0; kernel < 2; kernel++) {
+        if (kernel)
+            setenv("CLKV_FILL_KERNEL_MIB", "0", 1);
+        else
+            unsetenv("CLKV_FILL_KERNEL_MIB");
+        TU_CHECK_OK(ctx, clkv__fill_u32(ctx, buf, 0, (uint64_t)N * 4, 0xA5A5A5A5u, NULL));
+        for (size_t r = 0; r < sizeof ranges / sizeof ranges[0]; r++) {
+            const uint32_t value = 0x01020304u * (uint32_t)(r + 1) + (uint32_t)kernel;
+            TU_CHECK_OK(ctx,
+                        clkv__fill_u32(ctx, buf, ranges[r][0] * 4, ranges[r][1] * 4, value, NULL));
+            TU_CHECK_CL(clEnqueueReadBuffer(clkv_context_queue(ctx), buf, CL_TRUE, 0, N * 4, host,
+                                            0, NULL, NULL));
+            for (uint64_t i = 0; i < N; i++) {
+                const int inside = i >= ranges[r][0] && i < ranges[r][0] + ranges[r][1];
+                if (inside)
+                    assert_int_equal(host[i], value);
+                host[i] = inside ? 0xA5A5A5A5u : host[i];
+            }
+            for (uint64_t i = 0; i < N; i++)
+                assert_int_equal(host[i], 0xA5A5A5A5u);
+            TU_CHECK_OK(ctx, clkv__fill_u32(ctx, buf, 0, (uint64_t)N * 4, 0xA5A5A5A5u, NULL));
+        }
+    }
+    if (saved_copy)
+        setenv("CLKV_FILL_KERNEL_MIB", saved_copy, 1);
+    else
+        unsetenv("CLKV_FILL_KERNEL_MIB");
+    free(saved_copy);
+    assert_int_equal(clkv__fill_u32(ctx, buf, 2, 8, 0, NULL), CLKV_ERR_INTERNAL);
+    assert_int_equal(clkv__fill_u32(ctx, buf, 0, 6, 0, NULL), CLKV_ERR_INTERNAL);
+    assert_non_null(strstr(clkv_last_error(ctx), "fill"));
+    clReleaseMemObject(buf);
+    free(host);
+    clkv_context_destroy(ctx);
+}
+
 static void test_status_strings(void **state) {
     (void)state;
     assert_string_equal(clkv_status_string(CLKV_OK), "CLKV_OK");
@@ -252,6 +303,7 @@ int main(void) {
         cmocka_unit_test(test_device_record),
         cmocka_unit_test(test_wrap_caller_context),
         cmocka_unit_test(test_workspace_grows_and_is_reused),
+        cmocka_unit_test(test_fill_ranges),
         cmocka_unit_test(test_status_strings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -100,11 +100,10 @@ static clkv_status bw_open(clkv_context *ctx, uint64_t bytes, bw_probe *p) {
         st = tool_buffer(ctx, "bandwidth sink", (uint64_t)items * sizeof(float), &p->sink);
     }
     if (st == CLKV_OK) {
-        /* Touch every page (a never-written buffer may read from a shared zero page). */
-        cl_float one = 1.0f;
-        cl_int err = clEnqueueFillBuffer(clkv_context_queue(ctx), p->src, &one, sizeof one, 0,
-                                         (size_t)bytes, 0, NULL, NULL);
-        st = err == CL_SUCCESS ? CLKV_OK : clkv__fail_cl(ctx, err, "clEnqueueFillBuffer");
+        /* Touch every page (a never-written buffer may read from a shared zero page) with
+         * 1.0f; clkv__fill_u32 serves sources past 4 GiB (NVIDIA's clEnqueueFillBuffer
+         * hung on 8 GiB, see runtime/fill.c). */
+        st = clkv__fill_u32(ctx, p->src, 0, bytes, 0x3F800000u, NULL);
     }
     const char *name = is_gpu ? "clkv_tool_read_strided" : "clkv_tool_read_blocked";
     if (st == CLKV_OK) {

@@ -10,6 +10,7 @@
 #include "bench_harness.h"
 #include "bench_util.h"
 #include "cli.h"
+#include "runtime/internal.h"
 
 #define NSTEPS 5
 
@@ -165,8 +166,7 @@ static cl_mem make_buffer(clkv_context *ctx, size_t bytes, clkv_status *st) {
 }
 
 static clkv_status fill_pattern(clkv_context *ctx, cl_mem m, size_t bytes, uint32_t pattern) {
-    return clEnqueueFillBuffer(clkv_context_queue(ctx), m, &pattern, 4, 0, bytes & ~(size_t)3, 0,
-                               NULL, NULL);
+    return clkv__fill_u32(ctx, m, 0, bytes & ~(size_t)3, pattern, NULL);
 }
 
 static clkv_tensor kv_view(cl_mem m, clkv_dtype dt, const compress_opts *o, int64_t B, int64_t L) {
