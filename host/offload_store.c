@@ -217,6 +217,36 @@ clkv_status clkv_offload_store_get_info(const clkv_offload_store *s,
     return CLKV_OK;
 }
 
+/* NVIDIA's OpenCL (driver 580.159.04, H200, 2026-11-28: a plain OpenCL program, offsets
+ * of 8.75 GiB) copies rectangles from the wrong place without an error once an origin lies
+ * beyond 4 GiB, while the plain buffer copies, reads and writes are right there. So
+ * rectangles are used only where every byte they touch in a buffer lies below
+ * CLKV_RECT_LIMIT_MIB MiB (default 4096, read per call; 0 sends every transfer to the plain
+ * calls, which is how the tests exercise them), and plain calls per contiguous run else. */
+static uint64_t rect_limit_bytes(void) {
+    const char *v = getenv("CLKV_RECT_LIMIT_MIB");
+    if (v && *v) {
+        char *end = NULL;
+        const long long mib = strtoll(v, &end, 10);
+        if (end && *end == '\0' && mib >= 0 && mib <= (1LL << 40))
+            return (uint64_t)mib << 20;
+    }
+    return (uint64_t)4096 << 20;
+}
+
+/* One contiguous run: `bytes` at t_off of the tensor's buffer <-> o_off of the other side. */
+static cl_int xfer_run(clkv_context *ctx, offload_xfer op, cl_mem t_buf, size_t t_off,
+                       cl_mem other_buf, unsigned char *other_host, size_t o_off, size_t bytes,
+                       cl_event *e) {
+    if (op == XFER_COPY_TO_STORE)
+        return clEnqueueCopyBuffer(ctx->queue, t_buf, other_buf, t_off, o_off, bytes, 0, NULL, e);
+    if (op == XFER_READ_TO_HOST)
+        return clEnqueueReadBuffer(ctx->queue, t_buf, CL_FALSE, t_off, bytes, other_host + o_off, 0,
+                                   NULL, e);
+    return clEnqueueWriteBuffer(ctx->queue, t_buf, CL_FALSE, t_off, bytes, other_host + o_off, 0,
+                                NULL, e);
+}
+
 clkv_status clkv__offload_rows(clkv_context *ctx, offload_xfer op, const clkv_tensor *t, int64_t b,
                                int64_t h0, int64_t nh, int64_t t0, int64_t T, cl_mem other_buf,
                                unsigned char *other_host, size_t other_off, size_t other_slice,
@@ -235,6 +265,26 @@ clkv_status clkv__offload_rows(clkv_context *ctx, offload_xfer op, const clkv_te
     const int64_t nrect = one_rect ? 1 : nh;
     if (T == 0 || nh == 0)
         return clkv__marker(ctx, ev);
+    /* the last byte + 1 touched in the tensor's buffer and in the store buffer */
+    const size_t t_end = base + (size_t)(nh - 1) * sp + (size_t)(T - 1) * rp + row_bytes;
+    const size_t o_end = other_off + (size_t)(nh - 1) * other_slice + (size_t)T * row_bytes;
+    const uint64_t limit = rect_limit_bytes();
+    if (t_end > limit || (op == XFER_COPY_TO_STORE && o_end > limit)) {
+        /* plain calls: one per head where its rows are contiguous, else one per row */
+        const int64_t runs = rp == row_bytes ? 1 : T;
+        const size_t run_bytes = rp == row_bytes ? (size_t)T * row_bytes : row_bytes;
+        for (int64_t h = 0; h < nh; h++)
+            for (int64_t r = 0; r < runs; r++) {
+                const int last = h == nh - 1 && r == runs - 1;
+                const cl_int err = xfer_run(
+                    ctx, op, t->buf, base + (size_t)h * sp + (size_t)r * rp, other_buf, other_host,
+                    other_off + (size_t)h * other_slice + (size_t)r * row_bytes, run_bytes,
+                    last ? ev : NULL);
+                if (err != CL_SUCCESS)
+                    return clkv__fail_cl(ctx, err, "offload rows: plain buffer transfer");
+            }
+        return CLKV_OK;
+    }
     for (int64_t r = 0; r < nrect; r++) {
         const size_t tb = base + (size_t)r * sp;
         const size_t ob = other_off + (size_t)r * other_slice;

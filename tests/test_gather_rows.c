@@ -2,7 +2,7 @@
  * clkv_offload_gather on both paths (kernel read, pinned staging), the split over several
  * buffers (forced with a tiny max_buffer_bytes), all dtypes, HND/NHD sources and outputs,
  * odd output offsets, K-only gathers, idx with -1 / >= capacity / INT32_MIN / repeats,
- * NI = 0; and every bad-input path.
+ * NI = 0, rectangle and plain transfers; and every bad-input path.
  *
  * The expected result is a host mirror of the store built from the values written (a
  * copy is exact), so outputs must match bit for bit; outputs start poisoned with guard
@@ -182,11 +182,26 @@ static void run_mode(const gcase *c, clkv_offload_mode mode, uint64_t seed) {
     tu_set_case("%s", "");
 }
 
+/* Both paths, each with the rectangle transfers and with the plain per-run transfers that
+ * replace them past 4 GiB (CLKV_RECT_LIMIT_MIB=0 sends every transfer there). */
 static void run_case(void **state) {
     const gcase *c = (const gcase *)*state;
     const uint64_t seed = tu_seed(DEFAULT_SEED);
-    run_mode(c, CLKV_OFFLOAD_KERNEL_READ, seed);
-    run_mode(c, CLKV_OFFLOAD_STAGING, seed);
+    const char *saved = getenv("CLKV_RECT_LIMIT_MIB");
+    char *saved_copy = saved ? strdup(saved) : NULL;
+    for (int plain = 0; plain < 2; plain++) {
+        if (plain)
+            setenv("CLKV_RECT_LIMIT_MIB", "0", 1);
+        else
+            unsetenv("CLKV_RECT_LIMIT_MIB");
+        run_mode(c, CLKV_OFFLOAD_KERNEL_READ, seed);
+        run_mode(c, CLKV_OFFLOAD_STAGING, seed);
+    }
+    if (saved_copy)
+        setenv("CLKV_RECT_LIMIT_MIB", saved_copy, 1);
+    else
+        unsetenv("CLKV_RECT_LIMIT_MIB");
+    free(saved_copy);
 }
 
 /* AUTO picks a path and reports it; on a CPU device that is the kernel-read path. */

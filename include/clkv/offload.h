@@ -104,8 +104,11 @@ clkv_status clkv_offload_store_get_info(const clkv_offload_store *store,
  *   store.K[b, h, dst_start + t] = k[b, h, t],  store.V[b, h, dst_start + t] = v[b, h, t]
  * Tensors: k, v [B, Hkv, T, D], device buffers, the store's dtype, any strides (HND, NHD,
  * a window of a larger cache...). 0 <= dst_start, dst_start + T <= capacity. Enqueued as
- * rectangular buffer copies (one per sequence and buffer) on the context's queue; returns
- * without waiting. `done` (optional) completes with the last copy.
+ * rectangular buffer copies (one per sequence and buffer) on the context's queue, or as
+ * plain copies per head (per row where rows are not contiguous) where a rectangle would
+ * touch bytes past the first 4 GiB of a buffer (NVIDIA's OpenCL misplaces such rectangles
+ * without an error); returns without waiting. `done` (optional) completes with the last
+ * copy.
  * Errors (nothing enqueued): CLKV_ERR_ARG_NULL (ctx, store, args, k, v),
  * CLKV_ERR_ARG_RANGE (store of another context, dst_start out of range),
  * CLKV_ERR_ARG_DTYPE, CLKV_ERR_ARG_SHAPE (dims differ from the store's B, Hkv, D or
