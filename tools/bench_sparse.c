@@ -37,7 +37,9 @@ void usage_bench_sparse(FILE *f) {
                "  --iters N           back-to-back calls per timed batch     (default 200)\n"
                "  --repeats N         timed batches; the median is reported  (default 15)\n"
                "  --warmup N          untimed calls after the first          (default 20)\n"
-               "  --no-check          skip the CPU reference check (last sequence, KV head 0)\n"
+               "  --no-check          skip the CPU reference checks (last sequence: the output\n"
+               "                      of KV head 0; with --offload the gathered rows of KV\n"
+               "                      heads 0 and Hkv-1, exact)\n"
                "  --device SEL        \"P:D\", \"gpu\", \"cpu\" or a name substring\n"
                "  --format F          text | json | csv                      (default text)\n"
                "\n"
@@ -273,6 +275,42 @@ done:
     return worst;
 }
 
+/* The gathered rows of sequence b, KV heads 0 and Hkv - 1 (a copy: exact), against the
+ * K/V values regenerated from the seeds at the same indices (zero rows for indices out of
+ * range). Returns the number of wrong elements (0: pass). */
+static int64_t check_gather(clkv_context *ctx, const tool_decode_shape *s, const sparse_opts *o,
+                            cl_mem gk, cl_mem gv, const int32_t *idx, int64_t b, clkv_status *st) {
+    const size_t es = clkv_dtype_size(s->kv_dtype), row = (size_t)s->D * es;
+    const size_t head_bytes = (size_t)o->topk * row;
+    unsigned char *got = (unsigned char *)malloc(head_bytes ? head_bytes : 1);
+    int64_t bad = 0;
+    *st = got ? CLKV_OK : CLKV_ERR_OUT_OF_HOST_MEMORY;
+    const int64_t heads[2] = {0, s->Hkv - 1};
+    for (int t = 0; t < 2 && *st == CLKV_OK; t++) {
+        for (int hi = 0; hi < (s->Hkv > 1 ? 2 : 1) && *st == CLKV_OK; hi++) {
+            const int64_t h = heads[hi];
+            const size_t off = (size_t)((b * s->Hkv + h) * o->topk) * row;
+            const cl_int err = clEnqueueReadBuffer(clkv_context_queue(ctx), t ? gv : gk, CL_TRUE,
+                                                   off, head_bytes, got, 0, NULL, NULL);
+            if (err != CL_SUCCESS) {
+                *st = err;
+                break;
+            }
+            for (int64_t i = 0; i < o->topk; i++) {
+                const int32_t j = idx[(b * s->Hkv + h) * o->topk + i];
+                for (int64_t d = 0; d < s->D; d++) {
+                    const double want = j >= 0 && j < s->L
+                                            ? kv_value(s, t ? TOOL_SEED_V : TOOL_SEED_K, b, h, j, d)
+                                            : 0.0;
+                    bad += tool_load(got, s->kv_dtype, (size_t)(i * s->D + d)) != want;
+                }
+            }
+        }
+    }
+    free(got);
+    return bad;
+}
+
 static void run_shape(clkv_context *ctx, const sparse_opts *o, sparse_result *r) {
     tool_decode_shape s = {.B = r->B,
                            .Hq = o->hq,
@@ -410,6 +448,15 @@ static void run_shape(clkv_context *ctx, const sparse_opts *o, sparse_result *r)
             gc.g.v_out = clkv_tensor_4d(gv, o->dtype, r->B, o->hkv, o->topk, o->dim);
             what = "clkv_offload_gather";
             st = time_calls(ctx, call_gather, &gc, o, &r->tg);
+            if (st == CLKV_OK && o->check) {
+                what = "gather check";
+                const int64_t bad = check_gather(ctx, &s, o, gk, gv, idx, r->B - 1, &st);
+                if (bad != 0) {
+                    r->check = "fail";
+                    fprintf(stderr, "[bench] B=%lld L=%lld: %lld gathered elements wrong\n",
+                            (long long)r->B, (long long)r->L, (long long)bad);
+                }
+            }
         }
     }
     tool_decode_free(&bufs);
