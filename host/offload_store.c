@@ -217,23 +217,13 @@ clkv_status clkv_offload_store_get_info(const clkv_offload_store *s,
     return CLKV_OK;
 }
 
-/* NVIDIA's OpenCL (driver 580.159.04, H200, 2026-11-28: a plain OpenCL program, offsets
- * of 8.75 GiB) copies rectangles from the wrong place without an error once an origin lies
- * beyond 4 GiB, while the plain buffer copies, reads and writes are right there. So
- * rectangles are used only where every byte they touch in a buffer lies below
- * CLKV_RECT_LIMIT_MIB MiB (default 4096, read per call; 0 sends every transfer to the plain
- * calls, which is how the tests exercise them), and plain calls per contiguous run else. */
-static uint64_t rect_limit_bytes(void) {
-    const char *v = getenv("CLKV_RECT_LIMIT_MIB");
-    if (v && *v) {
-        char *end = NULL;
-        const long long mib = strtoll(v, &end, 10);
-        if (end && *end == '\0' && mib >= 0 && mib <= (1LL << 40))
-            return (uint64_t)mib << 20;
-    }
-    return (uint64_t)4096 << 20;
-}
-
+/* NVIDIA's OpenCL (driver 580.159.04, H200, 2026-11-28) takes the buffer origin of
+ * clEnqueue{Copy,Read,Write}BufferRect modulo 4 GiB without an error (4 KB rectangles right
+ * at 4095.9 MiB, wrong from 4096 MiB; the plain copies, reads and writes right at 8.75 GiB).
+ * So clkv__offload_rows uses rectangles only where every byte they touch in a buffer lies
+ * below CLKV_RECT_LIMIT_MIB MiB (default 4096, read per call; 0 sends every transfer to the
+ * plain calls, which is how the tests exercise them), and plain calls per contiguous run
+ * else. */
 /* One contiguous run: `bytes` at t_off of the tensor's buffer <-> o_off of the other side. */
 static cl_int xfer_run(clkv_context *ctx, offload_xfer op, cl_mem t_buf, size_t t_off,
                        cl_mem other_buf, unsigned char *other_host, size_t o_off, size_t bytes,
@@ -268,7 +258,8 @@ clkv_status clkv__offload_rows(clkv_context *ctx, offload_xfer op, const clkv_te
     /* the last byte + 1 touched in the tensor's buffer and in the store buffer */
     const size_t t_end = base + (size_t)(nh - 1) * sp + (size_t)(T - 1) * rp + row_bytes;
     const size_t o_end = other_off + (size_t)(nh - 1) * other_slice + (size_t)T * row_bytes;
-    const uint64_t limit = rect_limit_bytes();
+    const int mib = clkv__env_int("CLKV_RECT_LIMIT_MIB", 4096);
+    const uint64_t limit = (uint64_t)(mib < 0 ? 4096 : mib) << 20;
     if (t_end > limit || (op == XFER_COPY_TO_STORE && o_end > limit)) {
         /* plain calls: one per head where its rows are contiguous, else one per row */
         const int64_t runs = rp == row_bytes ? 1 : T;

@@ -1,6 +1,4 @@
 /* Device-side fills of buffer ranges with a repeated 32-bit value. */
-#include <stdlib.h>
-
 #include "runtime/internal.h"
 
 /* clEnqueueFillBuffer is used where the range ends within the first CLKV_FILL_KERNEL_MIB
@@ -10,17 +8,6 @@
  * 8 GiB never completed, and 1 GiB fills covering 8.5 GiB failed with
  * CL_INVALID_COMMAND_QUEUE once a fill started at 8 GiB; fills ending at 4 GiB (+ 4 bytes)
  * and 1 GiB pieces up to 8 GiB completed. */
-static uint64_t api_limit_bytes(void) {
-    const char *v = getenv("CLKV_FILL_KERNEL_MIB");
-    if (v && *v) {
-        char *end = NULL;
-        const long long mib = strtoll(v, &end, 10);
-        if (end && *end == '\0' && mib >= 0 && mib <= (1LL << 40))
-            return (uint64_t)mib << 20;
-    }
-    return (uint64_t)4096 << 20;
-}
-
 clkv_status clkv__fill_u32(clkv_context *ctx, cl_mem buf, uint64_t offset, uint64_t bytes,
                            uint32_t value, cl_event *done) {
     if (offset % 4 != 0 || bytes % 4 != 0)
@@ -29,7 +16,8 @@ clkv_status clkv__fill_u32(clkv_context *ctx, cl_mem buf, uint64_t offset, uint6
                           (unsigned long long)offset, (unsigned long long)bytes);
     if (bytes == 0)
         return clkv__marker(ctx, done);
-    if (offset + bytes <= api_limit_bytes()) {
+    const int mib = clkv__env_int("CLKV_FILL_KERNEL_MIB", 4096);
+    if (offset + bytes <= (uint64_t)(mib < 0 ? 4096 : mib) << 20) {
         const cl_uint pattern = value;
         const cl_int err = clEnqueueFillBuffer(ctx->queue, buf, &pattern, sizeof pattern,
                                                (size_t)offset, (size_t)bytes, 0, NULL, done);
