@@ -118,6 +118,10 @@ static const wcase g_cases[] = {
      F32, HND, NHD, 1, 1, {0, 1, 4101}, -1, 0.0f, 0, 1, DATA_RANDOM, TAIL_GARBAGE},
     {"x13_d128_bf16_h32x8_b2_T1_len3000_17_kvnhd_split5_nolse_nan_tail", 2, 32, 8, 128, 3000, 1,
      BF16, BF16, BF16, NHD, HND, 0, 1, {3000, 17}, -1, 0.0f, 5, 0, DATA_RANDOM, TAIL_NAN},
+    /* D 256, 16-bit K/V, f32 output and LSE: the window of a DropKV scorer at D 256 (on
+     * NVIDIA the portable kernel, or the in-file mma variant with CLKV_WINDOW_MMA=1) */
+    {"x14_d256_bf16_h32x8_T8_len700_split4_outf32", 1, 32, 8, 256, 700, 8, BF16, BF16, F32, HND,
+     HND, 1, 1, {700}, -1, 0.0f, 4, 0, DATA_RANDOM, TAIL_GARBAGE},
     /* ---- edge numerics ---- */
     {"e1_huge_pos_d128_f32_h14x2_T8_len600_split7", 1, 14, 2, 128, 600, 8, F32, F32, F32, HND,
      HND, 1, 1, {600}, -1, 1.0f, 7, 0, DATA_HUGE_POS, TAIL_GARBAGE},
