@@ -223,7 +223,10 @@ clkv_status clkv_offload_store_get_info(const clkv_offload_store *s,
  * So clkv__offload_rows uses rectangles only where every byte they touch in a buffer lies
  * below CLKV_RECT_LIMIT_MIB MiB (default 4096, read per call; 0 sends every transfer to the
  * plain calls, which is how the tests exercise them), and plain calls per contiguous run
- * else. */
+ * else. Where rows are not contiguous (an NHD cache) that is one call per (row, head): a
+ * prefill write of 1M tokens x 8 heads would be 8M enqueues. Rectangles on a sub-buffer
+ * that starts near the rows might avoid it; not measured yet. */
+
 /* One contiguous run: `bytes` at t_off of the tensor's buffer <-> o_off of the other side. */
 static cl_int xfer_run(clkv_context *ctx, offload_xfer op, cl_mem t_buf, size_t t_off,
                        cl_mem other_buf, unsigned char *other_host, size_t o_off, size_t bytes,
