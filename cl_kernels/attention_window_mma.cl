@@ -4,7 +4,7 @@
  *
  * Build options (set by host/attention_window.c, only where CLKV_NVIDIA_PTX is defined):
  *   Q_DTYPE, KV_DTYPE, O_DTYPE  dtype codes; q and K/V both f16 or both bf16
- *   HEAD_DIM                    D (64, 128)
+ *   HEAD_DIM                    D (64, 128; 256 without LONGFLOW)
  *   QT                          query rows per work-group: 16 * NWQ
  *   NWK                         warps along the keys (NWQ * NWK = 4 warps, 128 lanes)
  *   KW                          keys per warp per tile (16, 32, 64); a tile has KT = NWK * KW
@@ -46,8 +46,15 @@
 #endif
 #include "kernel_args.cl" /* the scalars of both entry kernels */
 
-#if NWQ * NWK != 4 || (KW != 16 && KW != 32 && KW != 64) || (HEAD_DIM != 64 && HEAD_DIM != 128)
+#if NWQ * NWK != 4 || (KW != 16 && KW != 32 && KW != 64) ||                                        \
+    (HEAD_DIM != 64 && HEAD_DIM != 128 && HEAD_DIM != 256) || (LONGFLOW && HEAD_DIM == 256)
 #error "attention_window_mma: inconsistent tile parameters"
+#endif
+/* Q_LOCAL: the q fragments of each row block in local memory (qsm, QT * HEAD_DIM * 2 bytes),
+ * read per k-step, instead of NKS x 4 registers a lane. At D 256 the registers (64 for q
+ * next to 128 accumulators) would not fit; the host counts qsm when it sizes the tiles. */
+#ifndef Q_LOCAL
+#define Q_LOCAL (HEAD_DIM == 256)
 #endif
 #if Q_DTYPE != KV_DTYPE || KV_DTYPE == CLKV_DT_F32 || !defined(CLKV_NVIDIA_PTX)
 #error "attention_window_mma needs NVIDIA PTX and f16 / bf16 q and K/V of one dtype"
@@ -238,6 +245,9 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
     KARGS_UNPACK(WINDOW)
     __local uint4 smem[NSTG * 2 * TILE16];
     __local float wm[NWK][QT], wl[NWK][QT];
+#if Q_LOCAL
+    __local uint4 qsm[NWQ][NKS][32]; /* [row block][k-step][lane]: conflict-free reads */
+#endif
 
     const int lid = (int)get_local_id(0);
     const int lane = lid % 32, w = lid / 32;
@@ -264,6 +274,18 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
     const int ra = r0 + wq * 16 + fg, rb = ra + 8;
     const int pos_a = ra < rows ? len - T + ra / G : -1;
     const int pos_b = rb < rows ? len - T + rb / G : -1;
+#if Q_LOCAL
+    if (wk == 0) { /* read after the first tile's barrier */
+        const int ha = kvh * G + ra % G, hb = kvh * G + rb % G;
+        const long qa = q_off + (long)b * q_sb + (long)ha * q_sh + (long)(ra / G) * q_st;
+        const long qb = q_off + (long)b * q_sb + (long)hb * q_sh + (long)(rb / G) * q_st;
+        for (int s = 0; s < NKS; s++)
+            qsm[wq][s][lane] = (uint4)(q_pair(q, qa, ra < rows, s * 16 + 2 * ft),
+                                       q_pair(q, qb, rb < rows, s * 16 + 2 * ft),
+                                       q_pair(q, qa, ra < rows, s * 16 + 2 * ft + 8),
+                                       q_pair(q, qb, rb < rows, s * 16 + 2 * ft + 8));
+    }
+#else
     uint qf[NKS][4];
     {
         const int ha = kvh * G + ra % G, hb = kvh * G + rb % G;
@@ -277,6 +299,7 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
             qf[s][3] = q_pair(q, qb, rb < rows, s * 16 + 2 * ft + 8);
         }
     }
+#endif
 
     float acc[NNT][4];
     UNROLL
@@ -330,6 +353,19 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
             for (int i = 0; i < 4; i++)
                 s[n][i] = 0.0f;
         }
+#if Q_LOCAL
+        UNROLL
+        for (int kk = 0; kk < NKS; kk++) { /* each q fragment read once per tile */
+            const uint4 qv = qsm[wq][kk][lane];
+            UNROLL
+            for (int n = 0; n < NST; n += 2) {
+                uint bf[4];
+                ldmatrix4(bf, ks + (k_row + n * 8) * LDH + kk * 16 + k_col);
+                mma16816(s[n], qv.x, qv.y, qv.z, qv.w, bf[0], bf[1]);
+                mma16816(s[n + 1], qv.x, qv.y, qv.z, qv.w, bf[2], bf[3]);
+            }
+        }
+#else
         UNROLL
         for (int n = 0; n < NST; n += 2) {
             UNROLL
@@ -340,6 +376,7 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
                 mma16816(s[n + 1], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], bf[2], bf[3]);
             }
         }
+#endif
 
         /* scale, causal mask, online softmax on the fragments */
         float mx_a = -INFINITY, mx_b = -INFINITY;

@@ -194,12 +194,15 @@ static clkv_status check_common(clkv_context *ctx, const clkv_attention_decode_a
 
 /* Decode is window attention with T = 1: the one query row sits at position len - 1 and sees
  * every key. Where the window operator runs its tensor-core kernel (NVIDIA, q and K/V both
- * f16 or both bf16, D 64 or 128), that kernel reads K/V at 71-93 % of the streaming-read
+ * f16 or both bf16, D 64, 128 or 256), that kernel reads K/V at 71-93 % of the streaming-read
  * bandwidth against 57-77 % for the CUDA-core kernel of this file (H200, bf16, Hq 32 / Hkv 8,
  * D 128, B 1-8, L 32K-128K, 2026-11-22), so decode is routed there. Not for per-head lengths
  * [B, Hkv], a forced split count or, where G > 8 (no keyrows kernel), B * max_length < 16K
  * tokens (these stay on this file's kernel; CLKV_DECODE_MMA=1 routes the last case too), nor
- * with CLKV_DECODE_MMA=0. Fills `w` and returns 1 when routed. */
+ * with CLKV_DECODE_MMA=0. Fills `w` and returns 1 when routed. D 256 has no keyrows kernel;
+ * its 16-row window kernel against this file's (H200, bf16 Hq 32 / Hkv 8, 2026-11-28): B 1
+ * 32K / 128K 79.5 / 268.6 against 90.0 / 321.5 us, B 8 520.8 / 2015.2 against 657.0 /
+ * 2595.2 us (88-94 % of the read bandwidth at 128K against 73-74 %). */
 static int route_to_window(clkv_context *ctx, const clkv_attention_decode_args *a,
                            clkv_attention_window_args *w) {
     if (!ctx->info.nvidia_ptx || ctx->decode_tuning.tensor_cores == 0 || a->num_splits != 0 ||

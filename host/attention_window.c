@@ -93,7 +93,7 @@ static size_t partial_local_bytes(int64_t D, int qt, int kt, int mma, int emulat
 
 /* CLKV_WINDOW_MMA (read once per process): unset = the tensor-core kernel
  * (attention_window_mma.cl) where it applies (NVIDIA inline PTX, q and K/V both f16 or both
- * bf16, D 64 or 128), the portable f32 kernel elsewhere; "0" = always the portable kernel;
+ * bf16, D 64, 128 or 256), the portable f32 kernel elsewhere; "0" = always the portable kernel;
  * "1" = also the older in-file mma variant where the tensor-core kernel does not apply
  * (on other devices a slow portable emulation of the warp product, to test its logic). */
 static int mma_env(void) {
@@ -275,7 +275,8 @@ static int plan_direct(clkv_context *ctx, window_plan *p, int nwk, int kw_env) {
 
 static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, window_plan *p) {
     const int64_t rows = p->G * p->T;
-    p->keyrows = p->T == 1 && p->G <= KEYROWS_QN && keyrows_env();
+    /* the keyrows (decode) kernel serves D 64 / 128 only */
+    p->keyrows = p->T == 1 && p->G <= KEYROWS_QN && p->D != 256 && keyrows_env();
     p->fa_qt = p->keyrows ? KEYROWS_QN : rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
     p->fa_nwk = p->keyrows ? 4 : 4 / (p->fa_qt / 16);
     p->fa_kw = 64 / p->fa_nwk;
@@ -302,14 +303,25 @@ static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, windo
     const int nwd = p->keyrows && p->B * (int64_t)p->max_len > 4096 ? direct_warps() : 0;
     if (nwd && plan_direct(ctx, p, nwd, kw_env))
         return 1;
+    /* D 256: 128 accumulators a lane, so at most 32 keys per warp (16 where warps share a
+     * row block), 2 stages, and the q fragments in local memory (the kernel's Q_LOCAL; 252
+     * registers, no spills). H200, bf16 Hq 32 / Hkv 8, T 8, 16K / 128K keys (2026-11-28):
+     * 61.4 / 287.0 us (82.8 % of the read bandwidth at 128K) against 379.6 / 2748.2 on the
+     * portable kernel; 32 keys per warp 56.3 / 297.7, 3 stages 61.2 / 352.8, both 56.6 /
+     * 303.4. f16 prefill of 4K: 1490 against 22714 us. */
+    const int d256 = p->D == 256;
+    if (d256)
+        p->fa_kw = p->fa_nwk == 1 ? 32 : 16;
     if (kw_env == 16 || kw_env == 32 || (kw_env == 64 && !p->keyrows))
         p->fa_kw = kw_env;
     const size_t kt = (size_t)(p->fa_nwk * p->fa_kw);
     const size_t stage = 2 * kt * (size_t)(p->D + 8) * 2;
-    size_t nstg = p->fa_nwk == 1 || wide ? 2 : 3;
+    size_t nstg = p->fa_nwk == 1 || wide || d256 ? 2 : 3;
     if (st_env >= 2 && st_env <= 8)
         nstg = (size_t)st_env;
-    const size_t ml_bytes = (size_t)p->fa_nwk * (size_t)p->fa_qt * 2 * 4;
+    /* (m, l) of the warps; qsm at D 256 */
+    const size_t ml_bytes = (size_t)p->fa_nwk * (size_t)p->fa_qt * 2 * 4 +
+                            (d256 ? (size_t)p->fa_qt * (size_t)p->D * 2 : 0);
     /* the stages also hold the final combine of the warps' accumulators: 64 rows x D f32,
      * or for the keyrows kernel 4 warps x 8 queries x (D + 4) f32 */
     const size_t combine = p->keyrows ? (size_t)4 * KEYROWS_QN * (size_t)(p->D + 4) * 4
@@ -339,8 +351,8 @@ static clkv_status plan_launch(clkv_context *ctx, const clkv_attention_window_ar
     /* Tiles: QT * D = 4096 output values per work-group of 128 lanes (32 f32 accumulators
      * per lane), K/V tiles sized so everything stays within 48 KiB of local memory. */
     const int int16 = a->q.dtype == a->k.dtype && a->k.dtype != CLKV_F32;
-    p->fa = int16 && ctx->info.nvidia_ptx && (p->D == 64 || p->D == 128) && mma_env() != 0 &&
-            plan_fa(ctx, a, p);
+    p->fa = int16 && ctx->info.nvidia_ptx && (p->D == 64 || p->D == 128 || p->D == 256) &&
+            mma_env() != 0 && plan_fa(ctx, a, p);
     p->keyrows = p->keyrows && p->fa;
     p->direct = p->direct && p->keyrows;
     p->mma = int16 && mma_env() == 1 && !p->fa;

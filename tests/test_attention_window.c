@@ -122,6 +122,10 @@ static const wcase g_cases[] = {
      * NVIDIA the portable kernel, or the in-file mma variant with CLKV_WINDOW_MMA=1) */
     {"x14_d256_bf16_h32x8_T8_len700_split4_outf32", 1, 32, 8, 256, 700, 8, BF16, BF16, F32, HND,
      HND, 1, 1, {700}, -1, 0.0f, 4, 0, DATA_RANDOM, TAIL_GARBAGE},
+    /* D 256 with 16 rows (4 warps on the keys; T = 1 has no keyrows kernel at D 256) at odd
+     * offsets (plain loads), automatic splits, NaN past the lengths */
+    {"x15_d256_f16_h8x2_b2_T1_len1500_33_odd_kvnhd_nan_tail", 2, 8, 2, 256, 1500, 1, F16, F16,
+     F16, NHD, HND, 1, 1, {1500, 33}, -1, 0.0f, 0, 1, DATA_RANDOM, TAIL_NAN},
     /* ---- edge numerics ---- */
     {"e1_huge_pos_d128_f32_h14x2_T8_len600_split7", 1, 14, 2, 128, 600, 8, F32, F32, F32, HND,
      HND, 1, 1, {600}, -1, 1.0f, 7, 0, DATA_HUGE_POS, TAIL_GARBAGE},
@@ -133,6 +137,8 @@ static const wcase g_cases[] = {
      {5, 300, 0}, -1, 0.0f, 0, 0, DATA_RANDOM, TAIL_NAN},
     {"e6_huge_pos_d128_bf16_h8x2_T1_len700_split3", 1, 8, 2, 128, 700, 1, BF16, BF16, F32, HND,
      HND, 1, 1, {700}, -1, 1.0f, 3, 0, DATA_HUGE_POS, TAIL_GARBAGE},
+    {"e7_huge_neg_d256_bf16_h16x4_T8_len900_split2", 1, 16, 4, 256, 900, 8, BF16, BF16, F32, HND,
+     HND, 1, 1, {900}, -1, 1.0f, 2, 0, DATA_HUGE_NEG, TAIL_GARBAGE},
     {"e5_nan_tail_d64_bf16_h8x8_b3_prefill_maxlen70_split3", 3, 8, 8, 64, 80, 70, BF16, BF16,
      BF16, NHD, HND, 1, 1, {70, 1, 33}, 70, 0.0f, 3, 0, DATA_RANDOM, TAIL_NAN},
 };
