@@ -30,7 +30,7 @@
  * -D set:
  *   METHOD      0 DropKV, 1 SnapKV, 2 AnDPro, 3 CriticalKV, 4 H2O
  *   Q_DTYPE == KV_DTYPE (f16 | bf16), A_DTYPE (with NEED_A)
- *   HEAD_DIM    64 | 128
+ *   HEAD_DIM    64 | 128 | 256
  *   RS          query rows per stage (multiple of 16)
  *   NEED_V, NEED_A, ROUND_P, WRITE_VNORM   as in score_window.cl
  *   KV_ALIGNED  1: K/V rows 16-byte aligned (vector loads); 0: element loads
@@ -109,7 +109,7 @@
 #define DLO d
 #endif
 
-#if (HEAD_DIM != 64 && HEAD_DIM != 128) || RS % 16 != 0 || METHOD > M_H2O
+#if (HEAD_DIM != 64 && HEAD_DIM != 128 && HEAD_DIM != 256) || RS % 16 != 0 || METHOD > M_H2O
 #error "score_window_mma: unsupported parameters"
 #endif
 #if Q_DTYPE != KV_DTYPE || KV_DTYPE == CLKV_DT_F32 || !defined(CLKV_NVIDIA_PTX)

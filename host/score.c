@@ -254,16 +254,24 @@ static int g_mma_prefetch = -2, g_mma_tiles = -2, g_mma_ilv = -2, g_mma_short = 
 #define MMA_LOCAL_MAX 40960 /* staged query rows, bytes (static local memory <= 48 KiB) */
 #define MMA_KT 64           /* keys per tile of score_window_mma */
 
-/* Tensor-core window scorer: NVIDIA PTX, 16-bit q and K/V of one dtype, D 64 / 128, not
+/* Tensor-core window scorer: NVIDIA PTX, 16-bit q and K/V of one dtype, D 64 / 128 / 256, not
  * DiffKV, no forced lane split. Rows per stage: the query rows of a KV head rounded up to
  * 16, at most what fits the local-memory budget (more rows: several stages per tile). */
 static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p) {
     const clkv_dtype dt = a->k.dtype;
     if (!ctx->info.nvidia_ptx || !mma_env() || forced_tpr() > 0 || p->method == CLKV_SCORE_DIFFKV ||
-        a->q.dtype != dt || (dt != CLKV_F16 && dt != CLKV_BF16) || (p->D != 64 && p->D != 128))
+        a->q.dtype != dt || (dt != CLKV_F16 && dt != CLKV_BF16) ||
+        (p->D != 64 && p->D != 128 && p->D != 256))
         return;
     const int64_t per_row = p->D * 2 * (needs_a(p->method) ? 3 : 1);
-    int64_t rs_max = MMA_LOCAL_MAX / per_row / 16 * 16;
+    /* D 256 with the window output staged (1536 bytes a row): within MMA_LOCAL_MAX only 16
+     * rows, so G * W = 32 took two stages per tile and one tile per work-group (H200, DropKV
+     * bf16 Hq 32 / Hkv 8, W 8, 128K keys: scorer 1366 us, SnapKV's single stage 159 us).
+     * NVIDIA's static local memory holds twice the budget (32 rows = 48 KiB). */
+    int64_t budget = MMA_LOCAL_MAX;
+    if (p->D == 256 && ctx->info.static_local_mem_bytes >= 2 * MMA_LOCAL_MAX + 16384)
+        budget = 2 * MMA_LOCAL_MAX;
+    int64_t rs_max = budget / per_row / 16 * 16;
     if (rs_max > 128)
         rs_max = 128;
     const int64_t rows16 = (p->G * p->W + 15) / 16 * 16;

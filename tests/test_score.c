@@ -72,6 +72,9 @@ static const scase g_cases[] = {
     /* the tensor-core scorer's shapes on NVIDIA (portable kernel elsewhere): two row stages (G*W = 64), round_p at D = 128 */
     {"dropkv_h16x2_d128_f16_nhd_g8_len333", CLKV_SCORE_DROPKV, 1, 16, 2, 128, 8, 340, F16, F32, TU_NHD, {333}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"dropkv_round_p_d128_bf16_g4_len199", CLKV_SCORE_DROPKV, 1, 8, 2, 128, 8, 200, BF16, F32, TU_HND, {199}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 1, 0, 0, 0, 0, 4.0},
+    /* D 256 (on NVIDIA the tensor-core scorer with 16 staged rows: two or four stages per tile) */
+    {"dropkv_h32x8_d256_bf16_len333_70", CLKV_SCORE_DROPKV, 2, 32, 8, 256, 8, 340, BF16, F32, TU_HND, {333, 70}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    {"dropkv_round_p_d256_f16_nhd_g8_len130_abf16", CLKV_SCORE_DROPKV, 1, 16, 2, 256, 8, 130, F16, BF16, TU_NHD, {130}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 1, 0, 0, 0, 0, 4.0},
     /* SnapKV */
     {"snapkv_h32x8_d128_f16_w16_len4101_65", CLKV_SCORE_SNAPKV, 2, 32, 8, 128, 16, 4101, F16, F32, TU_HND, {4101, 65}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"snapkv_h8x8_d64_bf16_nhd_max7", CLKV_SCORE_SNAPKV, 1, 8, 8, 64, 8, 100, BF16, F32, TU_NHD, {100}, 1, -1, CLKV_POOL_MAX, 7, -1, 0, 0, 0, 0, 0, 2.0},
@@ -84,9 +87,11 @@ static const scase g_cases[] = {
     {"andpro_h14x2_d128_f32_len100_4101", CLKV_SCORE_ANDPRO, 2, 14, 2, 128, 8, 4101, F32, F32, TU_HND, {100, 4101}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"andpro_protect0_avg3_tpr8_bf16", CLKV_SCORE_ANDPRO, 1, 8, 2, 64, 8, 60, BF16, BF16, TU_HND, {60}, 1, -1, CLKV_POOL_AVG, 3, 0, 0, 0, 0, 0, 8, 2.0},
     {"andpro_h16x4_d128_bf16_len300_37", CLKV_SCORE_ANDPRO, 2, 16, 4, 128, 8, 300, BF16, F32, TU_HND, {300, 37}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    {"andpro_h8x2_d256_f16_len200", CLKV_SCORE_ANDPRO, 1, 8, 2, 256, 8, 200, F16, F32, TU_HND, {200}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     /* CriticalKV */
     {"criticalkv_h8x8_d64_bf16_pbar", CLKV_SCORE_CRITICALKV, 2, 8, 8, 64, 16, 100, BF16, F32, TU_HND, {100, 17}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 1, 0, 2.0},
     {"criticalkv_wo_h14x2_d64_f32", CLKV_SCORE_CRITICALKV, 1, 14, 2, 64, 8, 300, F32, F32, TU_NHD, {300}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 40, 1, 0, 2.0},
+    {"criticalkv_d256_bf16_nhd_len150_9", CLKV_SCORE_CRITICALKV, 2, 8, 2, 256, 8, 150, BF16, F32, TU_NHD, {150, 9}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"criticalkv_wo_d128_bf16_dm37", CLKV_SCORE_CRITICALKV, 2, 8, 2, 128, 8, 90, BF16, F32, TU_HND, {70, 90}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 37, 0, 0, 2.0},
     /* DiffKV */
     {"diffkv_h8x2_d128_bf16_w64_len4101_64", CLKV_SCORE_DIFFKV, 2, 8, 2, 128, 64, 4101, BF16, F32, TU_HND, {4101, 64}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
