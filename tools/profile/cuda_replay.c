@@ -1,7 +1,7 @@
 /* cuda_replay DIR [ITERS]: launch a kernel captured by cl_capture.c (an NVIDIA OpenCL
  * program's PTX, arguments and buffers) through the CUDA driver API, ITERS times (default
- * 20), and print its registers, static local memory and median time (CUDA events). Run it
- * under Nsight Compute to profile an OpenCL kernel (tools/profile/profile_kernel.sh).
+ * 20), and print its registers, static and per-thread local memory and median time (CUDA events).
+ * Run it under Nsight Compute to profile an OpenCL kernel (tools/profile/profile_kernel.sh).
  *
  * NVIDIA's OpenCL PTX reads part of the NDRange from %envreg special registers, which a
  * CUDA launch leaves undefined (seen in pkv_rerank's PTX: get_group_id(d) = %ctaid.d +
@@ -219,10 +219,12 @@ int main(int argc, char **argv) {
         return 1;
     }
     CK(cuModuleGetFunction(&fn, mod, kname));
-    int regs = 0, smem = 0;
+    int regs = 0, smem = 0, spill = 0;
     cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn);
     cuFuncGetAttribute(&smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn);
-    printf("registers %d, static local memory %d bytes\n", regs, smem);
+    cuFuncGetAttribute(&spill, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn); /* spills, stack */
+    printf("registers %d, static local memory %d bytes, per-thread local memory %d bytes\n", regs,
+           smem, spill);
 
     CUevent t0, t1;
     CK(cuEventCreate(&t0, 0));
