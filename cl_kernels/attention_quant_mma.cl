@@ -1,6 +1,6 @@
 /* Fused decode attention over a quantized KV cache on the tensor cores (NVIDIA): the
  * variant of attention_quant_partial (cl_kernels/attention_quant.cl) that
- * host/attention_quant.c picks where CLKV_NVIDIA_PTX is defined, D is 64 or 128, both code
+ * host/attention_quant.c picks where CLKV_NVIDIA_PTX is defined, D is 64, 128 or 256, both code
  * widths are 2 or 4 bits and o is 16-bit (and where it measured faster; see use_mma there).
  * Same arguments as that kernel, except that every warp is one split of the token range
  * (the residual's splits first, see below):
@@ -119,9 +119,9 @@
 #define LAZY_M 8.0f   /* slack of the lazy running maxima (log2 units) */
 #define M_INIT -1e30f /* running maximum before the first logit (written out as -inf) */
 
-#if (HEAD_DIM != 64 && HEAD_DIM != 128) || (KBITS != 2 && KBITS != 4) ||                           \
+#if (HEAD_DIM != 64 && HEAD_DIM != 128 && HEAD_DIM != 256) || (KBITS != 2 && KBITS != 4) ||        \
     (VBITS != 2 && VBITS != 4) || !defined(CLKV_NVIDIA_PTX) || GQ < 16
-#error "attention_quant_mma: D 64/128, 2- or 4-bit codes, NVIDIA PTX"
+#error "attention_quant_mma: D 64/128/256, 2- or 4-bit codes, NVIDIA PTX"
 #endif
 #ifndef NST
 #define NST 4
@@ -499,9 +499,12 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void attention_qua
                     const float inv = pow2i(-clamp(qex[wid][h] + es - 13, -100, 100));
                     /* q' of the lane's channels lane * CPL + j (re-read: fewer live registers) */
                     float qk[CPL];
-#if CPL == 4
-                    const float4 q4 = qsm4[h][lane];
-                    qk[0] = q4.x, qk[1] = q4.y, qk[2] = q4.z, qk[3] = q4.w;
+#if CPL >= 4
+                    UNROLL
+                    for (int j = 0; j < CPL; j += 4) {
+                        const float4 q4 = qsm4[h][lane * (CPL / 4) + j / 4];
+                        qk[j] = q4.x, qk[j + 1] = q4.y, qk[j + 2] = q4.z, qk[j + 3] = q4.w;
+                    }
 #else
                     const float2 q2 = ((__local const float2 *)qsm4[h])[lane];
                     qk[0] = q2.x, qk[1] = q2.y;

@@ -79,7 +79,7 @@ static int mma_stages(const clkv_quant_cache *c) {
     return c->cfg.k_bits == 4 && c->cfg.v_bits == 4 ? 3 : 4;
 }
 
-/* The tensor-core kernel applies on NVIDIA (inline PTX) to D 64 / 128, 2- or 4-bit keys
+/* The tensor-core kernel applies on NVIDIA (inline PTX) to D 64 / 128 / 256, 2- or 4-bit keys
  * and values and a 16-bit o: its products keep ~22 significant bits of q*s (f16 high part
  * + f16 rest) and ~16 of p*s (bf16 + bf16), within the tolerance of 16-bit outputs but not
  * of f32 ones.
@@ -90,13 +90,16 @@ static int mma_stages(const clkv_quant_cache *c) {
  * 105.6 / 217.3 / 633.8 us at B 1 32K / B 1 128K / B 8 32K / B 8 128K against 34.7 / 163.8
  * / 271.6 / 1005.1 on the CUDA cores); 4-bit codes with groups of 16 are mixed (B 8 32K
  * 328 vs 286 us, B 8 128K 937 vs 1071) and stay on the CUDA cores except where those
- * would leave the device underfilled. */
+ * would leave the device underfilled. D 256 (H200, bf16 Hq 32 / Hkv 8, groups of 128,
+ * 2026-11-28), B 1 / B 8 at 128K: 2-bit 104.1 / 664.4 us against 260.8 / 1831.2 on the CUDA
+ * cores, 4-bit 121.8 / 779.8 against 292.8 / 1918.6 (bf16 decode 265-266 / 1966-1988 us;
+ * 179 / 184 registers, no spills). */
 static int use_mma(const clkv_quant_cache *c, const clkv_attention_quant_decode_args *a) {
     const clkv_quant_cache_create_args *cfg = &c->cfg;
     const int bits_ok =
         (cfg->k_bits == 2 || cfg->k_bits == 4) && (cfg->v_bits == 2 || cfg->v_bits == 4);
     if (!c->ctx->info.nvidia_ptx || !knobs()->enabled || !bits_ok ||
-        (cfg->head_dim != 64 && cfg->head_dim != 128) ||
+        (cfg->head_dim != 64 && cfg->head_dim != 128 && cfg->head_dim != 256) ||
         (a->o.dtype != CLKV_F16 && a->o.dtype != CLKV_BF16))
         return 0;
     const int faster = (cfg->k_bits == 2 && cfg->v_bits == 2) || cfg->group >= 32;

@@ -71,7 +71,7 @@ static const acase k_cases[] = {
      CLKV_F32, CLKV_F16, CLKV_F32, CLKV_F32, {640, 0, 77}, 1, 1, 7, 0.0f, 256, 0, 0.0f},
     {"decode_loop_gqa8_2_d128_k2v2_g16_nr32", 3, 8, 2, 128, 2, 2, 16, 32,
      CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_F32, {30, 1, 63}, 5, 1, 0, 0.0f, 0, 1, 0.0f},
-    /* 16-bit o, D 64/128, 2-bit codes or 4-bit codes with groups of 64+, or 4-bit codes
+    /* 16-bit o, D 64/128/256, 2-bit codes or 4-bit codes with groups of 64+, or 4-bit codes
      * with smaller groups in launches too small for the CUDA-core kernel to fill the
      * device: the tensor-core kernel on NVIDIA (CLKV_LOG=1 logs "tensor-core" per call) */
     {"mma_gqa32_8_d128_k2v2_g16", 2, 32, 8, 128, 2, 2, 16, 128,
@@ -107,6 +107,13 @@ static const acase k_cases[] = {
      CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_BF16, {700, 129}, 1, 1, 0, 0.0f, 0, 0, 0.0f},
     {"mma_gqa10_2_d64_k4v4_g64_nhg2", 1, 10, 2, 64, 4, 4, 64, 64,
      CLKV_F16, CLKV_F16, CLKV_F16, CLKV_F16, {900}, 2, 1, 0, 0.0f, 0, 0, 0.0f},
+    /* D 256 on the tensor cores: 8 channels a lane in the key operand, 16 value m-tiles */
+    {"mma_gqa8_2_d256_k2v2_g128", 2, 8, 2, 256, 2, 2, 128, 128,
+     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_BF16, {1100, 300}, 2, 1, 0, 0.0f, 0, 0, 0.0f},
+    {"mma_gqa4_1_d256_k4v2_g32_mixed", 3, 4, 1, 256, 4, 2, 32, 64,
+     CLKV_F16, CLKV_F32, CLKV_F16, CLKV_F16, {700, 0, 129}, 1, 1, 0, 0.0f, 0, 0, 0.0f},
+    {"mma_gqa8_2_d256_k4v4_g64_tiny_keys", 1, 8, 2, 256, 4, 4, 64, 128,
+     CLKV_BF16, CLKV_F16, CLKV_BF16, CLKV_F16, {900}, 1, 1, 0, 400.0f, 0, 0, 1e-3f},
 };
 /* clang-format on */
 
