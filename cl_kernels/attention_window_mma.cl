@@ -4,7 +4,7 @@
  *
  * Build options (set by host/attention_window.c, only where CLKV_NVIDIA_PTX is defined):
  *   Q_DTYPE, KV_DTYPE, O_DTYPE  dtype codes; q and K/V both f16 or both bf16
- *   HEAD_DIM                    D (64, 128; 256 without LONGFLOW)
+ *   HEAD_DIM                    D (64, 128, 256)
  *   QT                          query rows per work-group: 16 * NWQ
  *   NWK                         warps along the keys (NWQ * NWK = 4 warps, 128 lanes)
  *   KW                          keys per warp per tile (16, 32, 64); a tile has KT = NWK * KW
@@ -47,7 +47,7 @@
 #include "kernel_args.cl" /* the scalars of both entry kernels */
 
 #if NWQ * NWK != 4 || (KW != 16 && KW != 32 && KW != 64) ||                                        \
-    (HEAD_DIM != 64 && HEAD_DIM != 128 && HEAD_DIM != 256) || (LONGFLOW && HEAD_DIM == 256)
+    (HEAD_DIM != 64 && HEAD_DIM != 128 && HEAD_DIM != 256)
 #error "attention_window_mma: inconsistent tile parameters"
 #endif
 /* Q_LOCAL: the q fragments of each row block in local memory (qsm, QT * HEAD_DIM * 2 bytes),
@@ -489,7 +489,8 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
  * (m, l, acc) per row and the score logits of its slots into the workspace. */
 inline void lf_attend(LF_ATT_PARAMS, int qtile, int split, int bh, __local uint4 *smem,
                       __local int (*spos)[KT], __local float (*wm)[QT], __local float (*wl)[QT],
-                      __local uint4 *new_k, __local uint4 *new_v, __local float *ysm, int keep_y) {
+                      __local uint4 *new_k, __local uint4 *new_v, __local float *ysm,
+                      __local uint4 *qsm, int keep_y) {
     const int lid = (int)get_local_id(0);
     const int lane = lid % 32, w = lid / 32;
     const int wq = w % NWQ, wk = w / NWQ;
@@ -522,6 +523,19 @@ inline void lf_attend(LF_ATT_PARAMS, int qtile, int split, int bh, __local uint4
 
     /* This lane's two rows (heads g and g + 8 of the warp's block) as q fragments. */
     const int ra = r0 + wq * 16 + fg, rb = ra + 8;
+#if Q_LOCAL
+    if (wk == 0) { /* read after the first tile's barrier */
+        const long qa = q_off + (long)b * q_sb + (long)(kvh * G + min(ra, rows - 1)) * q_sh;
+        const long qb = q_off + (long)b * q_sb + (long)(kvh * G + min(rb, rows - 1)) * q_sh;
+        for (int s = 0; s < NKS; s++)
+            qsm[(wq * NKS + s) * 32 + lane] =
+                (uint4)(q_pair(q, qa, ra < rows, s * 16 + 2 * ft),
+                        q_pair(q, qb, rb < rows, s * 16 + 2 * ft),
+                        q_pair(q, qa, ra < rows, s * 16 + 2 * ft + 8),
+                        q_pair(q, qb, rb < rows, s * 16 + 2 * ft + 8));
+    }
+#else
+    (void)qsm;
     uint qf[NKS][4];
     {
         const long qa = q_off + (long)b * q_sb + (long)(kvh * G + min(ra, rows - 1)) * q_sh;
@@ -534,6 +548,7 @@ inline void lf_attend(LF_ATT_PARAMS, int qtile, int split, int bh, __local uint4
             qf[s][3] = q_pair(q, qb, rb < rows, s * 16 + 2 * ft + 8);
         }
     }
+#endif
     /* (a) the new token: stored by one work-group, staged (as stored) by every one whose
      * split holds the victim */
     if (has_victim) {
@@ -644,6 +659,18 @@ inline void lf_attend(LF_ATT_PARAMS, int qtile, int split, int bh, __local uint4
             for (int i = 0; i < 4; i++)
                 nv[n][i] = 0.0f;
         }
+#if Q_LOCAL
+        UNROLL
+        for (int kk = 0; kk < NKS; kk++) { /* each q fragment read once per tile */
+            const uint4 qv = qsm[(wq * NKS + kk) * 32 + lane];
+            UNROLL
+            for (int n = 0; n < NST; n += 2) {
+                uint bf[4], bv[4];
+                ldmatrix4(bf, ks + (k_row + n * 8) * LDH + kk * 16 + k_col);
+                ldmatrix4(bv, vs + (k_row + n * 8) * LDH + kk * 16 + k_col);
+                mma16816(s[n], qv.x, qv.y, qv.z, qv.w, bf[0], bf[1]);
+                mma16816(s[n + 1], qv.x, qv.y, qv.z, qv.w, bf[2], bf[3]);
+#else
         UNROLL
         for (int n = 0; n < NST; n += 2) {
             UNROLL
@@ -653,6 +680,7 @@ inline void lf_attend(LF_ATT_PARAMS, int qtile, int split, int bh, __local uint4
                 ldmatrix4(bv, vs + (k_row + n * 8) * LDH + kk * 16 + k_col);
                 mma16816(s[n], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], bf[0], bf[1]);
                 mma16816(s[n + 1], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], bf[2], bf[3]);
+#endif
                 mma16816(nv[n], ONES16X2, ONES16X2, ONES16X2, ONES16X2, bv[0] & 0x7fff7fffu,
                          bv[1] & 0x7fff7fffu);
                 mma16816(nv[n + 1], ONES16X2, ONES16X2, ONES16X2, ONES16X2, bv[2] & 0x7fff7fffu,
@@ -723,8 +751,9 @@ longflow_partial_mma(LF_ATT_PARAMS) {
     __local float wm[NWK][QT], wl[NWK][QT];
     __local uint4 new_k[CH], new_v[CH];
     __local float ysm[4 * 16 * YLD];
+    __local uint4 qsm[Q_LOCAL ? NWQ * NKS * 32 : 1]; /* [row block][k-step][lane] */
     lf_attend(LF_ATT_ARGS, (int)get_group_id(0), (int)get_group_id(1), (int)get_group_id(2), smem,
-              spos, wm, wl, new_k, new_v, ysm, 0);
+              spos, wm, wl, new_k, new_v, ysm, qsm, 0);
 }
 
 /* The whole step in one launch (longflow_step.cl): attention work-groups run lf_attend,
@@ -737,6 +766,7 @@ longflow_step_mma(LF_STEP_PARAMS) {
     __local float wm[NWK][QT], wl[NWK][QT];
     __local uint4 new_k[CH], new_v[CH];
     __local float ysm[4 * 16 * YLD];
+    __local uint4 qsm[Q_LOCAL ? NWQ * NKS * 32 : 1]; /* [row block][k-step][lane] */
     __local int flag;
     const int gid = (int)get_group_id(0);
     if (gid >= n_attn) { /* a scorer; its local arrays live in the (unused) tile stages */
@@ -746,7 +776,7 @@ longflow_step_mma(LF_STEP_PARAMS) {
     }
     const int per_bh = n_qtiles * num_splits;
     const int bh = gid / per_bh, split = (gid / n_qtiles) % num_splits, qtile = gid % n_qtiles;
-    lf_attend(LF_ATT_ARGS, qtile, split, bh, smem, spos, wm, wl, new_k, new_v, ysm, 1);
+    lf_attend(LF_ATT_ARGS, qtile, split, bh, smem, spos, wm, wl, new_k, new_v, ysm, qsm, 1);
     lf_step_arrive(bh, ws, ctr, o, lse, P, &flag);
 }
 #endif /* LONGFLOW */

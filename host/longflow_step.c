@@ -92,7 +92,7 @@ static int64_t step_chunk(const clkv_longflow_cache *c, int64_t units, int64_t k
 static void plan_keyrows(clkv_longflow_cache *c) {
     lf_plan *p = &c->plan;
     const clkv_device_info *dev = &c->ctx->info;
-    if (c->G > 8 || env_int("CLKV_LONGFLOW_KEYROWS", 1) == 0 ||
+    if (c->G > 8 || c->D == 256 || env_int("CLKV_LONGFLOW_KEYROWS", 1) == 0 ||
         env_int("CLKV_LONGFLOW_FUSED", 1) == 0)
         return;
     const int nw = env_int("CLKV_LONGFLOW_KEYROWS_WARPS", 4) == 8 ? 8 : 4;
@@ -115,7 +115,7 @@ static void plan_keyrows(clkv_longflow_cache *c) {
 }
 
 /* The tensor-core partial (attention_window_mma.cl, -DLONGFLOW=1): where inline PTX works,
- * the cache is f16 / bf16 and D is 64 or 128, unless CLKV_LONGFLOW_MMA=0. A step or load
+ * the cache is f16 / bf16 and D is 64, 128 or 256, unless CLKV_LONGFLOW_MMA=0. A step or load
  * takes it when q has the cache dtype (the mma operands are 16-bit), the CUDA-core kernel
  * otherwise. Tiles as the window operator's: QT = 16, 32 or 64 query heads per row tile
  * (G padded), 4 warps, 64-slot tiles, 2 stages. Split-K:
@@ -129,13 +129,20 @@ static void plan_keyrows(clkv_longflow_cache *c) {
 static void plan_mma(clkv_longflow_cache *c) {
     lf_plan *p = &c->plan;
     const clkv_device_info *dev = &c->ctx->info;
-    p->mma = dev->nvidia_ptx && c->dtype != CLKV_F32 && (c->D == 64 || c->D == 128) &&
-             env_int("CLKV_LONGFLOW_MMA", 1) != 0;
+    p->mma = dev->nvidia_ptx && c->dtype != CLKV_F32 &&
+             (c->D == 64 || c->D == 128 || c->D == 256) && env_int("CLKV_LONGFLOW_MMA", 1) != 0;
     if (!p->mma)
         return;
     p->mma_qt = c->G <= 16 ? 16 : c->G <= 32 ? 32 : 64;
     p->mma_nwk = 4 / (p->mma_qt / 16);
     p->mma_kw = 64 / p->mma_nwk;
+    /* D 256: at most 32 slots a warp, 16 where warps share a row block, q fragments in
+     * local memory (the kernel's Q_LOCAL), as the window operator plans it. H200, B 2, Hq
+     * 32 / Hkv 8, bf16, per-layer, S 1024 / 32K (2026-11-28): 18.5 / 171.9 us against 29.5
+     * / 224.1 on the CUDA-core kernels (decode on the same cache 17.0 / 141.3) */
+    const int d256 = c->D == 256;
+    if (d256)
+        p->mma_kw = p->mma_nwk == 1 ? 32 : 16;
     const int kw_env = env_int("CLKV_LONGFLOW_MMA_KW", 0);
     if (kw_env == 16 || kw_env == 32 || kw_env == 64)
         p->mma_kw = kw_env;
@@ -146,10 +153,11 @@ static void plan_mma(clkv_longflow_cache *c) {
     if (st_env >= 2 && st_env <= 8)
         nstg = st_env;
     /* the kernel's other __local arrays: warp (m, l), staged positions, norms, new row,
-     * staged score logits (4 warps x 16 rows x (KW + 1)) */
+     * staged score logits (4 warps x 16 rows x (KW + 1)), q fragments at D 256 */
     const size_t extra = (size_t)p->mma_nwk * p->mma_qt * 2 * 4 + (size_t)8 * kt * 4 +
                          (size_t)4 * p->mma_kw * 4 + (size_t)c->D * 4 +
-                         (size_t)4 * 16 * (p->mma_kw + 1) * 4;
+                         (size_t)4 * 16 * (p->mma_kw + 1) * 4 +
+                         (d256 ? (size_t)p->mma_qt * (size_t)c->D * 2 : 16);
     while (nstg > 2 && nstg * stage + extra > dev->static_local_mem_bytes)
         nstg--;
     p->mma_nstg = nstg;

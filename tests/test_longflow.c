@@ -131,6 +131,12 @@ static const lcase g_cases[] = {
      TU_HND, {50}, 70, 10, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, "1", "3", NULL, NULL},
     {"s1000_bf16_d128_h8x2_b2", 2, 8, 2, 128, 1000, BF16, BF16, BF16, F32, BF16, PL, 1,
      LOAD_PLAIN, 1, TU_NHD, {1000, 700, 0}, 1000, 8, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, "2", "6", NULL, NULL},
+    /* D 256 on the tensor cores (q fragments in local memory): 16-row tiles in the
+     * one-kernel step, 32-row tiles (G 20) in the two-kernel step */
+    {"d256_bf16_h8x2_b2_s300", 2, 8, 2, 256, 300, BF16, BF16, BF16, BF16, BF16, PL, 1,
+     LOAD_PLAIN, 1, TU_HND, {300, 120, 0}, 300, 12, 0.0f, DATA_NORMAL, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"d256_f16_h40x2_b1_perhead_nan_twokernel", 1, 40, 2, 256, 90, F16, F16, F32, F16, F16, PH, 1,
+     LOAD_INDICES, 1, TU_NHD, {150}, 150, 10, 0.0f, DATA_NORMAL, 1, NULL, NULL, NULL, NULL, NULL, NULL, "0", NULL},
     /* the multi-lane (warp) layout of GPUs, emulated through local memory on CPUs */
     {"lanes_bf16_d64_epl16_h2x2_b2_perhead", 2, 2, 2, 64, 40, BF16, BF16, BF16, BF16, BF16, PH, 1,
      LOAD_INDICES, 1, TU_HND, {40, 3, 0}, 40, 12, 0.0f, DATA_NORMAL, 0, "16", "32", "3", NULL, NULL, NULL, NULL, NULL},

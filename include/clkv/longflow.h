@@ -13,7 +13,7 @@
  *   (c) picks the next victim: the lowest-index EMPTY slot if there is one, otherwise the
  *       valid, unprotected slot of smallest score, ties to the lower slot index.
  * so the work per step is constant. Everything stays on the device; a step enqueues one
- * kernel (NVIDIA with a 16-bit cache, D 64 / 128 and q of the cache dtype: attention,
+ * kernel (NVIDIA with a 16-bit cache, D 64 / 128 / 256 and q of the cache dtype: attention,
  * scores and victim in one launch) or two, and never waits for the device.
  *
  * Slot state. pos[b, u, i] (i32) is the position (0-based token index in the sequence)
@@ -31,7 +31,7 @@
  * included. 0 <= protect < S, so a full cache always has an unprotected slot.
  *
  * Numerics. All arithmetic is f32 with running-max softmax (on NVIDIA with a 16-bit
- * cache, D 64/128 and q of the cache dtype the products run on the tensor cores: 16-bit
+ * cache, D 64/128/256 and q of the cache dtype the products run on the tensor cores: 16-bit
  * operands, exact products, f32 accumulation, the softmax weights split into two 16-bit
  * parts); the score is ranked in the linear domain as exp(z - LSE + log ||v||_1) with the
  * final per-head LSE, so no logit
