@@ -25,7 +25,7 @@
  * tile-major (tile 0, the longest, first).
  *
  * -D set:
- *   Q_DTYPE == KV_DTYPE (f16 | bf16), HEAD_DIM 64 | 128
+ *   Q_DTYPE == KV_DTYPE (f16 | bf16), HEAD_DIM 64 | 128 | 256
  *   KW          keys per warp: 16 | 32 (KT = 4 KW keys per work-group)
  *   RT          query rows per stage: 32 | 64 | 128
  *   NSTG        stages in flight (2 | 3)
@@ -43,8 +43,8 @@
 #define SMEM16 ((KT > NSTG * RT ? KT : NSTG * RT) * ROW16)
 #define UNROLL _Pragma("unroll")
 
-#if (HEAD_DIM != 64 && HEAD_DIM != 128) || (KW != 16 && KW != 32) || RT % 16 != 0 ||               \
-    RT > WG_SIZE || NSTG < 2
+#if (HEAD_DIM != 64 && HEAD_DIM != 128 && HEAD_DIM != 256) || (KW != 16 && KW != 32) ||            \
+    RT % 16 != 0 || RT > WG_SIZE || NSTG < 2
 #error "score_h2o_mma: unsupported parameters"
 #endif
 #if Q_DTYPE != KV_DTYPE || KV_DTYPE == CLKV_DT_F32 || !defined(CLKV_NVIDIA_PTX)

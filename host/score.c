@@ -337,7 +337,7 @@ static int g_h2o_env = -2, g_h2o_kw = -2, g_h2o_rt = -2, g_h2o_nstg = -2, g_h2o_
 
 /* H2O with many query rows (the MiniKV prefill: T = the prompt): the key tile stays in
  * registers and the rows stream by (score_h2o_mma.cl), on NVIDIA with 16-bit q and K of
- * one dtype and D 64 / 128. The causal triangle is balanced by cutting the row range into
+ * one dtype and D 64 / 128 / 256. The causal triangle is balanced by cutting the row range into
  * pieces when the tiles alone would not fill the GPU for a few waves. */
 static void plan_h2o(clkv_context *ctx, const clkv_score_args *a, score_plan *p) {
     const clkv_dtype dt = a->k.dtype;
@@ -351,9 +351,17 @@ static void plan_h2o(clkv_context *ctx, const clkv_score_args *a, score_plan *p)
     }
     if (p->method != CLKV_SCORE_H2O || !ctx->info.nvidia_ptx || !mma_env() || !g_h2o_env ||
         forced_tpr() > 0 || a->q.dtype != dt || (dt != CLKV_F16 && dt != CLKV_BF16) ||
-        (p->D != 64 && p->D != 128) || p->G * p->W < H2O_MIN_ROWS)
+        (p->D != 64 && p->D != 128 && p->D != 256) || p->G * p->W < H2O_MIN_ROWS)
         return;
+    /* D 256: the key tile and the stages of 64 rows need 68 KiB, which NVIDIA's static
+     * local memory holds. H200, bf16 Hq 16 / Hkv 8, T 8192 (MiniKV pass 2, 2026-11-28):
+     * 32 keys a warp 1021.6 us, 16 keys 1317.8 (32-row stages 1317.7), the window scorer
+     * 9924.9 */
+    const int d256 = p->D == 256;
     int kw = 32, rt = 64, nstg = p->D == 64 ? 3 : 2;
+    int64_t budget = H2O_LOCAL_MAX;
+    if (d256 && ctx->info.static_local_mem_bytes > (uint64_t)budget)
+        budget = (int64_t)ctx->info.static_local_mem_bytes;
     if (g_h2o_kw == 16 || g_h2o_kw == 32)
         kw = g_h2o_kw;
     if (g_h2o_rt == 32 || g_h2o_rt == 64 || g_h2o_rt == 128)
@@ -362,8 +370,8 @@ static void plan_h2o(clkv_context *ctx, const clkv_score_args *a, score_plan *p)
         nstg = g_h2o_nstg;
     const int64_t row16 = (p->D + 8) * 2;
     const int64_t tile_rows = 4 * kw > nstg * rt ? 4 * kw : nstg * rt;
-    if (tile_rows * row16 + (int64_t)nstg * rt * 4 > H2O_LOCAL_MAX) /* knobs too large */
-        kw = 32, rt = 64, nstg = 2;
+    if (tile_rows * row16 + (int64_t)nstg * rt * 4 > budget) /* knobs too large */
+        kw = d256 ? 16 : 32, rt = d256 ? 32 : 64, nstg = 2;  /* fits 48 KiB */
     p->mma = 0;
     p->h2o = 1;
     p->h2o_kw = kw;

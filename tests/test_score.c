@@ -128,6 +128,9 @@ static const scase g_h2o_cases[] = {
     {"h2o_mma_h32x8_d128_bf16_T1000_len1000_15", CLKV_SCORE_H2O, 2, 32, 8, 128, 1000, 1000, BF16, F32, TU_HND, {1000, 15}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"h2o_mma_h14x2_d128_f16_T1000_len999", CLKV_SCORE_H2O, 1, 14, 2, 128, 1000, 1000, F16, F32, TU_NHD, {999}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"h2o_mma_h8x8_d64_bf16_T4099_len4099_17", CLKV_SCORE_H2O, 2, 8, 8, 64, 4099, 4099, BF16, F32, TU_HND, {4099, 17}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    /* D 256: 64-row stages in static local memory past 48 KiB */
+    {"h2o_mma_h16x4_d256_bf16_T300_len300_250", CLKV_SCORE_H2O, 2, 16, 4, 256, 300, 300, BF16, F32, TU_HND, {300, 250}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    {"h2o_mma_h8x2_d256_f16_nhd_T1000_len997", CLKV_SCORE_H2O, 1, 8, 2, 256, 1000, 1000, F16, F32, TU_NHD, {997}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
 };
 /* clang-format on */
 
