@@ -51,7 +51,7 @@ extern "C" {
  * clkv_attention_decode_workspace_size); the call enqueues two kernels on the
  * context's queue and returns without waiting.
  *
- * On NVIDIA with q and K/V both f16 or both bf16, D 64 or 128, lengths [B] (or absent),
+ * On NVIDIA with q and K/V both f16 or both bf16, D 64, 128 or 256, lengths [B] (or absent),
  * num_splits = 0 and G <= 8 (any length) or B * max_length >= 16384, decode runs as
  * clkv_attention_window with T = 1 on its tensor-core kernel (same results within the tolerances of
  * SPEC §0.2; measurably faster, see the README's performance section). CLKV_DECODE_MMA=0 in the
@@ -129,21 +129,20 @@ clkv_status clkv_attention_decode_workspace_size(clkv_context *ctx,
  * device (small T: the memory-bound window case); their partial (max, sum, acc) states go
  * to the context's workspace and a second kernel merges them. With one split (typical for
  * prefill) a single kernel writes o and lse and no workspace is used.
- * On NVIDIA, with q and K/V both f16 or both bf16 and D 64 or 128, the products run on the
- * tensor cores (exact 16-bit products, f32 accumulation; the attention weights as a 16-bit
- * high part plus a 16-bit residual, ~16 significant bits), within the same tolerances.
- * With T = 1 and G <= 8 (decode) that kernel puts the keys on the mma rows and the G query
- * heads (padded to 8) on the columns, which halves the tensor-core products per key; its
- * splits take interleaved key tiles (split s: tiles s, s + splits, ...), and where
- * splits x G <= 64 the last work-group of each (sequence, KV head) merges the splits (one
- * launch; a small context-owned counter buffer, allocated on first use, keeps the tickets).
- * Above 4K tokens in all (B x max_length), its lanes load the K/V bytes their tensor-core
- * fragments need straight into registers (8 warps per work-group, no local-memory staging);
- * shorter caches stage K/V through local memory with cp.async.
- * The order in which keys are combined differs between these forms, so results may differ
- * in the last bits (within the tolerances). In the environment (read once per process):
- * CLKV_DECODE_KEYROWS=0 keeps the 16-row form, CLKV_DECODE_FUSED_MERGE=0 the separate merge
- * kernel, CLKV_DECODE_INTERLEAVE=0 contiguous key ranges per split, CLKV_DECODE_DIRECT=0 the
+ * On NVIDIA, with q and K/V both f16 or both bf16 and D 64, 128 or 256, the products run on
+ * the tensor cores (exact 16-bit products, f32 accumulation; the attention weights as a
+ * 16-bit high part plus a 16-bit residual, ~16 significant bits), within the same
+ * tolerances. With T = 1, G <= 8 (decode) and D 64 or 128 that kernel puts the keys on the mma rows
+ * and the G query heads (padded to 8) on the columns, which halves the tensor-core products per
+ * key; its splits take interleaved key tiles (split s: tiles s, s + splits, ...), and where splits
+ * x G <= 64 the last work-group of each (sequence, KV head) merges the splits (one launch; a small
+ * context-owned counter buffer, allocated on first use, keeps the tickets). Above 4K tokens in all
+ * (B x max_length), its lanes load the K/V bytes their tensor-core fragments need straight into
+ * registers (8 warps per work-group, no local-memory staging); shorter caches stage K/V through
+ * local memory with cp.async. The order in which keys are combined differs between these forms, so
+ * results may differ in the last bits (within the tolerances). In the environment (read once per
+ * process): CLKV_DECODE_KEYROWS=0 keeps the 16-row form, CLKV_DECODE_FUSED_MERGE=0 the separate
+ * merge kernel, CLKV_DECODE_INTERLEAVE=0 contiguous key ranges per split, CLKV_DECODE_DIRECT=0 the
  * local-memory staging at every length (CLKV_DECODE_DIRECT_WARPS=4|16 other work-groups),
  * CLKV_DECODE_PREFETCH=0 the register-load form without requesting the next key tile's K
  * while the current tile is computed.

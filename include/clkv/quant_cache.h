@@ -197,7 +197,7 @@ clkv_status clkv_quant_cache_append(clkv_quant_cache *cache,
  * 128 or 256 sets the work-group size of this kernel; default 128 on GPUs, 64 else.)
  * On NVIDIA GPUs (inline PTX) a tensor-core kernel (mma.sync m16n8k16, f16 for keys and
  * bf16 for values, codes turned into operands in registers, cp.async staging) replaces the
- * partial kernel when D is 64 or 128, o is f16 or bf16, and the codes are 2-bit, or 4-bit
+ * partial kernel when D is 64, 128 or 256, o is f16 or bf16, and the codes are 2-bit, or 4-bit
  * with a group of 32 or more, or 4-bit in groups of 16 when the CUDA-core kernel would
  * launch fewer work-groups than compute units (where it measured faster). It serves up to
  * 4 query heads per read of the codes (G > 4 reads them ceil(G/4) times), each warp is one
