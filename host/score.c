@@ -264,17 +264,22 @@ static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p)
         (p->D != 64 && p->D != 128 && p->D != 256))
         return;
     const int64_t per_row = p->D * 2 * (needs_a(p->method) ? 3 : 1);
-    /* D 256 with the window output staged (1536 bytes a row): within MMA_LOCAL_MAX only 16
-     * rows, so G * W = 32 took two stages per tile and one tile per work-group (H200, DropKV
-     * bf16 Hq 32 / Hkv 8, W 8, 128K keys: scorer 1366 us, SnapKV's single stage 159 us).
-     * NVIDIA's static local memory holds twice the budget (32 rows = 48 KiB). */
+    const int64_t rows16 = (p->G * p->W + 15) / 16 * 16;
+    /* The rows of a KV head staged at once where they fit: past MMA_LOCAL_MAX up to half
+     * the device's static local memory (two work-groups a compute unit), since rows staged
+     * in several rounds are restaged for every tile, one tile per work-group. H200, 128K
+     * keys, scorer alone: DropKV bf16 Hq 32 / Hkv 8, D 256, W 8 (32 rows of 1536 bytes; two
+     * rounds at 40 KiB) 1366 -> 330.5 us; the window output makes a row 3x q's bytes. D 128,
+     * Hq 128 / Hkv 8 (G 16: 128 rows of 768 bytes, three rounds): DropKV scorer + pooling
+     * 1892 -> 511 us, the full call 2293 -> 933 us (Hq 96: 813, Hq 64: 523, Hq 32 unchanged,
+     * 346; 2026-11-28). */
     int64_t budget = MMA_LOCAL_MAX;
-    if (p->D == 256 && ctx->info.static_local_mem_bytes >= 2 * MMA_LOCAL_MAX + 16384)
-        budget = 2 * MMA_LOCAL_MAX;
+    const int64_t half = (int64_t)(ctx->info.static_local_mem_bytes / 2) - 4096;
+    if (rows16 * per_row > budget && half > budget)
+        budget = rows16 * per_row < half ? rows16 * per_row : half;
     int64_t rs_max = budget / per_row / 16 * 16;
     if (rs_max > 128)
         rs_max = 128;
-    const int64_t rows16 = (p->G * p->W + 15) / 16 * 16;
     p->mma = 1;
     p->mma_rs = (int)(rows16 < rs_max ? rows16 : rs_max);
     /* about 4 work-groups per compute unit (one wave; the staged rows are read once per

@@ -69,8 +69,10 @@ static const scase g_cases[] = {
     {"dropkv_len0_1_maxpool", CLKV_SCORE_DROPKV, 2, 8, 2, 64, 8, 40, F32, F32, TU_HND, {0, 1}, 1, -1, CLKV_POOL_MAX, 0, -1, 0, 0, 0, 0, 0, 1.0},
     {"dropkv_tpr4_d64_f32", CLKV_SCORE_DROPKV, 1, 8, 2, 64, 8, 80, F32, F32, TU_HND, {77}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 4, 2.0},
     {"dropkv_tpr8_d128_bf16_nhd", CLKV_SCORE_DROPKV, 2, 8, 2, 128, 8, 150, BF16, F32, TU_NHD, {150, 33}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 8, 2.0},
-    /* the tensor-core scorer's shapes on NVIDIA (portable kernel elsewhere): two row stages (G*W = 64), round_p at D = 128 */
+    /* the tensor-core scorer's shapes on NVIDIA (portable kernel elsewhere): G*W = 64 and 128 rows staged at once (past 48 KiB), 256 rows in two rounds, round_p at D = 128 */
     {"dropkv_h16x2_d128_f16_nhd_g8_len333", CLKV_SCORE_DROPKV, 1, 16, 2, 128, 8, 340, F16, F32, TU_NHD, {333}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    {"dropkv_h32x2_d128_bf16_g16_len300_45", CLKV_SCORE_DROPKV, 2, 32, 2, 128, 8, 300, BF16, F32, TU_HND, {300, 45}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    {"dropkv_h8x2_d128_f16_w64_len400", CLKV_SCORE_DROPKV, 1, 8, 2, 128, 64, 400, F16, F32, TU_HND, {400}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"dropkv_round_p_d128_bf16_g4_len199", CLKV_SCORE_DROPKV, 1, 8, 2, 128, 8, 200, BF16, F32, TU_HND, {199}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 1, 0, 0, 0, 0, 4.0},
     /* D 256 (on NVIDIA the tensor-core scorer with 16 staged rows: two or four stages per tile) */
     {"dropkv_h32x8_d256_bf16_len333_70", CLKV_SCORE_DROPKV, 2, 32, 8, 256, 8, 340, BF16, F32, TU_HND, {333, 70}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
