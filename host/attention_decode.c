@@ -197,9 +197,9 @@ static clkv_status check_common(clkv_context *ctx, const clkv_attention_decode_a
  * f16 or both bf16, D 64, 128 or 256), that kernel reads K/V at 71-93 % of the streaming-read
  * bandwidth against 57-77 % for the CUDA-core kernel of this file (H200, bf16, Hq 32 / Hkv 8,
  * D 128, B 1-8, L 32K-128K, 2026-11-22), so decode is routed there. Not for per-head lengths
- * [B, Hkv], a forced split count or, where G > 8 (no keyrows kernel), B * max_length < 16K
- * tokens (these stay on this file's kernel; CLKV_DECODE_MMA=1 routes the last case too), nor
- * with CLKV_DECODE_MMA=0. Fills `w` and returns 1 when routed. D 256 has no keyrows kernel;
+ * [B, Hkv], a forced split count or, at D 256, B * max_length < 8K tokens (below: these stay
+ * on this file's kernel; CLKV_DECODE_MMA=1 routes the last case too), nor with
+ * CLKV_DECODE_MMA=0. Fills `w` and returns 1 when routed. D 256 has no keyrows kernel;
  * its 16-row window kernel against this file's (H200, bf16 Hq 32 / Hkv 8, 2026-11-28): B 1
  * 32K / 128K 79.5 / 268.6 against 90.0 / 321.5 us, B 8 520.8 / 2015.2 against 657.0 /
  * 2595.2 us (88-94 % of the read bandwidth at 128K against 73-74 %). */
@@ -234,12 +234,20 @@ static int route_to_window(clkv_context *ctx, const clkv_attention_decode_args *
     w->max_length = a->max_length;
     w->scale = a->scale;
     const int kind = clkv__window_uses_tensor_cores(ctx, w);
-    /* Tiny caches (B * max_length below 16K tokens) stay here unless the window operator runs
-     * its decode kernel (keyrows, G <= 8: one launch for short caches, H200 B 1, L 4K 16.3 us
-     * against 18.5 us here): launch-bound either way, and this file's kernel measured 19-20 us
-     * at B 1, L 4K against 17-26 us through the 16-row window kernel. */
+    /* Where the window operator runs its 16-row kernel (kind 1: no keyrows kernel for the
+     * shape), small caches may stay here: launch-bound either way. The keyrows kernel (kind
+     * 2) takes every size (H200 B 1, L 4K 16.3 us against 18.5 us here). H200, bf16,
+     * 2026-11-28, µs here against the 16-row kernel: G 16 (Hq 64 / Hkv 4, D 128) B 1 1K /
+     * 4K / 8K 18.8 / 26.2 / 39.1 against 16.0 / 16.3 / 16.5 (G 12, Hq 96 / Hkv 8: 19.2 /
+     * 47.8 / 79.7 against 17.4 / 16.6 / 16.6), so G > 8 always routes; D 256
+     * (Hq 32 / Hkv 8) B 1 1K / 4K / 8K 16.2 / 22.8 / 37.7 against 23.8 / 24.5 / 31.7, B 2 4K
+     * 47.2 against 31.0, so D 256 routes from 8K tokens in all (B x max_length). Other
+     * kind-1 cases (CLKV_DECODE_KEYROWS=0) keep the earlier 16K (19-20 us here at B 1 4K
+     * against 17-26 us). */
     const int64_t max_len = a->max_length < 0 ? a->k.dims[2] : a->max_length;
-    if (kind == 1 && ctx->decode_tuning.tensor_cores < 0 && a->q.dims[0] * max_len < 16384)
+    const int64_t G = a->q.dims[1] / (a->k.dims[1] > 0 ? a->k.dims[1] : 1);
+    const int64_t min_tokens = D == 256 ? 8192 : G > 8 ? 0 : 16384;
+    if (kind == 1 && ctx->decode_tuning.tensor_cores < 0 && a->q.dims[0] * max_len < min_tokens)
         return 0;
     return kind != 0;
 }

@@ -51,8 +51,8 @@ extern "C" {
  * clkv_attention_decode_workspace_size); the call enqueues two kernels on the
  * context's queue and returns without waiting.
  *
- * On NVIDIA with q and K/V both f16 or both bf16, D 64, 128 or 256, lengths [B] (or absent),
- * num_splits = 0 and G <= 8 (any length) or B * max_length >= 16384, decode runs as
+ * On NVIDIA with q and K/V both f16 or both bf16, lengths [B] (or absent), num_splits = 0
+ * and D 64 or 128 (any length) or D 256 with B * max_length >= 8192, decode runs as
  * clkv_attention_window with T = 1 on its tensor-core kernel (same results within the tolerances of
  * SPEC §0.2; measurably faster, see the README's performance section). CLKV_DECODE_MMA=0 in the
  * environment (read when the context is created) keeps decode on its own kernel.
