@@ -1,9 +1,12 @@
 /* Key-only scorers (SPEC §2.2): KNorm (-||k_j||) and KeyDiff (-cos(k_j, mu)), and the
  * CriticalKV value norm through the output projection, (1/G) sum_h ||v_j W_O^h||_1.
  *
- * -D set: KV_DTYPE, HEAD_DIM (any D >= 1), WG_SIZE, TK (key rows per local tile, <= WG_SIZE),
- * KEYDIFF (0 KNorm / 1 KeyDiff),
- * RAW_MEAN (KeyDiff mu of raw keys), WO_DTYPE, MT (W_O columns per stage).
+ * -D set: KV_DTYPE, HEAD_DIM (any D >= 1), WG_SIZE; for KNorm / KeyDiff (score_key,
+ * score_keydiff_partial) LPR (work-items per row), RU (rows per work-item and round), ROUNDS
+ * (rounds per work-group of score_key), VEC (1: rows 16-byte aligned, HEAD_DIM a multiple of
+ * the 16-byte chunk), KEYDIFF (0 KNorm / 1 KeyDiff), RAW_MEAN (KeyDiff mu of raw keys); for
+ * the W_O norm (score_vo_norm) TK (key rows per local tile, <= WG_SIZE), WO_DTYPE, MT (W_O
+ * columns per stage).
  * Raw scores go to raw[(b*Hkv + kvh)*row_len + j]; KeyDiff's per-chunk partial sums of
  * mu to part[((b*Hkv + kvh)*nchunks + c)*HEAD_DIM + e].
  */
@@ -13,75 +16,128 @@ inline int seq_len(__global const int *lengths, long len_off, int has_len, int m
     return has_len ? clamp(lengths[len_off + b], 0, max_len) : max_len;
 }
 
-/* Tiles of TK key rows are staged in local memory with coalesced loads along D (rows
- * padded by one float so that per-token loops over a row do not collide in banks). */
-inline void stage_rows(__local float (*tile)[HEAD_DIM + 1], __global const KV_T *k, long kb,
-                       long k_sl, int t0, int cnt, int lid) {
-    for (int i = lid; i < cnt * HEAD_DIM; i += WG_SIZE) {
-        const int r = i / HEAD_DIM, e = i % HEAD_DIM;
-        tile[r][e] = CLKV_LOAD(KV_DTYPE)(k, kb + (long)(t0 + r) * k_sl + e);
+#ifdef LPR
+/* KNorm / KeyDiff: a work-group of WG_SIZE work-items reads RP rows at a time, LPR
+ * work-items per row (host: a power of two >= the row's CPR 16-byte chunks, at most
+ * WG_SIZE), work-item `lane` of a row its chunks lane, lane + LPR, ...: consecutive
+ * work-items read consecutive 16 bytes of a row (coalesced; 16-byte loads where VEC), and
+ * each holds RU rows of a round in flight. The per-row partial sums meet in local memory
+ * (ps: one per work-item and row of the round). The earlier form staged 64 rows per
+ * work-group of 64 with 2-byte loads and then summed each row in one work-item: on an H200
+ * (bf16, Hkv 8, D 128, 128K keys, `clkv bench score`, with the pooling kernel) KNorm took
+ * 350.7 us and KeyDiff 934.7 us against read floors of 58 / 116 us (2026-11-28). */
+#define EPC CLKV_VEC16(KV_DTYPE)         /* elements per 16-byte chunk */
+#define CPR ((HEAD_DIM + EPC - 1) / EPC) /* chunks per row */
+#define NCL ((CPR + LPR - 1) / LPR)      /* chunks per work-item and row */
+#define RP (WG_SIZE / LPR)               /* rows per work-group pass */
+#define ROWS (RP * RU)                   /* rows per round */
+#if LPR > WG_SIZE || WG_SIZE % LPR != 0
+#error "score_key: LPR must divide WG_SIZE"
+#endif
+
+/* Elements of chunk c of the row starting at element `row` (0 past HEAD_DIM). */
+inline void key_chunk(__global const KV_T *k, long row, int c, float *x) {
+#if VEC
+    const uint4 r = clkv_load_stream16(k, (row + (long)c * EPC) * (long)sizeof(KV_T));
+    _Pragma("unroll") for (int j = 0; j < EPC; j++) x[j] = CLKV_RAW_ELEM(KV_DTYPE)(r, j);
+#else
+    _Pragma("unroll") for (int j = 0; j < EPC; j++) {
+        const int e = c * EPC + j;
+        x[j] = e < HEAD_DIM ? CLKV_LOAD(KV_DTYPE)(k, row + e) : 0.0f;
     }
+#endif
 }
 
-/* KeyDiff pass 1: per chunk of tokens, sum_i k_i / ||k_i|| (or sum_i k_i). Per tile: one
- * work-item per token computes its inverse norm, then the work-items sweep the dims. */
+/* Sum of the LPR partials of row r of a round (ps[r * LPR + lane]). */
+inline float row_sum(__local const float *ps, int r) {
+    float s = 0.0f;
+    for (int i = 0; i < LPR; i++)
+        s += ps[r * LPR + (i + r) % LPR]; /* rotated start: rows of a warp in distinct banks */
+    return s;
+}
+
+/* KeyDiff pass 1: per chunk of tokens, sum_i k_i / ||k_i|| (or sum_i k_i with RAW_MEAN)
+ * into part[b, kvh, chunk, :]. Per round each work-item loads its RU rows' chunks, their
+ * squared norms meet in ps, and it adds its elements times the rows' inverse norms; the RP
+ * row groups' sums meet in local memory at the end. */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 score_keydiff_partial(__global const KV_T *k, long k_off, long k_sb, long k_sh, long k_sl,
                       __global const int *lengths, long len_off, int has_len, int max_len, int Hkv,
                       int chunk, int nchunks, __global float *part, long part_off) {
-    const int lid = (int)get_local_id(0);
+    const int lid = (int)get_local_id(0), lane = lid % LPR, rr = lid / LPR;
     const int c = (int)get_group_id(0), kvh = (int)get_group_id(1), b = (int)get_group_id(2);
     const int n = seq_len(lengths, len_off, has_len, max_len, b);
     const int start = c * chunk, end = min(start + chunk, n);
     const long kb = k_off + (long)b * k_sb + (long)kvh * k_sh;
-    __local float tile[TK][HEAD_DIM + 1];
-    __local float inv[TK];
-    float accd[(HEAD_DIM + WG_SIZE - 1) / WG_SIZE];
-    for (int i = 0; i < (HEAD_DIM + WG_SIZE - 1) / WG_SIZE; i++)
-        accd[i] = 0.0f;
-    for (int t0 = start; t0 < end; t0 += TK) {
-        const int cnt = min(TK, end - t0);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        stage_rows(tile, k, kb, k_sl, t0, cnt, lid);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid < cnt) {
+    __local float ps[ROWS * LPR];
+    __local float red[RP * NCL * LPR * EPC];
+    float acc[NCL][EPC];
+    _Pragma("unroll") for (int i = 0; i < NCL; i++) _Pragma("unroll") for (int j = 0; j < EPC; j++)
+        acc[i][j] = 0.0f;
+    for (int t0 = start; t0 < end; t0 += ROWS) {
+        float x[RU][NCL][EPC];
+        _Pragma("unroll") for (int u = 0; u < RU; u++) {
+            const int t = t0 + u * RP + rr;
+            float ss = 0.0f;
+            _Pragma("unroll") for (int i = 0; i < NCL; i++) {
+                const int ch = lane + i * LPR;
+                if (t < end && ch < CPR) {
+                    key_chunk(k, kb + (long)t * k_sl, ch, x[u][i]);
+                } else {
+                    _Pragma("unroll") for (int j = 0; j < EPC; j++) x[u][i][j] = 0.0f;
+                }
+                _Pragma("unroll") for (int j = 0; j < EPC; j++) ss =
+                    fma(x[u][i][j], x[u][i][j], ss);
+            }
+            ps[(u * RP + rr) * LPR + lane] = ss;
+        }
 #if RAW_MEAN
-            inv[lid] = 1.0f;
+        _Pragma("unroll") for (int u = 0; u < RU; u++)
+            _Pragma("unroll") for (int i = 0; i < NCL; i++)
+                _Pragma("unroll") for (int j = 0; j < EPC; j++) acc[i][j] += x[u][i][j];
 #else
-            float s = 0.0f;
-            for (int e = 0; e < HEAD_DIM; e++)
-                s = fma(tile[lid][e], tile[lid][e], s);
-            inv[lid] = s > 0.0f ? 1.0f / sqrt(s) : 0.0f;
-#endif
-        }
         barrier(CLK_LOCAL_MEM_FENCE);
-        for (int i = 0; i * WG_SIZE + lid < HEAD_DIM; i++) {
-            const int e = i * WG_SIZE + lid;
-            float s = accd[i];
-            for (int u = 0; u < cnt; u++)
-                s = fma(tile[u][e], inv[u], s);
-            accd[i] = s;
+        _Pragma("unroll") for (int u = 0; u < RU; u++) {
+            const float s = row_sum(ps, u * RP + rr);
+            const float inv = s > 0.0f ? 1.0f / sqrt(s) : 0.0f;
+            _Pragma("unroll") for (int i = 0; i < NCL; i++)
+                _Pragma("unroll") for (int j = 0; j < EPC; j++) acc[i][j] =
+                    fma(x[u][i][j], inv, acc[i][j]);
         }
+        barrier(CLK_LOCAL_MEM_FENCE); /* ps is rewritten next round */
+#endif
     }
+    /* the RP row groups' sums: red[rr][chunk lane + i * LPR][element] */
+    _Pragma("unroll") for (int i = 0; i < NCL; i++) _Pragma("unroll") for (int j = 0; j < EPC; j++)
+        red[(rr * NCL * LPR + i * LPR + lane) * EPC + j] = acc[i][j];
+    barrier(CLK_LOCAL_MEM_FENCE);
     __global float *out = part + part_off + (((long)b * Hkv + kvh) * nchunks + c) * HEAD_DIM;
-    for (int i = 0; i * WG_SIZE + lid < HEAD_DIM; i++)
-        out[i * WG_SIZE + lid] = accd[i];
+    for (int e = lid; e < HEAD_DIM; e += WG_SIZE) {
+        float s = 0.0f;
+        for (int g = 0; g < RP; g++)
+            s += red[g * NCL * LPR * EPC + e];
+        out[e] = s;
+    }
 }
 
-/* Pass 2 (and KNorm): a work-group per tile of TK tokens, one work-item per token. */
+/* Pass 2 (and KNorm): a work-group per ROUNDS rounds of ROWS tokens; per round each
+ * work-item loads its RU rows' chunks, the partial sums (||k||^2 and, for KeyDiff, <k, mu>)
+ * meet in ps / pm and work-item r < ROWS writes row r's score. */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 score_key(__global const KV_T *k, long k_off, long k_sb, long k_sh, long k_sl,
           __global const int *lengths, long len_off, int has_len, int max_len, int Hkv, int nchunks,
           __global float *ws, long part_off, long raw_off, long row_len) {
-    const int lid = (int)get_local_id(0);
+    const int lid = (int)get_local_id(0), lane = lid % LPR, rr = lid / LPR;
     const int kvh = (int)get_group_id(1), b = (int)get_group_id(2);
-    const int tile0 = (int)get_group_id(0) * TK;
+    const int tile0 = (int)get_group_id(0) * (ROWS * ROUNDS);
     const int n = seq_len(lengths, len_off, has_len, max_len, b);
     if (tile0 >= n)
         return; /* uniform */
+    const int tend = min(tile0 + ROWS * ROUNDS, n);
     const long kb = k_off + (long)b * k_sb + (long)kvh * k_sh;
-    __local float tile[TK][HEAD_DIM + 1];
+    __local float ps[ROWS * LPR];
 #if KEYDIFF
+    __local float pm[ROWS * LPR];
     __local float mu[HEAD_DIM];
     __local float red[WG_SIZE];
     const __global float *pp = ws + part_off + ((long)b * Hkv + kvh) * nchunks * HEAD_DIM;
@@ -102,29 +158,67 @@ score_key(__global const KV_T *k, long k_off, long k_sb, long k_sh, long k_sl,
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     const float mu_norm = sqrt(red[0]);
-#endif
-    const int cnt = min(TK, n - tile0);
-    stage_rows(tile, k, kb, k_sl, tile0, cnt, lid);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid >= cnt)
-        return;
-    float kk = 0.0f, km = 0.0f;
-    for (int e = 0; e < HEAD_DIM; e++) {
-        const float x = tile[lid][e];
-        kk = fma(x, x, kk);
-#if KEYDIFF
-        km = fma(x, mu[e], km);
-#endif
+    float mv[NCL][EPC]; /* this work-item's elements of mu */
+    _Pragma("unroll") for (int i = 0; i < NCL; i++)
+        _Pragma("unroll") for (int j = 0; j < EPC; j++) {
+        const int e = (lane + i * LPR) * EPC + j;
+        mv[i][j] = e < HEAD_DIM ? mu[e] : 0.0f;
     }
-    float s;
-#if KEYDIFF
-    const float den = sqrt(kk) * mu_norm;
-    s = den > 0.0f ? -(km / den) : 0.0f;
-#else
-    (void)km;
-    s = -sqrt(kk);
 #endif
-    ws[raw_off + ((long)b * Hkv + kvh) * row_len + tile0 + lid] = s;
+    for (int t0 = tile0; t0 < tend; t0 += ROWS) {
+        _Pragma("unroll") for (int u = 0; u < RU; u++) {
+            const int t = t0 + u * RP + rr;
+            float ss = 0.0f, sm = 0.0f;
+            _Pragma("unroll") for (int i = 0; i < NCL; i++) {
+                const int ch = lane + i * LPR;
+                if (t < tend && ch < CPR) {
+                    float x[EPC];
+                    key_chunk(k, kb + (long)t * k_sl, ch, x);
+                    _Pragma("unroll") for (int j = 0; j < EPC; j++) {
+                        ss = fma(x[j], x[j], ss);
+#if KEYDIFF
+                        sm = fma(x[j], mv[i][j], sm);
+#endif
+                    }
+                }
+            }
+            ps[(u * RP + rr) * LPR + lane] = ss;
+#if KEYDIFF
+            pm[(u * RP + rr) * LPR + lane] = sm;
+#else
+            (void)sm;
+#endif
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int r = lid; r < ROWS; r += WG_SIZE) { /* row r of the round: token t0 + r */
+            const int t = t0 + r;
+            if (t < tend) {
+                const float kk = row_sum(ps, r);
+                float s;
+#if KEYDIFF
+                const float km = row_sum(pm, r);
+                const float den = sqrt(kk) * mu_norm;
+                s = den > 0.0f ? -(km / den) : 0.0f;
+#else
+                s = -sqrt(kk);
+#endif
+                ws[raw_off + ((long)b * Hkv + kvh) * row_len + t] = s;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* ps is rewritten next round */
+    }
+}
+#endif /* LPR */
+
+#ifdef MT
+/* Tiles of TK key rows are staged in local memory with coalesced loads along D (rows
+ * padded by one float so that per-token loops over a row do not collide in banks). */
+inline void stage_rows(__local float (*tile)[HEAD_DIM + 1], __global const KV_T *k, long kb,
+                       long k_sl, int t0, int cnt, int lid) {
+    for (int i = lid; i < cnt * HEAD_DIM; i += WG_SIZE) {
+        const int r = i / HEAD_DIM, e = i % HEAD_DIM;
+        tile[r][e] = CLKV_LOAD(KV_DTYPE)(k, kb + (long)(t0 + r) * k_sl + e);
+    }
 }
 
 /* CriticalKV value norm through W_O: vnorm[j] = (1/G) sum_{h in group} sum_m
@@ -168,3 +262,4 @@ score_vo_norm(__global const KV_T *v, long v_off, long v_sb, long v_sh, long v_s
     if (lid < cnt)
         ws[vnorm_off + ((long)b * Hkv + kvh) * row_len + tile0 + lid] = total / (float)G;
 }
+#endif /* MT */

@@ -1,7 +1,7 @@
 /* Window-attention scorers on the tensor cores (SPEC §2.1, §2.2): the NVIDIA variant of
  * score_window (same arguments plus `chunk`, same raw-score layout) for DropKV, SnapKV,
- * AnDPro, CriticalKV and H2O with 16-bit q and K/V of one dtype. DiffKV stays on the
- * portable kernel.
+ * AnDPro, CriticalKV, H2O and DiffKV (W a multiple of 16) with 16-bit q and K/V of one
+ * dtype.
  *
  * Work decomposition: a work-group (4 warps) walks `chunk` keys of one (b, KV head) in
  * tiles of 64 keys; warp w owns keys [16 w, 16 w + 16) of every tile. The warp loads its
@@ -28,7 +28,9 @@
  * not depend on the order of its terms, so S and <a, v> are unchanged.
  *
  * -D set:
- *   METHOD      0 DropKV, 1 SnapKV, 2 AnDPro, 3 CriticalKV, 4 H2O
+ *   METHOD      0 DropKV, 1 SnapKV, 2 AnDPro, 3 CriticalKV, 4 H2O, 5 DiffKV (W a multiple of
+ *               16, so that a row block lies in one head: the per-head sums meet over the row
+ *               lanes whenever the head changes, their maximum is kept per key)
  *   Q_DTYPE == KV_DTYPE (f16 | bf16), A_DTYPE (with NEED_A)
  *   HEAD_DIM    64 | 128 | 256
  *   RS          query rows per stage (multiple of 16)
@@ -78,6 +80,7 @@
 #define M_ANDPRO 2
 #define M_CRITICALKV 3
 #define M_H2O 4
+#define M_DIFFKV 5
 
 #define Q_T CLKV_STORAGE(Q_DTYPE)
 #define KV_T CLKV_STORAGE(KV_DTYPE)
@@ -109,8 +112,11 @@
 #define DLO d
 #endif
 
-#if (HEAD_DIM != 64 && HEAD_DIM != 128 && HEAD_DIM != 256) || RS % 16 != 0 || METHOD > M_H2O
+#if (HEAD_DIM != 64 && HEAD_DIM != 128 && HEAD_DIM != 256) || RS % 16 != 0 || METHOD > M_DIFFKV
 #error "score_window_mma: unsupported parameters"
+#endif
+#if METHOD == M_DIFFKV && PREFETCH == 3
+#error "score_window_mma: DiffKV's per-head sums take PREFETCH 0..2"
 #endif
 #if Q_DTYPE != KV_DTYPE || KV_DTYPE == CLKV_DT_F32 || !defined(CLKV_NVIDIA_PTX)
 #error "score_window_mma needs NVIDIA PTX and f16 / bf16 q and K/V of one dtype"
@@ -296,6 +302,27 @@ inline float add_term(float acc, float f, float vf) {
 #define TERM_VN(x) 0.0f
 #endif
 
+/* Sum over the 8 row lanes (g) of a column: every lane of the warp gets it. */
+inline float rowlane_sum(float x) {
+    x += clkv_shfl_xor(x, 4);
+    x += clkv_shfl_xor(x, 8);
+    return x + clkv_shfl_xor(x, 16);
+}
+
+#if METHOD == M_DIFFKV
+/* DiffKV: the sums of one head's rows (acc, per row lane) added over the row lanes, kept as
+ * the maximum over the heads (best), acc cleared for the next head. Every lane calls it. */
+inline void diffkv_flush(float (*acc)[2], float (*best)[2]) {
+    UNROLL
+    for (int nt = 0; nt < 2; nt++)
+        UNROLL
+    for (int c = 0; c < 2; c++) {
+        best[nt][c] = fmax(best[nt][c], rowlane_sum(acc[nt][c]));
+        acc[nt][c] = 0.0f;
+    }
+}
+#endif
+
 /* Fragments of keys j0 .. j0 + 15 of one of K, V (rows past n read row n - 1; masked later). */
 inline void load_rows(__global const KV_T *x, long xb, long x_sl, int j0, int n, int fg, int ft,
                       uint4 (*xf)[NCK]) {
@@ -373,6 +400,9 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
     __global float *out = raw + raw_off + ((long)b * Hkv + kvh) * row_len;
 #if METHOD == M_SNAPKV || METHOD == M_CRITICALKV
     const float inv = 1.0f / ((float)G * (float)W);
+#elif METHOD == M_DIFFKV
+    const float inv = 1.0f; /* the epilogue divides by the rows that see the key */
+    (void)inv;
 #else
     const float inv = 1.0f / (float)G;
 #endif
@@ -433,6 +463,10 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
 #endif
 
         float acc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+#if METHOD == M_DIFFKV
+        float best[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}; /* max over the heads done */
+        int cur_h = -1;                                  /* head of the sums in acc */
+#endif
         for (int st = 0; st < nstage; st++) {
             const int r0 = st * RS;
             if (nstage > 1) {
@@ -642,6 +676,14 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                  * the warps past n - W can see */
                 if (j0 > n - W && pmax_loc[rb] < j0)
                     continue;
+#if METHOD == M_DIFFKV
+                const int hh = (r0 + rl) / W; /* uniform: W is a multiple of 16 */
+                if (hh != cur_h) {
+                    if (cur_h >= 0)
+                        diffkv_flush(acc, best);
+                    cur_h = hh;
+                }
+#endif
                 float s[2][4];
 #if NEED_A
                 float d[2][4], dl[2][4]; /* SHORT_CHAINS: A_lo V^T apart */
@@ -719,26 +761,35 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
         if (!requested && j0 + tstep < c1) /* the last row block was skipped (causal) */
             load_tile(k, v, kb, vb, k_sl, v_sl, j0 + tstep, n, fg, ft, kf, vf);
 #endif
+#if METHOD == M_DIFFKV
+        diffkv_flush(acc, best); /* the last head's sums; acc = best over the heads */
+        UNROLL
+        for (int nt = 0; nt < 2; nt++)
+            UNROLL
+        for (int c = 0; c < 2; c++)
+            acc[nt][c] = best[nt][c];
+#else
         /* sum over the 8 row lanes (g) of each column */
         UNROLL
         for (int nt = 0; nt < 2; nt++) {
             UNROLL
-            for (int c = 0; c < 2; c++) {
-                float x = acc[nt][c];
-                x += clkv_shfl_xor(x, 4);
-                x += clkv_shfl_xor(x, 8);
-                x += clkv_shfl_xor(x, 16);
-                acc[nt][c] = x;
-            }
+            for (int c = 0; c < 2; c++)
+                acc[nt][c] = rowlane_sum(acc[nt][c]);
         }
+#endif
         if (fg == 0) {
             UNROLL
             for (int nt = 0; nt < 2; nt++) {
                 UNROLL
                 for (int c = 0; c < 2; c++) {
                     const int j = j0 + nt * 8 + 2 * ft + c;
+#if METHOD == M_DIFFKV
+                    if (j < c1) /* mean over the window rows that see key j */
+                        out[j] = acc[nt][c] / (float)min(W, n - j);
+#else
                     if (j < c1)
                         out[j] = acc[nt][c] * inv;
+#endif
                 }
             }
         }

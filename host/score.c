@@ -254,14 +254,17 @@ static int g_mma_prefetch = -2, g_mma_tiles = -2, g_mma_ilv = -2, g_mma_short = 
 #define MMA_LOCAL_MAX 40960 /* staged query rows, bytes (static local memory <= 48 KiB) */
 #define MMA_KT 64           /* keys per tile of score_window_mma */
 
-/* Tensor-core window scorer: NVIDIA PTX, 16-bit q and K/V of one dtype, D 64 / 128 / 256, not
- * DiffKV, no forced lane split. Rows per stage: the query rows of a KV head rounded up to
- * 16, at most what fits the local-memory budget (more rows: several stages per tile). */
+/* Tensor-core window scorer: NVIDIA PTX, 16-bit q and K/V of one dtype, D 64 / 128 / 256,
+ * DiffKV only with W a multiple of 16 (its per-head sums meet at row-block boundaries; H200,
+ * bf16 Hq 32 / Hkv 8, D 128, W 64, 16K / 128K: 142.6 / 539.3 us against 1353.1 / 9877.4 on the
+ * portable kernel, 2026-11-28), no forced lane split. Rows per stage: the query rows of a KV head
+ * rounded up to 16, at most what fits the local-memory budget (more rows: several stages per tile).
+ */
 static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p) {
     const clkv_dtype dt = a->k.dtype;
-    if (!ctx->info.nvidia_ptx || !mma_env() || forced_tpr() > 0 || p->method == CLKV_SCORE_DIFFKV ||
-        a->q.dtype != dt || (dt != CLKV_F16 && dt != CLKV_BF16) ||
-        (p->D != 64 && p->D != 128 && p->D != 256))
+    if (!ctx->info.nvidia_ptx || !mma_env() || forced_tpr() > 0 ||
+        (p->method == CLKV_SCORE_DIFFKV && p->W % 16 != 0) || a->q.dtype != dt ||
+        (dt != CLKV_F16 && dt != CLKV_BF16) || (p->D != 64 && p->D != 128 && p->D != 256))
         return;
     const int64_t per_row = p->D * 2 * (needs_a(p->method) ? 3 : 1);
     const int64_t rows16 = (p->G * p->W + 15) / 16 * 16;
@@ -278,8 +281,8 @@ static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p)
     if (rows16 * per_row > budget && half > budget)
         budget = rows16 * per_row < half ? rows16 * per_row : half;
     int64_t rs_max = budget / per_row / 16 * 16;
-    if (rs_max > 128)
-        rs_max = 128;
+    if (rs_max > 256) /* (DiffKV's default G * W = 4 x 64 rows in one stage) */
+        rs_max = 256;
     p->mma = 1;
     p->mma_rs = (int)(rows16 < rs_max ? rows16 : rs_max);
     /* about 4 work-groups per compute unit (one wave; the staged rows are read once per
@@ -738,19 +741,53 @@ static clkv_status launch_vo_norm(clkv_context *ctx, const clkv_score_args *a, c
     return clkv__launch(ctx, kn, "score_vo_norm", 3, g, l, 0, NULL);
 }
 
+/* Work-group shape of the KNorm / KeyDiff kernels (score_key.cl; H200, bf16 Hkv 8, D 128,
+ * `clkv bench score` at 16K / 128K, 2026-11-28: KNorm 21.1 / 101.2 us, KeyDiff 48.2 / 240.6,
+ * against 350.7 / 934.7 at 128K for the earlier staged form): lpr work-items per key
+ * row (a power of two covering the row's 16-byte chunks), ru rows per work-item and round,
+ * rounds of wg / lpr * ru rows per score_key work-group (about 4 work-groups per compute
+ * unit in all, at most 16 rounds). $CLKV_SCORE_KEY_WG (read per call; 64 or 256, tests)
+ * sets the work-group size: 64 makes rows of more than 64 chunks take several chunks per
+ * work-item, as on devices with smaller work-groups. */
+typedef struct key_shape {
+    int wg, lpr, ru, rounds, vec;
+} key_shape;
+
+static key_shape plan_key_shape(clkv_context *ctx, const clkv_score_args *a, const score_plan *p) {
+    key_shape s;
+    s.wg = ctx->info.max_work_group_size >= 256 ? 256 : SMALL_WG;
+    if (clkv__env_int("CLKV_SCORE_KEY_WG", 0) == SMALL_WG)
+        s.wg = SMALL_WG;
+    const int64_t epc = 16 / (int64_t)clkv_dtype_size(a->k.dtype);
+    const int64_t cpr = (p->D + epc - 1) / epc;
+    s.lpr = 1;
+    while (s.lpr < cpr && s.lpr < s.wg)
+        s.lpr *= 2;
+    const int64_t ncl = (cpr + s.lpr - 1) / s.lpr;
+    s.ru = ncl >= 8 ? 1 : (int)(8 / ncl);
+    const int64_t rows = (int64_t)(s.wg / s.lpr) * s.ru;
+    const int64_t target = (int64_t)(ctx->info.compute_units ? ctx->info.compute_units : 1) * 4;
+    int64_t rounds = (p->B * p->Hkv * p->max_len + rows * target - 1) / (rows * target);
+    s.rounds = (int)(rounds < 1 ? 1 : rounds > 16 ? 16 : rounds);
+    s.vec = p->D % epc == 0 && clkv__rows_aligned(&a->k, epc);
+    return s;
+}
+
 static clkv_status launch_key(clkv_context *ctx, const clkv_score_args *a, const score_plan *p,
                               cl_mem ws, cl_long raw_off, cl_long part_off) {
     const int keydiff = a->method == CLKV_SCORE_KEYDIFF;
+    const key_shape ks = plan_key_shape(ctx, a, p);
     clkv_defs defs;
     clkv__defs_init(&defs);
     clkv__defs_int(&defs, "KV_DTYPE", a->k.dtype);
     clkv__defs_int(&defs, "HEAD_DIM", p->D);
-    clkv__defs_int(&defs, "WG_SIZE", SMALL_WG);
-    clkv__defs_int(&defs, "TK", key_tile(p->D));
+    clkv__defs_int(&defs, "WG_SIZE", ks.wg);
+    clkv__defs_int(&defs, "LPR", ks.lpr);
+    clkv__defs_int(&defs, "RU", ks.ru);
+    clkv__defs_int(&defs, "ROUNDS", ks.rounds);
+    clkv__defs_int(&defs, "VEC", ks.vec);
     clkv__defs_int(&defs, "KEYDIFF", keydiff);
     clkv__defs_int(&defs, "RAW_MEAN", keydiff && a->keydiff_raw_mean);
-    clkv__defs_int(&defs, "WO_DTYPE", 0);
-    clkv__defs_int(&defs, "MT", 16);
     cl_kernel kk, kp = NULL;
     clkv_status st = clkv__get_kernel(ctx, "score_key.cl", &defs, "score_key", &kk);
     if (!st && keydiff)
@@ -762,7 +799,7 @@ static clkv_status launch_key(clkv_context *ctx, const clkv_score_args *a, const
     const cl_long len_off = len_buf ? clkv__elem_offset(&a->lengths) : 0, row_len = p->row_len;
     const cl_int has_len = len_buf != NULL, max_len = p->max_len, Hkv = (cl_int)p->Hkv,
                  chunk = p->chunk, nchunks = p->nchunks;
-    const size_t l[3] = {SMALL_WG, 1, 1};
+    const size_t l[3] = {(size_t)ks.wg, 1, 1};
     if (p->max_len == 0)
         return CLKV_OK;
     if (keydiff) {
@@ -770,7 +807,7 @@ static clkv_status launch_key(clkv_context *ctx, const clkv_score_args *a, const
                             CLKV_ARG(k.sb), CLKV_ARG(k.sh), CLKV_ARG(k.sl), CLKV_ARG(len_buf),
                             CLKV_ARG(len_off), CLKV_ARG(has_len), CLKV_ARG(max_len), CLKV_ARG(Hkv),
                             CLKV_ARG(chunk), CLKV_ARG(nchunks), CLKV_ARG(ws), CLKV_ARG(part_off));
-        const size_t g[3] = {(size_t)p->nchunks * SMALL_WG, (size_t)p->Hkv, (size_t)p->B};
+        const size_t g[3] = {(size_t)p->nchunks * (size_t)ks.wg, (size_t)p->Hkv, (size_t)p->B};
         if (!st)
             st = clkv__launch(ctx, kp, "score_keydiff_partial", 3, g, l, 0, NULL);
         if (st)
@@ -782,9 +819,9 @@ static clkv_status launch_key(clkv_context *ctx, const clkv_score_args *a, const
                         CLKV_ARG(ws), CLKV_ARG(part_off), CLKV_ARG(raw_off), CLKV_ARG(row_len));
     if (st)
         return st;
-    const int tk = key_tile(p->D);
-    const size_t g[3] = {(size_t)((p->max_len + tk - 1) / tk) * SMALL_WG, (size_t)p->Hkv,
-                         (size_t)p->B};
+    const int64_t per_wg = (int64_t)(ks.wg / ks.lpr) * ks.ru * ks.rounds;
+    const size_t g[3] = {(size_t)((p->max_len + per_wg - 1) / per_wg) * (size_t)ks.wg,
+                         (size_t)p->Hkv, (size_t)p->B};
     return clkv__launch(ctx, kk, "score_key", 3, g, l, 0, NULL);
 }
 

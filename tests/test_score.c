@@ -99,6 +99,10 @@ static const scase g_cases[] = {
     {"diffkv_h8x2_d128_bf16_w64_len4101_64", CLKV_SCORE_DIFFKV, 2, 8, 2, 128, 64, 4101, BF16, F32, TU_HND, {4101, 64}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"diffkv_h32x8_d64_f16_w64_len65", CLKV_SCORE_DIFFKV, 1, 32, 8, 64, 64, 70, F16, F32, TU_HND, {65}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"diffkv_tpr4_d64_f32_w16", CLKV_SCORE_DIFFKV, 1, 8, 2, 64, 16, 50, F32, F32, TU_HND, {50}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 4, 2.0},
+    /* on NVIDIA the tensor-core kernel where W is a multiple of 16: 1024 rows in 4 stages (G 16), D 256 with a head across two stages, W 24 on the portable kernel */
+    {"diffkv_h32x2_d128_f16_g16_w64_len300_64", CLKV_SCORE_DIFFKV, 2, 32, 2, 128, 64, 300, F16, F32, TU_HND, {300, 64}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    {"diffkv_h8x2_d256_bf16_nhd_w64_len200", CLKV_SCORE_DIFFKV, 1, 8, 2, 256, 64, 200, BF16, F32, TU_NHD, {200}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    {"diffkv_h8x2_d64_bf16_w24_len130", CLKV_SCORE_DIFFKV, 1, 8, 2, 64, 24, 130, BF16, F32, TU_HND, {130}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     /* protect 0: the window tokens' own scores, divided by min(W, n - j) < W */
     {"diffkv_protect0_d64_bf16_w16", CLKV_SCORE_DIFFKV, 1, 8, 2, 64, 16, 100, BF16, F32, TU_HND, {90}, 1, -1, CLKV_POOL_DEFAULT, 0, 0, 0, 0, 0, 0, 0, 2.0},
     /* H2O: all prompt queries (T = L); the second sequence is shorter than T */
@@ -133,6 +137,17 @@ static const scase g_h2o_cases[] = {
     /* D 256: 64-row stages in static local memory past 48 KiB */
     {"h2o_mma_h16x4_d256_bf16_T300_len300_250", CLKV_SCORE_H2O, 2, 16, 4, 256, 300, 300, BF16, F32, TU_HND, {300, 250}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"h2o_mma_h8x2_d256_f16_nhd_T1000_len997", CLKV_SCORE_H2O, 1, 8, 2, 256, 1000, 1000, F16, F32, TU_NHD, {997}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+};
+/* clang-format on */
+
+/* KNorm / KeyDiff with rows of more 16-byte chunks than work-items per row: work-groups of
+ * 64 ($CLKV_SCORE_KEY_WG, as on devices with small work-groups) over D = 1000 f32 rows
+ * (250 chunks: 4 per work-item), and D = 36 bf16 rows (not whole chunks: element loads). */
+/* clang-format off */
+static const scase g_key_wg_cases[] = {
+    {"knorm_wg64_d1000_f32_len300_77", CLKV_SCORE_KNORM, 2, 2, 2, 1000, 0, 300, F32, F32, TU_HND, {300, 77}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0},
+    {"keydiff_wg64_d1000_f32_nhd_len290", CLKV_SCORE_KEYDIFF, 1, 4, 2, 1000, 0, 300, F32, F32, TU_NHD, {290}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0},
+    {"keydiff_d36_bf16_len500_1", CLKV_SCORE_KEYDIFF, 2, 2, 2, 36, 0, 500, BF16, F32, TU_HND, {500, 1}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0},
 };
 /* clang-format on */
 
@@ -338,6 +353,16 @@ static void run_case_stream(const scase *c, uint64_t stream) {
 static void run_case(void **state) {
     const scase *c = (const scase *)*state;
     run_case_stream(c, (uint64_t)(c - g_cases) + 1);
+}
+
+static void run_key_wg_case(void **state) {
+    const scase *c = (const scase *)*state;
+    const int wg64 = strstr(c->name, "_wg64_") != NULL;
+    if (wg64)
+        setenv("CLKV_SCORE_KEY_WG", "64", 1);
+    run_case_stream(c, (uint64_t)(c - g_key_wg_cases) + 2001);
+    if (wg64)
+        unsetenv("CLKV_SCORE_KEY_WG");
 }
 
 static void run_h2o_case(void **state) {
@@ -841,5 +866,6 @@ int main(void) {
     tu_suite_add(&s, "score_then_keep", test_score_then_keep, NULL);
     TU_SUITE_ADD_CASES(&s, g_cases, run_case);
     TU_SUITE_ADD_CASES(&s, g_h2o_cases, run_h2o_case);
+    TU_SUITE_ADD_CASES(&s, g_key_wg_cases, run_key_wg_case);
     return tu_suite_run(&s, "score", &g_ctx, DEFAULT_SEED);
 }
