@@ -692,7 +692,7 @@ static clkv_status launch_h2o(clkv_context *ctx, const clkv_score_args *a, const
     return clkv__launch(ctx, kr, "score_h2o_reduce", 3, gr, l, 0, NULL);
 }
 
-/* Key rows per local tile of the key kernels: about 32 KiB of f32 rows, at most SMALL_WG. */
+/* Value rows per local tile of score_vo_norm: about 32 KiB of f32 rows, at most SMALL_WG. */
 static int key_tile(int64_t D) {
     int64_t tk = 8192 / D;
     if (tk > SMALL_WG)
