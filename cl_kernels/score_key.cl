@@ -31,6 +31,7 @@ inline int seq_len(__global const int *lengths, long len_off, int has_len, int m
 #define NCL ((CPR + LPR - 1) / LPR)      /* chunks per work-item and row */
 #define RP (WG_SIZE / LPR)               /* rows per work-group pass */
 #define ROWS (RP * RU)                   /* rows per round */
+#define UNROLL _Pragma("unroll")
 #if LPR > WG_SIZE || WG_SIZE % LPR != 0
 #error "score_key: LPR must divide WG_SIZE"
 #endif
@@ -39,13 +40,32 @@ inline int seq_len(__global const int *lengths, long len_off, int has_len, int m
 inline void key_chunk(__global const KV_T *k, long row, int c, float *x) {
 #if VEC
     const uint4 r = clkv_load_stream16(k, (row + (long)c * EPC) * (long)sizeof(KV_T));
-    _Pragma("unroll") for (int j = 0; j < EPC; j++) x[j] = CLKV_RAW_ELEM(KV_DTYPE)(r, j);
+    UNROLL
+    for (int j = 0; j < EPC; j++)
+        x[j] = CLKV_RAW_ELEM(KV_DTYPE)(r, j);
 #else
-    _Pragma("unroll") for (int j = 0; j < EPC; j++) {
+    UNROLL
+    for (int j = 0; j < EPC; j++) {
         const int e = c * EPC + j;
         x[j] = e < HEAD_DIM ? CLKV_LOAD(KV_DTYPE)(k, row + e) : 0.0f;
     }
 #endif
+}
+
+/* Row t's chunks of this work-item into x (zeros past the row or past `end`). */
+inline void key_row(__global const KV_T *k, long kb, long k_sl, int t, int end, int lane,
+                    float (*x)[EPC]) {
+    UNROLL
+    for (int i = 0; i < NCL; i++) {
+        const int ch = lane + i * LPR;
+        if (t < end && ch < CPR) {
+            key_chunk(k, kb + (long)t * k_sl, ch, x[i]);
+        } else {
+            UNROLL
+            for (int j = 0; j < EPC; j++)
+                x[i][j] = 0.0f;
+        }
+    }
 }
 
 /* Sum of the LPR partials of row r of a round (ps[r * LPR + lane]). */
@@ -69,46 +89,59 @@ score_keydiff_partial(__global const KV_T *k, long k_off, long k_sb, long k_sh, 
     const int n = seq_len(lengths, len_off, has_len, max_len, b);
     const int start = c * chunk, end = min(start + chunk, n);
     const long kb = k_off + (long)b * k_sb + (long)kvh * k_sh;
+#if !RAW_MEAN
     __local float ps[ROWS * LPR];
+#endif
     __local float red[RP * NCL * LPR * EPC];
     float acc[NCL][EPC];
-    _Pragma("unroll") for (int i = 0; i < NCL; i++) _Pragma("unroll") for (int j = 0; j < EPC; j++)
+    UNROLL
+    for (int i = 0; i < NCL; i++)
+        UNROLL
+    for (int j = 0; j < EPC; j++)
         acc[i][j] = 0.0f;
     for (int t0 = start; t0 < end; t0 += ROWS) {
         float x[RU][NCL][EPC];
-        _Pragma("unroll") for (int u = 0; u < RU; u++) {
-            const int t = t0 + u * RP + rr;
+        UNROLL
+        for (int u = 0; u < RU; u++)
+            key_row(k, kb, k_sl, t0 + u * RP + rr, end, lane, x[u]);
+#if RAW_MEAN
+        UNROLL
+        for (int u = 0; u < RU; u++)
+            UNROLL
+        for (int i = 0; i < NCL; i++)
+            UNROLL
+        for (int j = 0; j < EPC; j++)
+            acc[i][j] += x[u][i][j];
+#else
+        UNROLL
+        for (int u = 0; u < RU; u++) {
             float ss = 0.0f;
-            _Pragma("unroll") for (int i = 0; i < NCL; i++) {
-                const int ch = lane + i * LPR;
-                if (t < end && ch < CPR) {
-                    key_chunk(k, kb + (long)t * k_sl, ch, x[u][i]);
-                } else {
-                    _Pragma("unroll") for (int j = 0; j < EPC; j++) x[u][i][j] = 0.0f;
-                }
-                _Pragma("unroll") for (int j = 0; j < EPC; j++) ss =
-                    fma(x[u][i][j], x[u][i][j], ss);
-            }
+            UNROLL
+            for (int i = 0; i < NCL; i++)
+                UNROLL
+            for (int j = 0; j < EPC; j++)
+                ss = fma(x[u][i][j], x[u][i][j], ss);
             ps[(u * RP + rr) * LPR + lane] = ss;
         }
-#if RAW_MEAN
-        _Pragma("unroll") for (int u = 0; u < RU; u++)
-            _Pragma("unroll") for (int i = 0; i < NCL; i++)
-                _Pragma("unroll") for (int j = 0; j < EPC; j++) acc[i][j] += x[u][i][j];
-#else
         barrier(CLK_LOCAL_MEM_FENCE);
-        _Pragma("unroll") for (int u = 0; u < RU; u++) {
+        UNROLL
+        for (int u = 0; u < RU; u++) {
             const float s = row_sum(ps, u * RP + rr);
             const float inv = s > 0.0f ? 1.0f / sqrt(s) : 0.0f;
-            _Pragma("unroll") for (int i = 0; i < NCL; i++)
-                _Pragma("unroll") for (int j = 0; j < EPC; j++) acc[i][j] =
-                    fma(x[u][i][j], inv, acc[i][j]);
+            UNROLL
+            for (int i = 0; i < NCL; i++)
+                UNROLL
+            for (int j = 0; j < EPC; j++)
+                acc[i][j] = fma(x[u][i][j], inv, acc[i][j]);
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* ps is rewritten next round */
 #endif
     }
     /* the RP row groups' sums: red[rr][chunk lane + i * LPR][element] */
-    _Pragma("unroll") for (int i = 0; i < NCL; i++) _Pragma("unroll") for (int j = 0; j < EPC; j++)
+    UNROLL
+    for (int i = 0; i < NCL; i++)
+        UNROLL
+    for (int j = 0; j < EPC; j++)
         red[(rr * NCL * LPR + i * LPR + lane) * EPC + j] = acc[i][j];
     barrier(CLK_LOCAL_MEM_FENCE);
     __global float *out = part + part_off + (((long)b * Hkv + kvh) * nchunks + c) * HEAD_DIM;
@@ -159,28 +192,28 @@ score_key(__global const KV_T *k, long k_off, long k_sb, long k_sh, long k_sl,
     }
     const float mu_norm = sqrt(red[0]);
     float mv[NCL][EPC]; /* this work-item's elements of mu */
-    _Pragma("unroll") for (int i = 0; i < NCL; i++)
-        _Pragma("unroll") for (int j = 0; j < EPC; j++) {
+    UNROLL
+    for (int i = 0; i < NCL; i++)
+        UNROLL
+    for (int j = 0; j < EPC; j++) {
         const int e = (lane + i * LPR) * EPC + j;
         mv[i][j] = e < HEAD_DIM ? mu[e] : 0.0f;
     }
 #endif
     for (int t0 = tile0; t0 < tend; t0 += ROWS) {
-        _Pragma("unroll") for (int u = 0; u < RU; u++) {
-            const int t = t0 + u * RP + rr;
+        UNROLL
+        for (int u = 0; u < RU; u++) {
+            float x[NCL][EPC];
+            key_row(k, kb, k_sl, t0 + u * RP + rr, tend, lane, x);
             float ss = 0.0f, sm = 0.0f;
-            _Pragma("unroll") for (int i = 0; i < NCL; i++) {
-                const int ch = lane + i * LPR;
-                if (t < tend && ch < CPR) {
-                    float x[EPC];
-                    key_chunk(k, kb + (long)t * k_sl, ch, x);
-                    _Pragma("unroll") for (int j = 0; j < EPC; j++) {
-                        ss = fma(x[j], x[j], ss);
+            UNROLL
+            for (int i = 0; i < NCL; i++)
+                UNROLL
+            for (int j = 0; j < EPC; j++) {
+                ss = fma(x[i][j], x[i][j], ss);
 #if KEYDIFF
-                        sm = fma(x[j], mv[i][j], sm);
+                sm = fma(x[i][j], mv[i][j], sm);
 #endif
-                    }
-                }
             }
             ps[(u * RP + rr) * LPR + lane] = ss;
 #if KEYDIFF
