@@ -27,7 +27,10 @@
  *             histogram increments made conflict-free 64.3 us, so neither the bank conflicts
  *             nor the atomics bound the kernel; its 134 MB id stream does (the same-bytes
  *             read probe takes ~49 us). Nor do the 8 MB of S stores: without them 60.5-61.1
- *             us against 61.7-61.8 (same H100, two alternations, 2026-11-27).)
+ *             us against 61.7-61.8 (same H100, two alternations, 2026-11-27). On the H200
+ *             the lookups bind it instead: 56 us, 48.8 with conflict-free lookups, 43-45
+ *             with none, 85 with the nibble table; docs/performance.md, **ParisKV
+ *             collision on the H200**.)
  *   IDS_VEC16 1: id rows are 16-byte aligned and NBLK % 16 == 0 (uint4 loads)
  *   CV_TOK_MAX (optional, COLLIDE_V) cap on CV_TOK, the tokens whose ids are loaded first
  *             (H100, 1M tokens: 4 -> 62.1 us, 8 (no cap) 65.4 us, 2 62.7 us; the next

@@ -1,15 +1,15 @@
 /* Window-attention scorers on the tensor cores (SPEC §2.1, §2.2): the NVIDIA variant of
  * score_window (same arguments plus `chunk`, same raw-score layout) for DropKV, SnapKV,
- * AnDPro, CriticalKV, H2O and DiffKV (W a multiple of 16) with 16-bit q and K/V of one
- * dtype.
+ * AnDPro, CriticalKV, H2O and DiffKV with 16-bit q and K/V of one dtype.
  *
  * Work decomposition: a work-group (4 warps) walks `chunk` keys of one (b, KV head) in
  * tiles of 64 keys; warp w owns keys [16 w, 16 w + 16) of every tile. The warp loads its
  * keys' K (and V) rows straight from global memory into registers as mma B fragments:
  * lane (g, t) of the fragment layout (g = lane / 4, t = lane % 4) reads 16-byte chunks
  * 4 s + t of key row g, which are the B fragments of k-steps 2 s and 2 s + 1 under a fixed
- * permutation of the head dimension (below). The query rows r = g' * W + t' of the KV
- * head (head kvh * G + g', window row t') are staged once per stage in local memory,
+ * permutation of the head dimension (below). The query rows r = g' * WP + t' of the KV
+ * head (head kvh * G + g', window row t' < W; WP = W, for DiffKV W rounded up to 16 with
+ * rows t' >= W empty) are staged once per stage in local memory,
  * already in A-fragment order under the same permutation (q raw 16-bit; the f32 window
  * output a split into a 16-bit high part and a 16-bit residual, so <a, v> keeps ~16
  * significant bits), with LSE * log2(e), the row position and ||a||^2 (f32).
@@ -28,9 +28,10 @@
  * not depend on the order of its terms, so S and <a, v> are unchanged.
  *
  * -D set:
- *   METHOD      0 DropKV, 1 SnapKV, 2 AnDPro, 3 CriticalKV, 4 H2O, 5 DiffKV (W a multiple of
- *               16, so that a row block lies in one head: the per-head sums meet over the row
- *               lanes whenever the head changes, their maximum is kept per key)
+ *   METHOD      0 DropKV, 1 SnapKV, 2 AnDPro, 3 CriticalKV, 4 H2O, 5 DiffKV (each head's
+ *               rows padded to a multiple of 16, so that a row block lies in one head: the
+ *               per-head sums meet over the row lanes whenever the head changes, their
+ *               maximum is kept per key)
  *   Q_DTYPE == KV_DTYPE (f16 | bf16), A_DTYPE (with NEED_A)
  *   HEAD_DIM    64 | 128 | 256
  *   RS          query rows per stage (multiple of 16)
@@ -257,11 +258,11 @@ inline float p_factor(float p, float eps) {
 #endif
 }
 
-/* The latest key position that any of the window rows lo .. hi (row r = head r / W, window
- * row r % W) weighs: a row's last key is n - W + r % W (causal), and rows of two heads
- * cover the whole window. */
-inline int rows_last_key(int lo, int hi, int n, int W) {
-    return lo / W != hi / W ? n - 1 : n - W + hi % W;
+/* The latest key position that any of the window rows lo .. hi (row r = head r / WP, window
+ * row r % WP, empty from W on) weighs: a row's last key is n - W + r % WP (causal), and rows
+ * of two heads cover the whole window. */
+inline int rows_last_key(int lo, int hi, int n, int W, int WP) {
+    return lo / WP != hi / WP ? n - 1 : n - W + min(hi % WP, W - 1);
 }
 
 /* The factor of a (row, key) term that depends on the key's V (a term is p_factor(p) times
@@ -393,7 +394,12 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
     if (c0 >= c1)
         return; /* uniform over the work-group */
 
-    const int rows = G * W;
+#if METHOD == M_DIFFKV
+    const int WP = (W + 15) / 16 * 16; /* rows per head: a row block lies in one head */
+#else
+    const int WP = W;
+#endif
+    const int rows = G * WP;
     const int nstage = (rows + RS - 1) / RS;
     const long kb = k_off + (long)b * k_sb + (long)kvh * k_sh;
     const long vb = v_off + (long)b * v_sb + (long)kvh * v_sh;
@@ -472,7 +478,7 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
             if (nstage > 1) {
                 /* causal skip (uniform over the work-group): a stage whose latest query
                  * position precedes the tile's first key contributes p = 0 everywhere */
-                if (rows_last_key(r0, min(r0 + RS, rows) - 1, n, W) < tile0)
+                if (rows_last_key(r0, min(r0 + RS, rows) - 1, n, W, WP) < tile0)
                     continue;
             }
             if (nstage > 1 || tile0 == c0) {
@@ -490,8 +496,8 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
 #if NEED_A
                     uint hw = 0u, lw = 0u;
 #endif
-                    if (rr < rows) {
-                        const int h = kvh * G + rr / W, tt = rr % W;
+                    if (rr < rows && rr % WP < W) {
+                        const int h = kvh * G + rr / WP, tt = rr % WP;
                         __global const ushort *qp = (__global const ushort *)q + q_off +
                                                     (long)b * q_sb + (long)h * q_sh +
                                                     (long)tt * q_st + col;
@@ -525,29 +531,29 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                     const int rr = r0 + i;
                     float l2 = INFINITY;
                     int pos = -1;
-                    if (rr < rows) {
-                        const int h = kvh * G + rr / W, tt = rr % W;
+                    if (rr < rows && rr % WP < W) {
+                        const int h = kvh * G + rr / WP, tt = rr % WP;
                         l2 =
                             lse[lse_off + (long)b * lse_sb + (long)h * lse_sh + (long)tt * lse_st] *
                             CLKV_LOG2E;
                         if (!(l2 > -INFINITY))
                             l2 = INFINITY;
-                        pos = min(rows_last_key(rr, rr, n, W), c1 - 1);
+                        pos = min(rows_last_key(rr, rr, n, W, WP), c1 - 1);
                     }
                     lse_loc[i] = l2;
                     pos_loc[i] = pos;
                 }
                 for (int i = lid; i < NRB; i += WG_SIZE) {
                     const int lo = r0 + 16 * i, hi = min(lo + 15, rows - 1);
-                    pmax_loc[i] = lo >= rows ? -1 : rows_last_key(lo, hi, n, W);
+                    pmax_loc[i] = lo >= rows ? -1 : rows_last_key(lo, hi, n, W, WP);
                 }
 #if NEED_A
                 /* ||a||^2 of each row (f32 a): one warp per row, a butterfly over its lanes */
                 for (int i = w; i < RS; i += WG_SIZE / 32) {
                     const int rr = r0 + i;
                     float an = 0.0f;
-                    if (rr < rows) {
-                        const int h = kvh * G + rr / W, tt = rr % W;
+                    if (rr < rows && rr % WP < W) {
+                        const int h = kvh * G + rr / WP, tt = rr % WP;
                         const long ai = a_off + (long)b * a_sb + (long)h * a_sh + (long)tt * a_st;
                         UNROLL
                         for (int e = lane; e < HEAD_DIM; e += 32) {
@@ -677,7 +683,7 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                 if (j0 > n - W && pmax_loc[rb] < j0)
                     continue;
 #if METHOD == M_DIFFKV
-                const int hh = (r0 + rl) / W; /* uniform: W is a multiple of 16 */
+                const int hh = (r0 + rl) / WP; /* uniform: WP is a multiple of 16 */
                 if (hh != cur_h) {
                     if (cur_h >= 0)
                         diffkv_flush(acc, best);

@@ -254,20 +254,20 @@ static int g_mma_prefetch = -2, g_mma_tiles = -2, g_mma_ilv = -2, g_mma_short = 
 #define MMA_LOCAL_MAX 40960 /* staged query rows, bytes (static local memory <= 48 KiB) */
 #define MMA_KT 64           /* keys per tile of score_window_mma */
 
-/* Tensor-core window scorer: NVIDIA PTX, 16-bit q and K/V of one dtype, D 64 / 128 / 256,
- * DiffKV only with W a multiple of 16 (its per-head sums meet at row-block boundaries; H200,
- * bf16 Hq 32 / Hkv 8, D 128, W 64, 16K / 128K: 142.6 / 539.3 us against 1353.1 / 9877.4 on the
- * portable kernel, 2026-11-28), no forced lane split. Rows per stage: the query rows of a KV head
- * rounded up to 16, at most what fits the local-memory budget (more rows: several stages per tile).
- */
+/* Tensor-core window scorer: NVIDIA PTX, 16-bit q and K/V of one dtype, D 64 / 128 / 256, no
+ * forced lane split. DiffKV's per-head sums meet at row-block boundaries, so each head's W rows
+ * are padded to a multiple of 16 there (H200, bf16 Hq 32 / Hkv 8, D 128, W 64, 16K / 128K:
+ * 142.6 / 539.3 us against 1353.1 / 9877.4 on the portable kernel, 2026-11-28). Rows per
+ * stage: the query rows of a KV head rounded up to 16, at most what fits the local-memory
+ * budget (more rows: several stages per tile). */
 static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p) {
     const clkv_dtype dt = a->k.dtype;
-    if (!ctx->info.nvidia_ptx || !mma_env() || forced_tpr() > 0 ||
-        (p->method == CLKV_SCORE_DIFFKV && p->W % 16 != 0) || a->q.dtype != dt ||
+    if (!ctx->info.nvidia_ptx || !mma_env() || forced_tpr() > 0 || a->q.dtype != dt ||
         (dt != CLKV_F16 && dt != CLKV_BF16) || (p->D != 64 && p->D != 128 && p->D != 256))
         return;
     const int64_t per_row = p->D * 2 * (needs_a(p->method) ? 3 : 1);
-    const int64_t rows16 = (p->G * p->W + 15) / 16 * 16;
+    const int64_t wp = p->method == CLKV_SCORE_DIFFKV ? (p->W + 15) / 16 * 16 : p->W;
+    const int64_t rows16 = (p->G * wp + 15) / 16 * 16;
     /* The rows of a KV head staged at once where they fit: past MMA_LOCAL_MAX up to half
      * the device's static local memory (two work-groups a compute unit), since rows staged
      * in several rounds are restaged for every tile, one tile per work-group. H200, 128K
