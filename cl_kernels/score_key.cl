@@ -25,7 +25,10 @@ inline int seq_len(__global const int *lengths, long len_off, int has_len, int m
  * (ps: one per work-item and row of the round). The earlier form staged 64 rows per
  * work-group of 64 with 2-byte loads and then summed each row in one work-item: on an H200
  * (bf16, Hkv 8, D 128, 128K keys, `clkv bench score`, with the pooling kernel) KNorm took
- * 350.7 us and KeyDiff 934.7 us against read floors of 58 / 116 us (2026-11-28). */
+ * 350.7 us and KeyDiff 934.7 us against read floors of 58 / 116 us (2026-11-28). Not kept:
+ * the row sums by butterfly shuffles over the row's lanes (NVIDIA; no barriers in the
+ * rounds, every load of a round issued first), same machine and command, two alternations:
+ * KNorm 80.5-81.0 -> 82.6-83.4 us, KeyDiff 222.0-222.6 -> 283.0-283.5 us. */
 #define EPC CLKV_VEC16(KV_DTYPE)         /* elements per 16-byte chunk */
 #define CPR ((HEAD_DIM + EPC - 1) / EPC) /* chunks per row */
 #define NCL ((CPR + LPR - 1) / LPR)      /* chunks per work-item and row */
