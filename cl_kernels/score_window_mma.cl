@@ -369,6 +369,9 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
     __local float lse_loc[RS];
     __local int pos_loc[RS];
     __local int pmax_loc[NRB];
+#if METHOD == M_DIFFKV
+    __local int head_loc[NRB]; /* head of each row block of the stage (no division per block) */
+#endif
 
     const int lid = (int)get_local_id(0);
     const int lane = lid % 32, w = lid / 32;
@@ -546,6 +549,9 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                 for (int i = lid; i < NRB; i += WG_SIZE) {
                     const int lo = r0 + 16 * i, hi = min(lo + 15, rows - 1);
                     pmax_loc[i] = lo >= rows ? -1 : rows_last_key(lo, hi, n, W, WP);
+#if METHOD == M_DIFFKV
+                    head_loc[i] = lo / WP;
+#endif
                 }
 #if NEED_A
                 /* ||a||^2 of each row (f32 a): one warp per row, a butterfly over its lanes */
@@ -683,7 +689,7 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                 if (j0 > n - W && pmax_loc[rb] < j0)
                     continue;
 #if METHOD == M_DIFFKV
-                const int hh = (r0 + rl) / WP; /* uniform: WP is a multiple of 16 */
+                const int hh = head_loc[rb]; /* uniform: WP is a multiple of 16 */
                 if (hh != cur_h) {
                     if (cur_h >= 0)
                         diffkv_flush(acc, best);
