@@ -286,15 +286,29 @@ static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p)
     p->mma = 1;
     p->mma_rs = (int)(rows16 < rs_max ? rows16 : rs_max);
     /* about 4 work-groups per compute unit (one wave; the staged rows are read once per
-     * work-group), 4..64 tiles each. H200, DropKV bf16 Hq 32 / Hkv 8 D 128 W 8: at 128K
-     * 32 tiles per work-group measured 185 us, 16 tiles 198 us, 8 tiles 221 us; at 16K 4
-     * tiles 45 us, 8 tiles 49 us. H100, same shape, DropKV scorer at 128K (2026-11-27):
-     * 8 / 16 / 21 / 26 / 32 / 64 / 128 tiles 249-251 / 232 / 262-263 / 297-299 / 220-223 /
-     * 258-260 / 410-413 us; with 21 or 26 tiles and a register cap (-cl-nv-maxrregcount 96,
-     * 80 or 72, so that more work-groups could be resident; not checked that the driver
-     * applied it) no better, at 32 tiles unchanged. */
+     * work-group), fewer where their staged rows leave room for fewer (static local memory:
+     * the rows, their LSE / position / ||a||^2, and about 1 KiB the driver reserves per
+     * work-group), 4..64 tiles each. With 4 assumed where 3 fit (G 4 x W 64 = 256 rows of
+     * 256 bytes, 66 KiB), 512 work-groups ran in 1.3 waves on the H200 (bf16 Hq 32 / Hkv 8,
+     * D 128, two alternations with the old grid in one run, 16K / 128K keys): SnapKV W 64
+     * 117.6-118.3 / 406.3-411.7 -> 81.5 / 302.3-303.4 us, DiffKV W 64 131.8-132.0 /
+     * 486.9-497.9 -> 89.0-89.4 / 346.7-348.6; DropKV Hq 128 (G 16, 128 rows of 768 bytes: 2
+     * a unit) at 128K 503.2-503.8 -> 450.6-453.6 (2026-11-28). H200, DropKV bf16
+     * Hq 32 / Hkv 8 D 128 W 8: at 128K 32 tiles per work-group measured 185 us, 16 tiles 198 us, 8
+     * tiles 221 us; at 16K 4 tiles 45 us, 8 tiles 49 us. H100, same shape, DropKV scorer at 128K
+     * (2026-11-27): 8 / 16 / 21 / 26 / 32 / 64 / 128 tiles 249-251 / 232 / 262-263 / 297-299 /
+     * 220-223 / 258-260 / 410-413 us; with 21 or 26 tiles and a register cap (-cl-nv-maxrregcount
+     * 96, 80 or 72, so that more work-groups could be resident; not checked that the driver applied
+     * it) no better, at 32 tiles unchanged. */
     const int64_t tiles = (p->max_len + MMA_KT - 1) / MMA_KT;
-    const int64_t target = (int64_t)(ctx->info.compute_units ? ctx->info.compute_units : 1) * 4;
+    const int64_t wg_local = (int64_t)p->mma_rs * (per_row + (needs_a(p->method) ? 12 : 8)) + 1024;
+    int64_t per_cu = (int64_t)ctx->info.static_local_mem_bytes / wg_local;
+    if (per_cu > 4)
+        per_cu = 4;
+    if (per_cu < 1)
+        per_cu = 1;
+    const int64_t target =
+        (int64_t)(ctx->info.compute_units ? ctx->info.compute_units : 1) * per_cu;
     int64_t per = (tiles * p->B * p->Hkv + target - 1) / target;
     if (per < 4)
         per = 4;
