@@ -257,7 +257,8 @@ static int g_mma_prefetch = -2, g_mma_tiles = -2, g_mma_ilv = -2, g_mma_short = 
 /* Tensor-core window scorer: NVIDIA PTX, 16-bit q and K/V of one dtype, D 64 / 128 / 256, no
  * forced lane split. DiffKV's per-head sums meet at row-block boundaries, so each head's W rows
  * are padded to a multiple of 16 there (H200, bf16 Hq 32 / Hkv 8, D 128, W 64, 16K / 128K:
- * 142.6 / 539.3 us against 1353.1 / 9877.4 on the portable kernel, 2026-11-28). Rows per
+ * 142.6 / 539.3 us against 1353.1 / 9877.4 on the portable kernel, 2026-11-28; 89 / 347 us
+ * since the grid below counts the work-groups that fit). Rows per
  * stage: the query rows of a KV head rounded up to 16, at most what fits the local-memory
  * budget (more rows: several stages per tile). */
 static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p) {
