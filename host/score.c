@@ -306,6 +306,10 @@ static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p)
     int64_t per_cu = (int64_t)ctx->info.static_local_mem_bytes / wg_local;
     if (per_cu > 4)
         per_cu = 4;
+    /* registers: DropKV at D 256 takes 206 a lane (2 work-groups a unit; H200, 128K keys,
+     * two alternations: 32 tiles a work-group 307.1 / 312.5 us, 63 tiles 290.1 / 300.2) */
+    if (p->D == 256 && needs_a(p->method) && per_cu > 2)
+        per_cu = 2;
     if (per_cu < 1)
         per_cu = 1;
     const int64_t target =
