@@ -31,7 +31,12 @@
  *   METHOD      0 DropKV, 1 SnapKV, 2 AnDPro, 3 CriticalKV, 4 H2O, 5 DiffKV (each head's
  *               rows padded to a multiple of 16, so that a row block lies in one head: the
  *               per-head sums meet over the row lanes whenever the head changes, their
- *               maximum is kept per key)
+ *               maximum is kept per key. Padding to 8 instead, with the head checked before
+ *               each half of a row block's epilogue (rows g, then g + 8): H200, bf16 Hq 32 /
+ *               Hkv 8, D 128, 128K keys, W 8 133 (earlier runs) -> 108.2-109.2 us, W 24
+ *               198 -> 183.2, but W 64 347-349 -> 388.0-388.4 (the check splits the
+ *               epilogue); not kept. A form keeping the per-block check where WP % 16 == 0
+ *               was not measured.)
  *   Q_DTYPE == KV_DTYPE (f16 | bf16), A_DTYPE (with NEED_A)
  *   HEAD_DIM    64 | 128 | 256
  *   RS          query rows per stage (multiple of 16)
