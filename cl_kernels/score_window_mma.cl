@@ -8,8 +8,8 @@
  * lane (g, t) of the fragment layout (g = lane / 4, t = lane % 4) reads 16-byte chunks
  * 4 s + t of key row g, which are the B fragments of k-steps 2 s and 2 s + 1 under a fixed
  * permutation of the head dimension (below). The query rows r = g' * WP + t' of the KV
- * head (head kvh * G + g', window row t' < W; WP = W, for DiffKV W rounded up to 16 with
- * rows t' >= W empty) are staged once per stage in local memory,
+ * head (head kvh * G + g', window row t' < W; WP = W, for DiffKV DIFFKV_WP with rows
+ * t' >= W empty) are staged once per stage in local memory,
  * already in A-fragment order under the same permutation (q raw 16-bit; the f32 window
  * output a split into a 16-bit high part and a 16-bit residual, so <a, v> keeps ~16
  * significant bits), with LSE * log2(e), the row position and ||a||^2 (f32).
@@ -29,14 +29,15 @@
  *
  * -D set:
  *   METHOD      0 DropKV, 1 SnapKV, 2 AnDPro, 3 CriticalKV, 4 H2O, 5 DiffKV (each head's
- *               rows padded to a multiple of 16, so that a row block lies in one head: the
+ *               rows padded to DIFFKV_WP, a multiple of 8, so that each half of a row
+ *               block, the rows g or g + 8 of the C fragments, lies in one head: the
  *               per-head sums meet over the row lanes whenever the head changes, their
- *               maximum is kept per key. Padding to 8 instead, with the head checked before
- *               each half of a row block's epilogue (rows g, then g + 8): H200, bf16 Hq 32 /
- *               Hkv 8, D 128, 128K keys, W 8 133 (earlier runs) -> 108.2-109.2 us, W 24
- *               198 -> 183.2, but W 64 347-349 -> 388.0-388.4 (the check splits the
- *               epilogue); not kept. A form keeping the per-block check where WP % 16 == 0
- *               was not measured.)
+ *               maximum is kept per key. With DIFFKV_WP % 16 == 8 (HALF_HEADS) the head is
+ *               checked before each half of a row block's epilogue (rows g, then g + 8),
+ *               else once per row block: the check per half costs where a block lies in one
+ *               head (H200, bf16 Hq 32 / Hkv 8, D 128, 128K keys, every W per half: W 8 133
+ *               -> 108.2-109.2 us, W 24 198 -> 183.2, but W 64 347-349 -> 388.0-388.4).)
+ *   DIFFKV_WP   DiffKV: rows per head, W rounded up by the host (host/score.c)
  *   Q_DTYPE == KV_DTYPE (f16 | bf16), A_DTYPE (with NEED_A)
  *   HEAD_DIM    64 | 128 | 256
  *   RS          query rows per stage (multiple of 16)
@@ -308,6 +309,15 @@ inline float add_term(float acc, float f, float vf) {
 #define TERM_VN(x) 0.0f
 #endif
 
+#if METHOD == M_DIFFKV
+#define HALF_HEADS (DIFFKV_WP % 16 != 0)
+#else
+#define HALF_HEADS 0
+#endif
+#if METHOD == M_DIFFKV && PREFETCH == 3
+#error "DiffKV's per-head sums need PREFETCH 0..2 (host/score.c)"
+#endif
+
 /* Sum over the 8 row lanes (g) of a column: every lane of the warp gets it. */
 inline float rowlane_sum(float x) {
     x += clkv_shfl_xor(x, 4);
@@ -317,7 +327,12 @@ inline float rowlane_sum(float x) {
 
 #if METHOD == M_DIFFKV
 /* DiffKV: the sums of one head's rows (acc, per row lane) added over the row lanes, kept as
- * the maximum over the heads (best), acc cleared for the next head. Every lane calls it. */
+ * the maximum over the heads (best), acc cleared for the next head. Every lane calls it.
+ * (Stashing four heads' sums and adding them in one reduce-scatter, 18 shuffles instead of
+ * 48, was slower where a row block lies in one head: H200, bf16 Hq 32 / Hkv 8, D 128, 128K
+ * keys, two alternations against the kernel before DIFFKV_WP, W 64 349.5-352.3 ->
+ * 375.2-376.8 us, W 16 133.7-134.1 -> 137.7-138.7; W 8, two heads per row block, 102 against
+ * 106-111 for this flush.) */
 inline void diffkv_flush(float (*acc)[2], float (*best)[2]) {
     UNROLL
     for (int nt = 0; nt < 2; nt++)
@@ -375,7 +390,8 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
     __local int pos_loc[RS];
     __local int pmax_loc[NRB];
 #if METHOD == M_DIFFKV
-    __local int head_loc[NRB]; /* head of each row block of the stage (no division per block) */
+    /* heads of each row block of the stage (no division per block): rows g | rows g + 8 */
+    __local int head_loc[NRB];
 #endif
 
     const int lid = (int)get_local_id(0);
@@ -403,7 +419,7 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
         return; /* uniform over the work-group */
 
 #if METHOD == M_DIFFKV
-    const int WP = (W + 15) / 16 * 16; /* rows per head: a row block lies in one head */
+    const int WP = DIFFKV_WP;
 #else
     const int WP = W;
 #endif
@@ -555,7 +571,7 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                     const int lo = r0 + 16 * i, hi = min(lo + 15, rows - 1);
                     pmax_loc[i] = lo >= rows ? -1 : rows_last_key(lo, hi, n, W, WP);
 #if METHOD == M_DIFFKV
-                    head_loc[i] = lo / WP;
+                    head_loc[i] = lo / WP | (lo + 8) / WP << 16;
 #endif
                 }
 #if NEED_A
@@ -694,12 +710,14 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                 if (j0 > n - W && pmax_loc[rb] < j0)
                     continue;
 #if METHOD == M_DIFFKV
-                const int hh = head_loc[rb]; /* uniform: WP is a multiple of 16 */
-                if (hh != cur_h) {
+                const int hw = head_loc[rb];  /* uniform over the warp */
+#if !HALF_HEADS
+                if ((hw & 0xffff) != cur_h) { /* a row block lies in one head */
                     if (cur_h >= 0)
                         diffkv_flush(acc, best);
-                    cur_h = hh;
+                    cur_h = hw & 0xffff;
                 }
+#endif
 #endif
                 float s[2][4];
 #if NEED_A
@@ -753,6 +771,16 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
 #endif
                 UNROLL
                 for (int i = 0; i < 4; i++) {
+#if METHOD == M_DIFFKV && HALF_HEADS
+                    if ((i & 1) == 0) { /* rows g (i < 2), then rows g + 8: each in one head */
+                        const int hh = i ? hw >> 16 : hw & 0xffff;
+                        if (hh != cur_h) {
+                            if (cur_h >= 0)
+                                diffkv_flush(acc, best);
+                            cur_h = hh;
+                        }
+                    }
+#endif
                     const int r = rl + fg + 8 * (i >> 1);
                     const float l2 = lse_loc[r];
                     const int pos = pos_loc[r];
@@ -785,6 +813,17 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
             UNROLL
         for (int c = 0; c < 2; c++)
             acc[nt][c] = best[nt][c];
+        if (fg == 0) {
+            UNROLL
+            for (int nt = 0; nt < 2; nt++) {
+                UNROLL
+                for (int c = 0; c < 2; c++) {
+                    const int j = j0 + nt * 8 + 2 * ft + c;
+                    if (j < c1) /* mean over the window rows that see key j */
+                        out[j] = acc[nt][c] / (float)min(W, n - j);
+                }
+            }
+        }
 #else
         /* sum over the 8 row lanes (g) of each column */
         UNROLL
@@ -793,22 +832,17 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
             for (int c = 0; c < 2; c++)
                 acc[nt][c] = rowlane_sum(acc[nt][c]);
         }
-#endif
         if (fg == 0) {
             UNROLL
             for (int nt = 0; nt < 2; nt++) {
                 UNROLL
                 for (int c = 0; c < 2; c++) {
                     const int j = j0 + nt * 8 + 2 * ft + c;
-#if METHOD == M_DIFFKV
-                    if (j < c1) /* mean over the window rows that see key j */
-                        out[j] = acc[nt][c] / (float)min(W, n - j);
-#else
                     if (j < c1)
                         out[j] = acc[nt][c] * inv;
-#endif
                 }
             }
         }
+#endif
     }
 }

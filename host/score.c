@@ -63,6 +63,7 @@ typedef struct score_plan {
     int tpr, wg, kpr, vec_aligned;
     /* tensor-core window kernel (score_window_mma.cl): rows per stage, keys per work-group */
     int mma, mma_rs, mma_chunk, mma_prefetch, mma_ilv, mma_short;
+    int mma_wp; /* query rows per head (DiffKV: padded) */
     /* tensor-core H2O kernel (score_h2o_mma.cl): keys per warp, rows per stage, stages,
      * row pieces (NSPLIT) and rows per piece */
     int h2o, h2o_kw, h2o_rt, h2o_nstg, h2o_split, h2o_rps;
@@ -255,19 +256,27 @@ static int g_mma_prefetch = -2, g_mma_tiles = -2, g_mma_ilv = -2, g_mma_short = 
 #define MMA_KT 64           /* keys per tile of score_window_mma */
 
 /* Tensor-core window scorer: NVIDIA PTX, 16-bit q and K/V of one dtype, D 64 / 128 / 256, no
- * forced lane split. DiffKV's per-head sums meet at row-block boundaries, so each head's W rows
- * are padded to a multiple of 16 there (H200, bf16 Hq 32 / Hkv 8, D 128, W 64, 16K / 128K:
- * 142.6 / 539.3 us against 1353.1 / 9877.4 on the portable kernel, 2026-11-28; 89 / 347 us
- * since the grid below counts the work-groups that fit). Rows per
- * stage: the query rows of a KV head rounded up to 16, at most what fits the local-memory
- * budget (more rows: several stages per tile). */
+ * forced lane split. DiffKV's per-head sums meet where the head changes, at most twice per row
+ * block (its halves, the C fragment rows g and g + 8), so each head's W rows are padded to a
+ * multiple of 8 (this is the one place of that rule; the kernel gets it as DIFFKV_WP and
+ * checks the head per half only where it is not a multiple of 16). H200, bf16 Hq 32 / Hkv 8,
+ * D 128, W 64, 16K / 128K: 142.6 / 539.3 us against 1353.1 / 9877.4 on the portable kernel
+ * (2026-11-28); 89 / 347 us since the grid below counts the work-groups that fit. Padding to
+ * 8 with DIFFKV_WP a build constant, against padding to 16 computed in the kernel (128K, two
+ * alternations in one run, 2026-11-28): W 8 133.3-133.9 -> 106.5-107.5 us, W 24 198.0-199.6
+ * -> 188.0-189.1, W 40 262.6-265.6 -> 243.2, W 64 349.7-351.9 -> 338.7-340.1, but W 16
+ * 133.5-134.1 -> 139.1-141.3 (same algorithm and grid, 79 registers against 89: the
+ * compiler's schedule for the constant; a run-time WP there measured 132.6-134.0, but W 64
+ * 348.9-352.2). Rows per stage: the query rows of a KV head rounded up to 16, at most what
+ * fits the local-memory budget (more rows: several stages per tile). */
 static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p) {
     const clkv_dtype dt = a->k.dtype;
     if (!ctx->info.nvidia_ptx || !mma_env() || forced_tpr() > 0 || a->q.dtype != dt ||
         (dt != CLKV_F16 && dt != CLKV_BF16) || (p->D != 64 && p->D != 128 && p->D != 256))
         return;
     const int64_t per_row = p->D * 2 * (needs_a(p->method) ? 3 : 1);
-    const int64_t wp = p->method == CLKV_SCORE_DIFFKV ? (p->W + 15) / 16 * 16 : p->W;
+    const int64_t wp = p->method == CLKV_SCORE_DIFFKV ? (p->W + 7) / 8 * 8 : p->W;
+    p->mma_wp = (int)wp;
     const int64_t rows16 = (p->G * wp + 15) / 16 * 16;
     /* The rows of a KV head staged at once where they fit: past MMA_LOCAL_MAX up to half
      * the device's static local memory (two work-groups a compute unit), since rows staged
@@ -344,6 +353,8 @@ static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p)
             ? 3
             : 0;
     p->mma_prefetch = g_mma_prefetch >= 0 ? g_mma_prefetch : pf;
+    if (p->method == CLKV_SCORE_DIFFKV && p->mma_prefetch == 3) /* per-head sums: 0..2 only */
+        p->mma_prefetch = 0;
     /* SHORT_CHAINS (score_window_mma.cl has the measurements): AnDPro only */
     if (g_mma_short == -2)
         g_mma_short = mma_tune("CLKV_SCORE_MMA_SHORT", 0, 1);
@@ -585,6 +596,8 @@ static clkv_status launch_window(clkv_context *ctx, const clkv_score_args *a, co
         clkv__defs_int(&defs, "RS", p->mma_rs);
         clkv__defs_int(&defs, "PREFETCH", p->mma_prefetch);
         clkv__defs_int(&defs, "SHORT_CHAINS", p->mma_short);
+        if (m == CLKV_SCORE_DIFFKV) /* a build per padded W: the rows' heads by constants */
+            clkv__defs_int(&defs, "DIFFKV_WP", p->mma_wp);
         /* Interleaved tiles where the kernel streams K and V (DropKV, AnDPro, CriticalKV
          * with ||v||_1): DropKV bf16 Hq 32 / Hkv 8 D 128 W 8 at 128K, three alternations in
          * one run each, full call 370.2-372.3 -> 366.6-369.0 us on an H200 (scorer 191.0-192.6

@@ -167,8 +167,8 @@ typedef struct clkv_score_args {
  * completes with the last kernel; the caller releases it.
  * On NVIDIA the window methods run on the tensor cores when q and K/V are f16 or bf16 of one
  * dtype and D is 64, 128 or 256 (DropKV then forms ||a - v||^2 as ||a||^2 + ||v||^2 - 2<a, v>
- * clamped at 0, SPEC §2.1; DiffKV pads each head's W window rows to a multiple of 16 with
- * empty rows, so W 8 costs the products of 16); $CLKV_SCORE_MMA=0 selects the
+ * clamped at 0, SPEC §2.1; DiffKV pads each head's W window rows to a multiple of 8 with
+ * empty rows, so W 5 costs the products of 8); $CLKV_SCORE_MMA=0 selects the
  * portable kernel. H2O with G * W >= 64 query rows (the MiniKV prefill, W = the prompt)
  * takes a third kernel there instead (cl_kernels/score_h2o_mma.cl: key tiles in registers,
  * query rows streamed, long row ranges cut into pieces whose partial sums are added in the
