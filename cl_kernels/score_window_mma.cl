@@ -19,7 +19,8 @@
  * scale*log2(e) - LSE*log2(e)) with the causal mask; DropKV adds w^2 * max(0, ||a||^2 +
  * ||v||^2 - 2 <a, v>) with w = p~ / (1 - p~ + eps) (SPEC §2.1's expansion), AnDPro p * <a, v>,
  * the others p. Each lane sums its rows; the sum over the rows of a key (the M dimension)
- * is a butterfly over the 8 row lanes at the end of the tile.
+ * is a butterfly over the 8 row lanes at the end of the tile (ROWSUM_SCATTER: a
+ * reduce-scatter).
  *
  * Head-dimension permutation: for k-step kk = 2 s + h, the fragment's logical column
  * 2 t + i (i < 2) is element 8 (4 s + t) + 4 h + i of the row and logical column
@@ -45,6 +46,13 @@
  *   KV_ALIGNED  1: K/V rows 16-byte aligned (vector loads); 0: element loads
  *   SCORE_ILV   1: interleaved tiles (see the kernel); 0: each work-group a run of `chunk`
  *               keys
+ *   ROWSUM_SCATTER  1: a tile's sums meet over the row lanes in a reduce-scatter (4 shuffles,
+ *               each lane stores one key) instead of a butterfly (12; lanes g = 0 store).
+ *               H200, bf16 Hq 32 / Hkv 8, D 128, 128K keys, two alternations, scatter
+ *               against butterfly: DropKV W 8 163.2-165.3 / 165.5-167.2 us, Hq 128 (G 16)
+ *               431.3-435.6 / 449.4-455.5; but SnapKV W 64 308.7-309.1 / 302.4-303.9,
+ *               AnDPro 162.5-164.3 / 160.2-161.5 (DiffKV sums per head). The host sets it
+ *               for DropKV.
  *   PREFETCH    when the next tile's K/V fragments are requested: 0 at the top of its
  *               iteration; 1 at the top of this one (twice the fragment registers; slower
  *               on the H100 and the H200: fewer resident warps); 2 after the last row
@@ -309,10 +317,30 @@ inline float add_term(float acc, float f, float vf) {
 #define TERM_VN(x) 0.0f
 #endif
 
+/* The sums of a lane's four C columns (acc[nt][c], keys 8 nt + 2 t + c of the warp) added
+ * over the 8 row lanes (g = fg, lane bits 2..4) as a reduce-scatter: each level sends the
+ * half of the values the partner keeps, so 4 shuffles instead of a butterfly's 12. The lane
+ * gets the column nt = fg >> 2, c = (fg >> 1) & 1 (lanes fg and fg ^ 1 hold the same sum). */
+inline float rowlane_sum_scatter(float (*acc)[2], int fg) {
+    const int b2 = fg >> 2, b1 = (fg >> 1) & 1;
+    float y[2];
+    UNROLL
+    for (int c = 0; c < 2; c++) {
+        const float send = b2 ? acc[0][c] : acc[1][c], keep = b2 ? acc[1][c] : acc[0][c];
+        y[c] = keep + clkv_shfl_xor(send, 16);
+    }
+    const float send = b1 ? y[0] : y[1], keep = b1 ? y[1] : y[0];
+    const float z = keep + clkv_shfl_xor(send, 8);
+    return z + clkv_shfl_xor(z, 4);
+}
+
 #if METHOD == M_DIFFKV
 #define HALF_HEADS (DIFFKV_WP % 16 != 0)
 #else
 #define HALF_HEADS 0
+#endif
+#ifndef ROWSUM_SCATTER
+#define ROWSUM_SCATTER 0
 #endif
 #if METHOD == M_DIFFKV && PREFETCH == 3
 #error "DiffKV's per-head sums need PREFETCH 0..2 (host/score.c)"
@@ -823,6 +851,13 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                         out[j] = acc[nt][c] / (float)min(W, n - j);
                 }
             }
+        }
+#elif ROWSUM_SCATTER
+        const float sum = rowlane_sum_scatter(acc, fg);
+        if ((fg & 1) == 0) {
+            const int j = j0 + (fg >> 2) * 8 + 2 * ft + ((fg >> 1) & 1);
+            if (j < c1)
+                out[j] = sum * inv;
         }
 #else
         /* sum over the 8 row lanes (g) of each column */

@@ -598,6 +598,8 @@ static clkv_status launch_window(clkv_context *ctx, const clkv_score_args *a, co
         clkv__defs_int(&defs, "SHORT_CHAINS", p->mma_short);
         if (m == CLKV_SCORE_DIFFKV) /* a build per padded W: the rows' heads by constants */
             clkv__defs_int(&defs, "DIFFKV_WP", p->mma_wp);
+        /* the tile's row-lane sums as a reduce-scatter: DropKV only (score_window_mma.cl) */
+        clkv__defs_int(&defs, "ROWSUM_SCATTER", m == CLKV_SCORE_DROPKV);
         /* Interleaved tiles where the kernel streams K and V (DropKV, AnDPro, CriticalKV
          * with ||v||_1): DropKV bf16 Hq 32 / Hkv 8 D 128 W 8 at 128K, three alternations in
          * one run each, full call 370.2-372.3 -> 366.6-369.0 us on an H200 (scorer 191.0-192.6
