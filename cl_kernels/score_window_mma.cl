@@ -417,10 +417,6 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
     __local float lse_loc[RS];
     __local int pos_loc[RS];
     __local int pmax_loc[NRB];
-#if METHOD == M_DIFFKV
-    /* heads of each row block of the stage (no division per block): rows g | rows g + 8 */
-    __local int head_loc[NRB];
-#endif
 
     const int lid = (int)get_local_id(0);
     const int lane = lid % 32, w = lid / 32;
@@ -598,9 +594,6 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                 for (int i = lid; i < NRB; i += WG_SIZE) {
                     const int lo = r0 + 16 * i, hi = min(lo + 15, rows - 1);
                     pmax_loc[i] = lo >= rows ? -1 : rows_last_key(lo, hi, n, W, WP);
-#if METHOD == M_DIFFKV
-                    head_loc[i] = lo / WP | (lo + 8) / WP << 16;
-#endif
                 }
 #if NEED_A
                 /* ||a||^2 of each row (f32 a): one warp per row, a butterfly over its lanes */
@@ -738,12 +731,15 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                 if (j0 > n - W && pmax_loc[rb] < j0)
                     continue;
 #if METHOD == M_DIFFKV
-                const int hw = head_loc[rb];  /* uniform over the warp */
 #if !HALF_HEADS
-                if ((hw & 0xffff) != cur_h) { /* a row block lies in one head */
+                /* DIFFKV_WP is a build constant, so no division (a table of the heads
+                 * staged per stage instead: W 16 / 64 at 128K 138.6 / 336.8 -> 129.3 /
+                 * 324.7 us, W 40 241.9 -> 248.7; H200, bf16 Hq 32 / Hkv 8, D 128) */
+                const int hb = (r0 + rl) / DIFFKV_WP;
+                if (hb != cur_h) { /* a row block lies in one head */
                     if (cur_h >= 0)
                         diffkv_flush(acc, best);
-                    cur_h = hw & 0xffff;
+                    cur_h = hb;
                 }
 #endif
 #endif
@@ -801,7 +797,7 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
                 for (int i = 0; i < 4; i++) {
 #if METHOD == M_DIFFKV && HALF_HEADS
                     if ((i & 1) == 0) { /* rows g (i < 2), then rows g + 8: each in one head */
-                        const int hh = i ? hw >> 16 : hw & 0xffff;
+                        const int hh = (r0 + rl + 4 * i) / DIFFKV_WP;
                         if (hh != cur_h) {
                             if (cur_h >= 0)
                                 diffkv_flush(acc, best);

@@ -262,13 +262,13 @@ static int g_mma_prefetch = -2, g_mma_tiles = -2, g_mma_ilv = -2, g_mma_short = 
  * checks the head per half only where it is not a multiple of 16). H200, bf16 Hq 32 / Hkv 8,
  * D 128, W 64, 16K / 128K: 142.6 / 539.3 us against 1353.1 / 9877.4 on the portable kernel
  * (2026-11-28); 89 / 347 us since the grid below counts the work-groups that fit. Padding to
- * 8 with DIFFKV_WP a build constant, against padding to 16 computed in the kernel (128K, two
- * alternations in one run, 2026-11-28): W 8 133.3-133.9 -> 106.5-107.5 us, W 24 198.0-199.6
- * -> 188.0-189.1, W 40 262.6-265.6 -> 243.2, W 64 349.7-351.9 -> 338.7-340.1, but W 16
- * 133.5-134.1 -> 139.1-141.3 (same algorithm and grid, 79 registers against 89: the
- * compiler's schedule for the constant; a run-time WP there measured 132.6-134.0, but W 64
- * 348.9-352.2). Rows per stage: the query rows of a KV head rounded up to 16, at most what
- * fits the local-memory budget (more rows: several stages per tile). */
+ * 8, DIFFKV_WP a build constant (the row's head by a constant division, no table), against
+ * padding to 16 in the kernel with a staged table of heads (651c7a4; 128K, two alternations
+ * each, 2026-11-28): W 8 133.3-133.9 -> 105.8-105.9 us, W 16 133.5-134.1 -> 128.9-129.8, W 24
+ * 198.0-199.6 -> 186.3-186.5, W 40 262.6-265.6 -> 248.6-248.9, W 64 349.7-351.9 ->
+ * 324.3-325.1 (docs/performance.md: **DiffKV rows padded to 8**). Rows per stage: the query
+ * rows of a KV head rounded up to 16, at most what fits the local-memory budget (more rows:
+ * several stages per tile). */
 static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p) {
     const clkv_dtype dt = a->k.dtype;
     if (!ctx->info.nvidia_ptx || !mma_env() || forced_tpr() > 0 || a->q.dtype != dt ||
