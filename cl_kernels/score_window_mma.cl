@@ -830,6 +830,14 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
         if (!requested && j0 + tstep < c1) /* the last row block was skipped (causal) */
             load_tile(k, v, kb, vb, k_sl, v_sl, j0 + tstep, n, fg, ft, kf, vf);
 #endif
+#if ROWSUM_SCATTER && METHOD != M_DIFFKV
+        const float sum = rowlane_sum_scatter(acc, fg);
+        if ((fg & 1) == 0) {
+            const int j = j0 + (fg >> 2) * 8 + 2 * ft + ((fg >> 1) & 1);
+            if (j < c1)
+                out[j] = sum * inv;
+        }
+#else
 #if METHOD == M_DIFFKV
         diffkv_flush(acc, best); /* the last head's sums; acc = best over the heads */
         UNROLL
@@ -837,24 +845,6 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
             UNROLL
         for (int c = 0; c < 2; c++)
             acc[nt][c] = best[nt][c];
-        if (fg == 0) {
-            UNROLL
-            for (int nt = 0; nt < 2; nt++) {
-                UNROLL
-                for (int c = 0; c < 2; c++) {
-                    const int j = j0 + nt * 8 + 2 * ft + c;
-                    if (j < c1) /* mean over the window rows that see key j */
-                        out[j] = acc[nt][c] / (float)min(W, n - j);
-                }
-            }
-        }
-#elif ROWSUM_SCATTER
-        const float sum = rowlane_sum_scatter(acc, fg);
-        if ((fg & 1) == 0) {
-            const int j = j0 + (fg >> 2) * 8 + 2 * ft + ((fg >> 1) & 1);
-            if (j < c1)
-                out[j] = sum * inv;
-        }
 #else
         /* sum over the 8 row lanes (g) of each column */
         UNROLL
@@ -863,14 +853,20 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
             for (int c = 0; c < 2; c++)
                 acc[nt][c] = rowlane_sum(acc[nt][c]);
         }
+#endif
         if (fg == 0) {
             UNROLL
             for (int nt = 0; nt < 2; nt++) {
                 UNROLL
                 for (int c = 0; c < 2; c++) {
                     const int j = j0 + nt * 8 + 2 * ft + c;
+#if METHOD == M_DIFFKV
+                    if (j < c1) /* mean over the window rows that see key j */
+                        out[j] = acc[nt][c] / (float)min(W, n - j);
+#else
                     if (j < c1)
                         out[j] = acc[nt][c] * inv;
+#endif
                 }
             }
         }
