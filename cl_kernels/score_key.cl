@@ -94,6 +94,7 @@ score_keydiff_partial(__global const KV_T *k, long k_off, long k_sb, long k_sh, 
     const long kb = k_off + (long)b * k_sb + (long)kvh * k_sh;
 #if !RAW_MEAN
     __local float ps[ROWS * LPR];
+    __local float rinv[ROWS]; /* 1 / ||k|| of each row of the round */
 #endif
     __local float red[RP * NCL * LPR * EPC];
     float acc[NCL][EPC];
@@ -127,17 +128,26 @@ score_keydiff_partial(__global const KV_T *k, long k_off, long k_sb, long k_sh, 
             ps[(u * RP + rr) * LPR + lane] = ss;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+        /* one work-item per row sums its partials into rinv; before, each of the row's LPR
+         * work-items did, LPR times the local-memory reads. H200, bf16 Hq 32 / Hkv 8,
+         * D 128, `clkv bench score --method keydiff`, whole KeyDiff call, two alternations
+         * (2026-11-28): 16K 45.1-48.2 -> 33.0-34.8 us, 128K 223.7 -> 164.5-165.0 (floor of
+         * the two passes 116), B 4 NHD at 128K 941.1-942.4 -> 714.5-714.7, D 64 at 128K
+         * 122.1-123.5 -> 99.2-99.3. */
+        for (int r = lid; r < ROWS; r += WG_SIZE) {
+            const float s = row_sum(ps, r);
+            rinv[r] = s > 0.0f ? 1.0f / sqrt(s) : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* (ps and rinv are rewritten after the next one) */
         UNROLL
         for (int u = 0; u < RU; u++) {
-            const float s = row_sum(ps, u * RP + rr);
-            const float inv = s > 0.0f ? 1.0f / sqrt(s) : 0.0f;
+            const float inv = rinv[u * RP + rr];
             UNROLL
             for (int i = 0; i < NCL; i++)
                 UNROLL
             for (int j = 0; j < EPC; j++)
                 acc[i][j] = fma(x[u][i][j], inv, acc[i][j]);
         }
-        barrier(CLK_LOCAL_MEM_FENCE); /* ps is rewritten next round */
 #endif
     }
     /* the RP row groups' sums: red[rr][chunk lane + i * LPR][element] */

@@ -776,7 +776,8 @@ static clkv_status launch_vo_norm(clkv_context *ctx, const clkv_score_args *a, c
 }
 
 /* Work-group shape of the KNorm / KeyDiff kernels (score_key.cl; H200, bf16 Hkv 8, D 128,
- * `clkv bench score` at 16K / 128K, 2026-11-28: KNorm 21.1 / 101.2 us, KeyDiff 48.2 / 240.6,
+ * `clkv bench score` at 16K / 128K, 2026-11-28: KNorm 21.1 / 101.2 us, KeyDiff 48.2 / 240.6
+ * (33.0 / 164.5 since the partial kernel's row norms are summed once per row),
  * against 350.7 / 934.7 at 128K for the earlier staged form): lpr work-items per key
  * row (a power of two covering the row's 16-byte chunks), ru rows per work-item and round,
  * rounds of wg / lpr * ru rows per score_key work-group (about 4 work-groups per compute
