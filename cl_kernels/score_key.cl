@@ -28,7 +28,11 @@ inline int seq_len(__global const int *lengths, long len_off, int has_len, int m
  * 350.7 us and KeyDiff 934.7 us against read floors of 58 / 116 us (2026-11-28). Not kept:
  * the row sums by butterfly shuffles over the row's lanes (NVIDIA; no barriers in the
  * rounds, every load of a round issued first), same machine and command, two alternations:
- * KNorm 80.5-81.0 -> 82.6-83.4 us, KeyDiff 222.0-222.6 -> 283.0-283.5 us. */
+ * KNorm 80.5-81.0 -> 82.6-83.4 us, KeyDiff 222.0-222.6 -> 283.0-283.5 us. Nor score_key's
+ * next round of rows requested (raw 16-byte chunks) before the round's sums meet: same
+ * machine and command after the KeyDiff pass-1 change below, two alternations, KNorm 16K
+ * 16.0-18.1 -> 19.5-20.0 us, 128K 80.0-81.0 -> 80.6-81.4, KeyDiff 128K 163.3-164.5 ->
+ * 176.3, B 4 NHD 709.2-712.8 -> 704.1-704.7. */
 #define EPC CLKV_VEC16(KV_DTYPE)         /* elements per 16-byte chunk */
 #define CPR ((HEAD_DIM + EPC - 1) / EPC) /* chunks per row */
 #define NCL ((CPR + LPR - 1) / LPR)      /* chunks per work-item and row */
