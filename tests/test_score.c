@@ -99,7 +99,7 @@ static const scase g_cases[] = {
     {"diffkv_h8x2_d128_bf16_w64_len4101_64", CLKV_SCORE_DIFFKV, 2, 8, 2, 128, 64, 4101, BF16, F32, TU_HND, {4101, 64}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"diffkv_h32x8_d64_f16_w64_len65", CLKV_SCORE_DIFFKV, 1, 32, 8, 64, 64, 70, F16, F32, TU_HND, {65}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"diffkv_tpr4_d64_f32_w16", CLKV_SCORE_DIFFKV, 1, 8, 2, 64, 16, 50, F32, F32, TU_HND, {50}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 4, 2.0},
-    /* on NVIDIA the tensor-core kernel, each head's rows padded to a multiple of 8 (row blocks shared by two heads where W % 16 != 0) and four heads' sums combined at once: 1024 rows in 4 stages (G 16), D 256 with a head across two stages, W 24 / 8 / 5 / 40 (a sequence shorter than W, G 7 with an empty last half block, a head across a stage boundary), G 1 / 3 / 6 (a final combine of fewer than four new heads) */
+    /* on NVIDIA the tensor-core kernel, each head's rows padded to a multiple of 8 (row blocks shared by two heads where W % 16 != 0): 1024 rows in 4 stages (G 16), D 256 with a head across two stages, W 24 / 8 / 5 / 40 (a sequence shorter than W, G 7 with an empty last half block), G 1 / 3 / 6 (head counts that are not a multiple of 4), and G 8 with W 48 or 40 (384 / 320 rows in two stages of 256: head 5 / 6 across the stage boundary, per block / per half block) */
     {"diffkv_h32x2_d128_f16_g16_w64_len300_64", CLKV_SCORE_DIFFKV, 2, 32, 2, 128, 64, 300, F16, F32, TU_HND, {300, 64}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"diffkv_h8x2_d256_bf16_nhd_w64_len200", CLKV_SCORE_DIFFKV, 1, 8, 2, 256, 64, 200, BF16, F32, TU_NHD, {200}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"diffkv_h8x2_d64_bf16_w24_len130", CLKV_SCORE_DIFFKV, 1, 8, 2, 64, 24, 130, BF16, F32, TU_HND, {130}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
@@ -109,6 +109,8 @@ static const scase g_cases[] = {
     {"diffkv_h8x8_d128_bf16_w16_len1000", CLKV_SCORE_DIFFKV, 1, 8, 8, 128, 16, 1000, BF16, F32, TU_HND, {1000}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"diffkv_h6x2_d64_bf16_w16_len200", CLKV_SCORE_DIFFKV, 1, 6, 2, 64, 16, 200, BF16, F32, TU_HND, {200}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     {"diffkv_h12x2_d128_f16_w24_len333_30", CLKV_SCORE_DIFFKV, 2, 12, 2, 128, 24, 333, F16, F32, TU_HND, {333, 30}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    {"diffkv_h16x2_d128_bf16_w48_len500_300", CLKV_SCORE_DIFFKV, 2, 16, 2, 128, 48, 500, BF16, F32, TU_HND, {500, 300}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    {"diffkv_h16x2_d64_f16_nhd_w40_len300", CLKV_SCORE_DIFFKV, 1, 16, 2, 64, 40, 300, F16, F32, TU_NHD, {300}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
     /* protect 0: the window tokens' own scores, divided by min(W, n - j) < W */
     {"diffkv_protect0_d64_bf16_w16", CLKV_SCORE_DIFFKV, 1, 8, 2, 64, 16, 100, BF16, F32, TU_HND, {90}, 1, -1, CLKV_POOL_DEFAULT, 0, 0, 0, 0, 0, 0, 0, 2.0},
     {"diffkv_protect0_d128_bf16_w8", CLKV_SCORE_DIFFKV, 1, 8, 2, 128, 8, 60, BF16, F32, TU_HND, {43}, 1, -1, CLKV_POOL_DEFAULT, 0, 0, 0, 0, 0, 0, 0, 2.0},
