@@ -334,6 +334,9 @@ inline float rowlane_sum_scatter(float (*acc)[2], int fg) {
     return z + clkv_shfl_xor(z, 4);
 }
 
+#if METHOD == M_DIFFKV && !defined(DIFFKV_WP)
+#error "DiffKV needs DIFFKV_WP, the padded rows per head (host/score.c)"
+#endif
 #if METHOD == M_DIFFKV
 #define HALF_HEADS (DIFFKV_WP % 16 != 0)
 #else
