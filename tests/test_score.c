@@ -55,75 +55,76 @@ typedef struct scase {
     int round_p, raw_mean;
     int64_t Dm; /* CriticalKV W_O columns (0: none) */
     int want_pbar;
-    int force_tpr; /* lanes per key row for this case (clkv__score_force_tpr; 0: default) */
-    double qscale; /* q ~ qscale * N(0, 1) */
+    int force_tpr;  /* lanes per key row for this case (clkv__score_force_tpr; 0: default) */
+    double qscale;  /* q ~ qscale * N(0, 1) */
+    int zero_every; /* valid key (and value) rows j % zero_every == 0 set to 0; -1: all; 0: none */
 } scase;
 
 /* clang-format off */
 static const scase g_cases[] = {
     /* DropKV */
-    {"dropkv_h32x8_d128_bf16_len4101_100", CLKV_SCORE_DROPKV, 2, 32, 8, 128, 8, 4101, BF16, F32, TU_HND, {4101, 100}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"dropkv_h14x2_d64_f16_nhd_lenW1", CLKV_SCORE_DROPKV, 1, 14, 2, 64, 8, 12, F16, F16, TU_NHD, {9}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"dropkv_h8x8_d128_f32_lenW_4101_abf16", CLKV_SCORE_DROPKV, 2, 8, 8, 128, 8, 4101, F32, BF16, TU_HND, {8, 4101}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0},
-    {"dropkv_round_p_bf16_len100_1", CLKV_SCORE_DROPKV, 2, 14, 2, 64, 8, 100, BF16, F32, TU_HND, {100, 1}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 1, 0, 0, 0, 0, 4.0},
-    {"dropkv_len0_1_maxpool", CLKV_SCORE_DROPKV, 2, 8, 2, 64, 8, 40, F32, F32, TU_HND, {0, 1}, 1, -1, CLKV_POOL_MAX, 0, -1, 0, 0, 0, 0, 0, 1.0},
-    {"dropkv_tpr4_d64_f32", CLKV_SCORE_DROPKV, 1, 8, 2, 64, 8, 80, F32, F32, TU_HND, {77}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 4, 2.0},
-    {"dropkv_tpr8_d128_bf16_nhd", CLKV_SCORE_DROPKV, 2, 8, 2, 128, 8, 150, BF16, F32, TU_NHD, {150, 33}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 8, 2.0},
+    {"dropkv_h32x8_d128_bf16_len4101_100", CLKV_SCORE_DROPKV, 2, 32, 8, 128, 8, 4101, BF16, F32, TU_HND, {4101, 100}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"dropkv_h14x2_d64_f16_nhd_lenW1", CLKV_SCORE_DROPKV, 1, 14, 2, 64, 8, 12, F16, F16, TU_NHD, {9}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"dropkv_h8x8_d128_f32_lenW_4101_abf16", CLKV_SCORE_DROPKV, 2, 8, 8, 128, 8, 4101, F32, BF16, TU_HND, {8, 4101}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0, 0},
+    {"dropkv_round_p_bf16_len100_1", CLKV_SCORE_DROPKV, 2, 14, 2, 64, 8, 100, BF16, F32, TU_HND, {100, 1}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 1, 0, 0, 0, 0, 4.0, 0},
+    {"dropkv_len0_1_maxpool", CLKV_SCORE_DROPKV, 2, 8, 2, 64, 8, 40, F32, F32, TU_HND, {0, 1}, 1, -1, CLKV_POOL_MAX, 0, -1, 0, 0, 0, 0, 0, 1.0, 0},
+    {"dropkv_tpr4_d64_f32", CLKV_SCORE_DROPKV, 1, 8, 2, 64, 8, 80, F32, F32, TU_HND, {77}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 4, 2.0, 0},
+    {"dropkv_tpr8_d128_bf16_nhd", CLKV_SCORE_DROPKV, 2, 8, 2, 128, 8, 150, BF16, F32, TU_NHD, {150, 33}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 8, 2.0, 0},
     /* the tensor-core scorer's shapes on NVIDIA (portable kernel elsewhere): G*W = 64 and 128 rows staged at once (past 48 KiB), 256 rows in two rounds, round_p at D = 128 */
-    {"dropkv_h16x2_d128_f16_nhd_g8_len333", CLKV_SCORE_DROPKV, 1, 16, 2, 128, 8, 340, F16, F32, TU_NHD, {333}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"dropkv_h32x2_d128_bf16_g16_len300_45", CLKV_SCORE_DROPKV, 2, 32, 2, 128, 8, 300, BF16, F32, TU_HND, {300, 45}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"dropkv_h8x2_d128_f16_w64_len400", CLKV_SCORE_DROPKV, 1, 8, 2, 128, 64, 400, F16, F32, TU_HND, {400}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"dropkv_round_p_d128_bf16_g4_len199", CLKV_SCORE_DROPKV, 1, 8, 2, 128, 8, 200, BF16, F32, TU_HND, {199}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 1, 0, 0, 0, 0, 4.0},
+    {"dropkv_h16x2_d128_f16_nhd_g8_len333", CLKV_SCORE_DROPKV, 1, 16, 2, 128, 8, 340, F16, F32, TU_NHD, {333}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"dropkv_h32x2_d128_bf16_g16_len300_45", CLKV_SCORE_DROPKV, 2, 32, 2, 128, 8, 300, BF16, F32, TU_HND, {300, 45}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"dropkv_h8x2_d128_f16_w64_len400", CLKV_SCORE_DROPKV, 1, 8, 2, 128, 64, 400, F16, F32, TU_HND, {400}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"dropkv_round_p_d128_bf16_g4_len199", CLKV_SCORE_DROPKV, 1, 8, 2, 128, 8, 200, BF16, F32, TU_HND, {199}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 1, 0, 0, 0, 0, 4.0, 0},
     /* D 256 (on NVIDIA the tensor-core scorer with 16 staged rows: two or four stages per tile) */
-    {"dropkv_h32x8_d256_bf16_len333_70", CLKV_SCORE_DROPKV, 2, 32, 8, 256, 8, 340, BF16, F32, TU_HND, {333, 70}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"dropkv_round_p_d256_f16_nhd_g8_len130_abf16", CLKV_SCORE_DROPKV, 1, 16, 2, 256, 8, 130, F16, BF16, TU_NHD, {130}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 1, 0, 0, 0, 0, 4.0},
+    {"dropkv_h32x8_d256_bf16_len333_70", CLKV_SCORE_DROPKV, 2, 32, 8, 256, 8, 340, BF16, F32, TU_HND, {333, 70}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"dropkv_round_p_d256_f16_nhd_g8_len130_abf16", CLKV_SCORE_DROPKV, 1, 16, 2, 256, 8, 130, F16, BF16, TU_NHD, {130}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 1, 0, 0, 0, 0, 4.0, 0},
     /* SnapKV */
-    {"snapkv_h32x8_d128_f16_w16_len4101_65", CLKV_SCORE_SNAPKV, 2, 32, 8, 128, 16, 4101, F16, F32, TU_HND, {4101, 65}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"snapkv_h8x8_d64_bf16_nhd_max7", CLKV_SCORE_SNAPKV, 1, 8, 8, 64, 8, 100, BF16, F32, TU_NHD, {100}, 1, -1, CLKV_POOL_MAX, 7, -1, 0, 0, 0, 0, 0, 2.0},
-    {"snapkv_d256_bf16", CLKV_SCORE_SNAPKV, 1, 8, 8, 256, 8, 100, BF16, F32, TU_HND, {100}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"snapkv_nolengths_maxlen150", CLKV_SCORE_SNAPKV, 1, 8, 2, 64, 8, 200, F32, F32, TU_HND, {0}, 0, 150, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"snapkv_tpr16_d128_f16_nvidia_geometry", CLKV_SCORE_SNAPKV, 2, 8, 2, 128, 16, 300, F16, F32, TU_HND, {300, 20}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 16, 2.0},
-    {"criticalkv_tpr16_d128_bf16_vnorm_lanes", CLKV_SCORE_CRITICALKV, 1, 8, 2, 128, 8, 200, BF16, F32, TU_NHD, {190}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 1, 16, 2.0},
-    {"h2o_tpr8_d64_bf16_T150", CLKV_SCORE_H2O, 1, 4, 2, 64, 150, 150, BF16, F32, TU_HND, {150}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 8, 2.0},
+    {"snapkv_h32x8_d128_f16_w16_len4101_65", CLKV_SCORE_SNAPKV, 2, 32, 8, 128, 16, 4101, F16, F32, TU_HND, {4101, 65}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"snapkv_h8x8_d64_bf16_nhd_max7", CLKV_SCORE_SNAPKV, 1, 8, 8, 64, 8, 100, BF16, F32, TU_NHD, {100}, 1, -1, CLKV_POOL_MAX, 7, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"snapkv_d256_bf16", CLKV_SCORE_SNAPKV, 1, 8, 8, 256, 8, 100, BF16, F32, TU_HND, {100}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"snapkv_nolengths_maxlen150", CLKV_SCORE_SNAPKV, 1, 8, 2, 64, 8, 200, F32, F32, TU_HND, {0}, 0, 150, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"snapkv_tpr16_d128_f16_nvidia_geometry", CLKV_SCORE_SNAPKV, 2, 8, 2, 128, 16, 300, F16, F32, TU_HND, {300, 20}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 16, 2.0, 0},
+    {"criticalkv_tpr16_d128_bf16_vnorm_lanes", CLKV_SCORE_CRITICALKV, 1, 8, 2, 128, 8, 200, BF16, F32, TU_NHD, {190}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 1, 16, 2.0, 0},
+    {"h2o_tpr8_d64_bf16_T150", CLKV_SCORE_H2O, 1, 4, 2, 64, 150, 150, BF16, F32, TU_HND, {150}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 8, 2.0, 0},
     /* AnDPro */
-    {"andpro_h14x2_d128_f32_len100_4101", CLKV_SCORE_ANDPRO, 2, 14, 2, 128, 8, 4101, F32, F32, TU_HND, {100, 4101}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"andpro_protect0_avg3_tpr8_bf16", CLKV_SCORE_ANDPRO, 1, 8, 2, 64, 8, 60, BF16, BF16, TU_HND, {60}, 1, -1, CLKV_POOL_AVG, 3, 0, 0, 0, 0, 0, 8, 2.0},
-    {"andpro_h16x4_d128_bf16_len300_37", CLKV_SCORE_ANDPRO, 2, 16, 4, 128, 8, 300, BF16, F32, TU_HND, {300, 37}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"andpro_h8x2_d256_f16_len200", CLKV_SCORE_ANDPRO, 1, 8, 2, 256, 8, 200, F16, F32, TU_HND, {200}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    {"andpro_h14x2_d128_f32_len100_4101", CLKV_SCORE_ANDPRO, 2, 14, 2, 128, 8, 4101, F32, F32, TU_HND, {100, 4101}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"andpro_protect0_avg3_tpr8_bf16", CLKV_SCORE_ANDPRO, 1, 8, 2, 64, 8, 60, BF16, BF16, TU_HND, {60}, 1, -1, CLKV_POOL_AVG, 3, 0, 0, 0, 0, 0, 8, 2.0, 0},
+    {"andpro_h16x4_d128_bf16_len300_37", CLKV_SCORE_ANDPRO, 2, 16, 4, 128, 8, 300, BF16, F32, TU_HND, {300, 37}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"andpro_h8x2_d256_f16_len200", CLKV_SCORE_ANDPRO, 1, 8, 2, 256, 8, 200, F16, F32, TU_HND, {200}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
     /* CriticalKV */
-    {"criticalkv_h8x8_d64_bf16_pbar", CLKV_SCORE_CRITICALKV, 2, 8, 8, 64, 16, 100, BF16, F32, TU_HND, {100, 17}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 1, 0, 2.0},
-    {"criticalkv_wo_h14x2_d64_f32", CLKV_SCORE_CRITICALKV, 1, 14, 2, 64, 8, 300, F32, F32, TU_NHD, {300}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 40, 1, 0, 2.0},
-    {"criticalkv_d256_bf16_nhd_len150_9", CLKV_SCORE_CRITICALKV, 2, 8, 2, 256, 8, 150, BF16, F32, TU_NHD, {150, 9}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"criticalkv_wo_d128_bf16_dm37", CLKV_SCORE_CRITICALKV, 2, 8, 2, 128, 8, 90, BF16, F32, TU_HND, {70, 90}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 37, 0, 0, 2.0},
+    {"criticalkv_h8x8_d64_bf16_pbar", CLKV_SCORE_CRITICALKV, 2, 8, 8, 64, 16, 100, BF16, F32, TU_HND, {100, 17}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 1, 0, 2.0, 0},
+    {"criticalkv_wo_h14x2_d64_f32", CLKV_SCORE_CRITICALKV, 1, 14, 2, 64, 8, 300, F32, F32, TU_NHD, {300}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 40, 1, 0, 2.0, 0},
+    {"criticalkv_d256_bf16_nhd_len150_9", CLKV_SCORE_CRITICALKV, 2, 8, 2, 256, 8, 150, BF16, F32, TU_NHD, {150, 9}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"criticalkv_wo_d128_bf16_dm37", CLKV_SCORE_CRITICALKV, 2, 8, 2, 128, 8, 90, BF16, F32, TU_HND, {70, 90}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 37, 0, 0, 2.0, 0},
     /* DiffKV */
-    {"diffkv_h8x2_d128_bf16_w64_len4101_64", CLKV_SCORE_DIFFKV, 2, 8, 2, 128, 64, 4101, BF16, F32, TU_HND, {4101, 64}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"diffkv_h32x8_d64_f16_w64_len65", CLKV_SCORE_DIFFKV, 1, 32, 8, 64, 64, 70, F16, F32, TU_HND, {65}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"diffkv_tpr4_d64_f32_w16", CLKV_SCORE_DIFFKV, 1, 8, 2, 64, 16, 50, F32, F32, TU_HND, {50}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 4, 2.0},
+    {"diffkv_h8x2_d128_bf16_w64_len4101_64", CLKV_SCORE_DIFFKV, 2, 8, 2, 128, 64, 4101, BF16, F32, TU_HND, {4101, 64}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"diffkv_h32x8_d64_f16_w64_len65", CLKV_SCORE_DIFFKV, 1, 32, 8, 64, 64, 70, F16, F32, TU_HND, {65}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"diffkv_tpr4_d64_f32_w16", CLKV_SCORE_DIFFKV, 1, 8, 2, 64, 16, 50, F32, F32, TU_HND, {50}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 4, 2.0, 0},
     /* on NVIDIA the tensor-core kernel, each head's rows padded to a multiple of 8 (row blocks shared by two heads where W % 16 != 0): 1024 rows in 4 stages (G 16), D 256 with a head across two stages, W 24 / 8 / 5 / 40 (a sequence shorter than W, G 7 with an empty last half block), G 1 / 3 / 6 (head counts that are not a multiple of 4), and G 8 with W 48 or 40 (384 / 320 rows in two stages of 256: head 5 / 6 across the stage boundary, per block / per half block) */
-    {"diffkv_h32x2_d128_f16_g16_w64_len300_64", CLKV_SCORE_DIFFKV, 2, 32, 2, 128, 64, 300, F16, F32, TU_HND, {300, 64}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"diffkv_h8x2_d256_bf16_nhd_w64_len200", CLKV_SCORE_DIFFKV, 1, 8, 2, 256, 64, 200, BF16, F32, TU_NHD, {200}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"diffkv_h8x2_d64_bf16_w24_len130", CLKV_SCORE_DIFFKV, 1, 8, 2, 64, 24, 130, BF16, F32, TU_HND, {130}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"diffkv_h32x8_d128_bf16_w8_len4101_5", CLKV_SCORE_DIFFKV, 2, 32, 8, 128, 8, 4101, BF16, F32, TU_HND, {4101, 5}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"diffkv_h14x2_d64_f16_nhd_w5_len77", CLKV_SCORE_DIFFKV, 1, 14, 2, 64, 5, 80, F16, F32, TU_NHD, {77}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"diffkv_h8x2_d256_f16_w40_len300_41", CLKV_SCORE_DIFFKV, 2, 8, 2, 256, 40, 300, F16, F32, TU_HND, {300, 41}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"diffkv_h8x8_d128_bf16_w16_len1000", CLKV_SCORE_DIFFKV, 1, 8, 8, 128, 16, 1000, BF16, F32, TU_HND, {1000}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"diffkv_h6x2_d64_bf16_w16_len200", CLKV_SCORE_DIFFKV, 1, 6, 2, 64, 16, 200, BF16, F32, TU_HND, {200}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"diffkv_h12x2_d128_f16_w24_len333_30", CLKV_SCORE_DIFFKV, 2, 12, 2, 128, 24, 333, F16, F32, TU_HND, {333, 30}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"diffkv_h16x2_d128_bf16_w48_len500_300", CLKV_SCORE_DIFFKV, 2, 16, 2, 128, 48, 500, BF16, F32, TU_HND, {500, 300}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"diffkv_h16x2_d64_f16_nhd_w40_len300", CLKV_SCORE_DIFFKV, 1, 16, 2, 64, 40, 300, F16, F32, TU_NHD, {300}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    {"diffkv_h32x2_d128_f16_g16_w64_len300_64", CLKV_SCORE_DIFFKV, 2, 32, 2, 128, 64, 300, F16, F32, TU_HND, {300, 64}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"diffkv_h8x2_d256_bf16_nhd_w64_len200", CLKV_SCORE_DIFFKV, 1, 8, 2, 256, 64, 200, BF16, F32, TU_NHD, {200}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"diffkv_h8x2_d64_bf16_w24_len130", CLKV_SCORE_DIFFKV, 1, 8, 2, 64, 24, 130, BF16, F32, TU_HND, {130}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"diffkv_h32x8_d128_bf16_w8_len4101_5", CLKV_SCORE_DIFFKV, 2, 32, 8, 128, 8, 4101, BF16, F32, TU_HND, {4101, 5}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"diffkv_h14x2_d64_f16_nhd_w5_len77", CLKV_SCORE_DIFFKV, 1, 14, 2, 64, 5, 80, F16, F32, TU_NHD, {77}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"diffkv_h8x2_d256_f16_w40_len300_41", CLKV_SCORE_DIFFKV, 2, 8, 2, 256, 40, 300, F16, F32, TU_HND, {300, 41}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"diffkv_h8x8_d128_bf16_w16_len1000", CLKV_SCORE_DIFFKV, 1, 8, 8, 128, 16, 1000, BF16, F32, TU_HND, {1000}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"diffkv_h6x2_d64_bf16_w16_len200", CLKV_SCORE_DIFFKV, 1, 6, 2, 64, 16, 200, BF16, F32, TU_HND, {200}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"diffkv_h12x2_d128_f16_w24_len333_30", CLKV_SCORE_DIFFKV, 2, 12, 2, 128, 24, 333, F16, F32, TU_HND, {333, 30}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"diffkv_h16x2_d128_bf16_w48_len500_300", CLKV_SCORE_DIFFKV, 2, 16, 2, 128, 48, 500, BF16, F32, TU_HND, {500, 300}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"diffkv_h16x2_d64_f16_nhd_w40_len300", CLKV_SCORE_DIFFKV, 1, 16, 2, 64, 40, 300, F16, F32, TU_NHD, {300}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
     /* protect 0: the window tokens' own scores, divided by min(W, n - j) < W */
-    {"diffkv_protect0_d64_bf16_w16", CLKV_SCORE_DIFFKV, 1, 8, 2, 64, 16, 100, BF16, F32, TU_HND, {90}, 1, -1, CLKV_POOL_DEFAULT, 0, 0, 0, 0, 0, 0, 0, 2.0},
-    {"diffkv_protect0_d128_bf16_w8", CLKV_SCORE_DIFFKV, 1, 8, 2, 128, 8, 60, BF16, F32, TU_HND, {43}, 1, -1, CLKV_POOL_DEFAULT, 0, 0, 0, 0, 0, 0, 0, 2.0},
+    {"diffkv_protect0_d64_bf16_w16", CLKV_SCORE_DIFFKV, 1, 8, 2, 64, 16, 100, BF16, F32, TU_HND, {90}, 1, -1, CLKV_POOL_DEFAULT, 0, 0, 0, 0, 0, 0, 0, 2.0, 0},
+    {"diffkv_protect0_d128_bf16_w8", CLKV_SCORE_DIFFKV, 1, 8, 2, 128, 8, 60, BF16, F32, TU_HND, {43}, 1, -1, CLKV_POOL_DEFAULT, 0, 0, 0, 0, 0, 0, 0, 2.0, 0},
     /* H2O: all prompt queries (T = L); the second sequence is shorter than T */
-    {"h2o_h8x2_d64_f32_T300_len300_137", CLKV_SCORE_H2O, 2, 8, 2, 64, 300, 300, F32, F32, TU_HND, {300, 137}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"h2o_h14x2_d128_bf16_T200", CLKV_SCORE_H2O, 1, 14, 2, 128, 200, 200, BF16, F32, TU_NHD, {200}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    {"h2o_h8x2_d64_f32_T300_len300_137", CLKV_SCORE_H2O, 2, 8, 2, 64, 300, 300, F32, F32, TU_HND, {300, 137}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"h2o_h14x2_d128_bf16_T200", CLKV_SCORE_H2O, 1, 14, 2, 128, 200, 200, BF16, F32, TU_NHD, {200}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
     /* key methods */
-    {"knorm_h8_d128_bf16_len4101_0", CLKV_SCORE_KNORM, 2, 8, 8, 128, 0, 4101, BF16, F32, TU_HND, {4101, 0}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0},
-    {"keydiff_h2_d64_f16_len100_4101", CLKV_SCORE_KEYDIFF, 2, 2, 2, 64, 0, 4101, F16, F32, TU_HND, {100, 4101}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0},
-    {"keydiff_rawmean_d128_f32_nhd", CLKV_SCORE_KEYDIFF, 1, 8, 8, 128, 0, 1000, F32, F32, TU_NHD, {999}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 1, 0, 0, 0, 1.0},
-    {"knorm_d256_f32_tile32", CLKV_SCORE_KNORM, 1, 2, 2, 256, 0, 200, F32, F32, TU_NHD, {150}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0},
-    {"keydiff_d80_bf16_generic_dim", CLKV_SCORE_KEYDIFF, 2, 3, 3, 80, 0, 300, BF16, F32, TU_HND, {300, 1}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0},
-    {"streamingllm_len100_3", CLKV_SCORE_STREAMINGLLM, 2, 2, 2, 64, 0, 120, BF16, F32, TU_HND, {100, 3}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0},
+    {"knorm_h8_d128_bf16_len4101_0", CLKV_SCORE_KNORM, 2, 8, 8, 128, 0, 4101, BF16, F32, TU_HND, {4101, 0}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0, 0},
+    {"keydiff_h2_d64_f16_len100_4101", CLKV_SCORE_KEYDIFF, 2, 2, 2, 64, 0, 4101, F16, F32, TU_HND, {100, 4101}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0, 0},
+    {"keydiff_rawmean_d128_f32_nhd", CLKV_SCORE_KEYDIFF, 1, 8, 8, 128, 0, 1000, F32, F32, TU_NHD, {999}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 1, 0, 0, 0, 1.0, 0},
+    {"knorm_d256_f32_tile32", CLKV_SCORE_KNORM, 1, 2, 2, 256, 0, 200, F32, F32, TU_NHD, {150}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0, 0},
+    {"keydiff_d80_bf16_generic_dim", CLKV_SCORE_KEYDIFF, 2, 3, 3, 80, 0, 300, BF16, F32, TU_HND, {300, 1}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0, 0},
+    {"streamingllm_len100_3", CLKV_SCORE_STREAMINGLLM, 2, 2, 2, 64, 0, 120, BF16, F32, TU_HND, {100, 3}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0, 0},
 };
 /* clang-format on */
 
@@ -134,18 +135,18 @@ static const scase g_cases[] = {
  * reference alone takes minutes). */
 /* clang-format off */
 static const scase g_h2o_cases[] = {
-    {"h2o_mma_h32x8_d128_bf16_T17_len17_1", CLKV_SCORE_H2O, 2, 32, 8, 128, 17, 17, BF16, F32, TU_HND, {17, 1}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"h2o_mma_h14x2_d64_f16_nhd_T40_len16_15", CLKV_SCORE_H2O, 2, 14, 2, 64, 40, 40, F16, F32, TU_NHD, {16, 15}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"h2o_mma_h8x8_d128_bf16_T100_nolengths", CLKV_SCORE_H2O, 1, 8, 8, 128, 100, 100, BF16, F32, TU_HND, {0}, 0, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 3.0},
+    {"h2o_mma_h32x8_d128_bf16_T17_len17_1", CLKV_SCORE_H2O, 2, 32, 8, 128, 17, 17, BF16, F32, TU_HND, {17, 1}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"h2o_mma_h14x2_d64_f16_nhd_T40_len16_15", CLKV_SCORE_H2O, 2, 14, 2, 64, 40, 40, F16, F32, TU_NHD, {16, 15}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"h2o_mma_h8x8_d128_bf16_T100_nolengths", CLKV_SCORE_H2O, 1, 8, 8, 128, 100, 100, BF16, F32, TU_HND, {0}, 0, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 3.0, 0},
     /* fewer query rows than tokens (W < n: rows see every key before n - W); one row piece, then two */
-    {"h2o_mma_h8x2_d128_bf16_W100_len300_250", CLKV_SCORE_H2O, 2, 8, 2, 128, 100, 300, BF16, F32, TU_HND, {300, 250}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"h2o_mma_h8x2_d64_f16_W300_len997", CLKV_SCORE_H2O, 1, 8, 2, 64, 300, 1000, F16, F32, TU_NHD, {997}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"h2o_mma_h32x8_d128_bf16_T1000_len1000_15", CLKV_SCORE_H2O, 2, 32, 8, 128, 1000, 1000, BF16, F32, TU_HND, {1000, 15}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"h2o_mma_h14x2_d128_f16_T1000_len999", CLKV_SCORE_H2O, 1, 14, 2, 128, 1000, 1000, F16, F32, TU_NHD, {999}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"h2o_mma_h8x8_d64_bf16_T4099_len4099_17", CLKV_SCORE_H2O, 2, 8, 8, 64, 4099, 4099, BF16, F32, TU_HND, {4099, 17}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    {"h2o_mma_h8x2_d128_bf16_W100_len300_250", CLKV_SCORE_H2O, 2, 8, 2, 128, 100, 300, BF16, F32, TU_HND, {300, 250}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"h2o_mma_h8x2_d64_f16_W300_len997", CLKV_SCORE_H2O, 1, 8, 2, 64, 300, 1000, F16, F32, TU_NHD, {997}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"h2o_mma_h32x8_d128_bf16_T1000_len1000_15", CLKV_SCORE_H2O, 2, 32, 8, 128, 1000, 1000, BF16, F32, TU_HND, {1000, 15}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"h2o_mma_h14x2_d128_f16_T1000_len999", CLKV_SCORE_H2O, 1, 14, 2, 128, 1000, 1000, F16, F32, TU_NHD, {999}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"h2o_mma_h8x8_d64_bf16_T4099_len4099_17", CLKV_SCORE_H2O, 2, 8, 8, 64, 4099, 4099, BF16, F32, TU_HND, {4099, 17}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
     /* D 256: 64-row stages in static local memory past 48 KiB */
-    {"h2o_mma_h16x4_d256_bf16_T300_len300_250", CLKV_SCORE_H2O, 2, 16, 4, 256, 300, 300, BF16, F32, TU_HND, {300, 250}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-    {"h2o_mma_h8x2_d256_f16_nhd_T1000_len997", CLKV_SCORE_H2O, 1, 8, 2, 256, 1000, 1000, F16, F32, TU_NHD, {997}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+    {"h2o_mma_h16x4_d256_bf16_T300_len300_250", CLKV_SCORE_H2O, 2, 16, 4, 256, 300, 300, BF16, F32, TU_HND, {300, 250}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+    {"h2o_mma_h8x2_d256_f16_nhd_T1000_len997", CLKV_SCORE_H2O, 1, 8, 2, 256, 1000, 1000, F16, F32, TU_NHD, {997}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
 };
 /* clang-format on */
 
@@ -154,9 +155,15 @@ static const scase g_h2o_cases[] = {
  * (250 chunks: 4 per work-item), and D = 36 bf16 rows (not whole chunks: element loads). */
 /* clang-format off */
 static const scase g_key_wg_cases[] = {
-    {"knorm_wg64_d1000_f32_len300_77", CLKV_SCORE_KNORM, 2, 2, 2, 1000, 0, 300, F32, F32, TU_HND, {300, 77}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0},
-    {"keydiff_wg64_d1000_f32_nhd_len290", CLKV_SCORE_KEYDIFF, 1, 4, 2, 1000, 0, 300, F32, F32, TU_NHD, {290}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0},
-    {"keydiff_d36_bf16_len500_1", CLKV_SCORE_KEYDIFF, 2, 2, 2, 36, 0, 500, BF16, F32, TU_HND, {500, 1}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0},
+    {"knorm_wg64_d1000_f32_len300_77", CLKV_SCORE_KNORM, 2, 2, 2, 1000, 0, 300, F32, F32, TU_HND, {300, 77}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0, 0},
+    {"keydiff_wg64_d1000_f32_nhd_len290", CLKV_SCORE_KEYDIFF, 1, 4, 2, 1000, 0, 300, F32, F32, TU_NHD, {290}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0, 0},
+    {"keydiff_d36_bf16_len500_1", CLKV_SCORE_KEYDIFF, 2, 2, 2, 36, 0, 500, BF16, F32, TU_HND, {500, 1}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0, 0},
+    /* zero key (and value) rows: every 5th / 3rd / 4th / 7th, or all (mu = 0: every KeyDiff score 0) */
+    {"keydiff_zero_rows5_d128_bf16_len700_333", CLKV_SCORE_KEYDIFF, 2, 8, 2, 128, 0, 700, BF16, F32, TU_HND, {700, 333}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0, 5},
+    {"knorm_zero_rows3_d64_f32_len150", CLKV_SCORE_KNORM, 1, 4, 2, 64, 0, 200, F32, F32, TU_NHD, {150}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0, 3},
+    {"keydiff_rawmean_zero_rows4_d64_f16", CLKV_SCORE_KEYDIFF, 1, 4, 4, 64, 0, 300, F16, F32, TU_HND, {299}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 1, 0, 0, 0, 1.0, 4},
+    {"keydiff_all_zero_d64_f16_nhd", CLKV_SCORE_KEYDIFF, 1, 4, 4, 64, 0, 300, F16, F32, TU_NHD, {300}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 1.0, -1},
+    {"dropkv_zero_rows7_d64_bf16_len300", CLKV_SCORE_DROPKV, 1, 8, 2, 64, 8, 300, BF16, F32, TU_HND, {300}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 7},
 };
 /* clang-format on */
 
@@ -235,6 +242,15 @@ static void setup_case(const scase *c, uint64_t stream, score_io *io) {
         int64_t n = c->has_lengths ? c->lens[b] : maxlen;
         io->lens[b] = (int32_t)(n > maxlen ? maxlen : n);
     }
+    /* zero rows: ||k|| = 0 (KNorm 0, KeyDiff's cosine 0, and no share of its mean) */
+    for (int64_t b = 0; b < B && c->zero_every; b++)
+        for (int64_t h = 0; h < Hkv; h++)
+            for (int64_t j = 0; j < io->lens[b]; j++)
+                if (c->zero_every < 0 || j % c->zero_every == 0)
+                    for (int64_t e = 0; e < D; e++) {
+                        io->k[((b * Hkv + h) * L + j) * D + e] = 0.0f;
+                        io->v[((b * Hkv + h) * L + j) * D + e] = 0.0f;
+                    }
     /* rows past the valid length: garbage that would change any score reading it */
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hkv; h++)
@@ -584,10 +600,10 @@ static void test_score_then_keep(void **state) {
     (void)state;
     /* clang-format off */
     static const scase cases[] = {
-        {"e2e_dropkv", CLKV_SCORE_DROPKV, 2, 8, 2, 64, 8, 500, BF16, F32, TU_HND, {500, 77}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-        {"e2e_snapkv", CLKV_SCORE_SNAPKV, 2, 14, 2, 128, 16, 700, F16, F32, TU_NHD, {700, 40}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-        {"e2e_diffkv", CLKV_SCORE_DIFFKV, 1, 8, 2, 64, 64, 600, F32, F32, TU_HND, {600}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
-        {"e2e_h2o", CLKV_SCORE_H2O, 1, 4, 2, 64, 160, 160, BF16, F32, TU_HND, {160}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0},
+        {"e2e_dropkv", CLKV_SCORE_DROPKV, 2, 8, 2, 64, 8, 500, BF16, F32, TU_HND, {500, 77}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+        {"e2e_snapkv", CLKV_SCORE_SNAPKV, 2, 14, 2, 128, 16, 700, F16, F32, TU_NHD, {700, 40}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+        {"e2e_diffkv", CLKV_SCORE_DIFFKV, 1, 8, 2, 64, 64, 600, F32, F32, TU_HND, {600}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
+        {"e2e_h2o", CLKV_SCORE_H2O, 1, 4, 2, 64, 160, 160, BF16, F32, TU_HND, {160}, 1, -1, CLKV_POOL_DEFAULT, 0, -1, 0, 0, 0, 0, 0, 2.0, 0},
     };
     /* clang-format on */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
@@ -712,7 +728,7 @@ static void test_score_bad_inputs(void **state) {
     (void)state;
     const scase c = {
         "bad", CLKV_SCORE_CRITICALKV, 2, 4,  2, 64, 4, 32, F32, F32, TU_HND, {32, 5}, 1,
-        -1,    CLKV_POOL_DEFAULT,     0, -1, 0, 0,  0, 1,  0,   1.0};
+        -1,    CLKV_POOL_DEFAULT,     0, -1, 0, 0,  0, 1,  0,   1.0, 0};
     score_io io;
     setup_case(&c, 400, &io);
     /* DropKV-shaped a tensor for the a checks */
