@@ -28,6 +28,8 @@
 #define KARGS_UNPACK_INT(n) const int n = P.n;
 #define KARGS_UNPACK_FLOAT(n) const float n = P.n;
 
+/* (clang-format reflows the field lists and struct macros below differently on every pass) */
+/* clang-format off */
 /* attention_window_partial (attention_window.cl, attention_window_mma.cl,
  * attention_window_keyrows.cl; host/attention_window.c), after its buffers q, k, v,
  * lengths, o, lse, part_acc (the keyrows kernel takes tickets after the struct) */
@@ -143,5 +145,7 @@ KARGS_STRUCT(pkv_rank_scalars, PKV_RANK)
 KARGS_STRUCT(pkv_collide_scalars, PKV_COLLIDE)
 KARGS_STRUCT(pkv_select_scalars, PKV_SELECT)
 KARGS_STRUCT(pkv_rerank_scalars, PKV_RERANK)
+
+/* clang-format on */
 
 #endif
