@@ -345,9 +345,6 @@ inline float rowlane_sum_scatter(float (*acc)[2], int fg) {
 #ifndef ROWSUM_SCATTER
 #define ROWSUM_SCATTER 0
 #endif
-#if METHOD == M_DIFFKV && PREFETCH == 3
-#error "DiffKV's per-head sums need PREFETCH 0..2 (host/score.c)"
-#endif
 
 /* Sum over the 8 row lanes (g) of a column: every lane of the warp gets it. */
 inline float rowlane_sum(float x) {
