@@ -39,6 +39,12 @@
  *   PREFETCH                    DIRECT only: 1 (the -D default): the next tile's K is
  *                               loaded as soon as S has consumed this tile's (below);
  *                               0: at the top of its iteration (CLKV_DECODE_PREFETCH=0)
+ *   VASYNC                      DIRECT, KV_ALIGNED and not LONGFLOW: 0 (the -D default):
+ *                               V straight into registers like K; 2 or 3: each warp copies
+ *                               its V rows into VASYNC local stages of its own (cp.async,
+ *                               VASYNC - 1 tiles ahead) and reads V^T by ldmatrix.trans (the
+ *                               host passes 2 unless CLKV_DECODE_VASYNC says otherwise;
+ *                               measured below the DIRECT paragraph)
  *   LONGFLOW                    1 (needs DIRECT, no FUSED_MERGE): build the LongFlow step
  *                               kernel longflow_step_keyrows instead (SPEC §2.3;
  *                               host/longflow_step.c; the scorers and the merge are in
@@ -71,7 +77,22 @@
  *   V (A of O^T = V^T P^T, rows = dims, k-index = keys): lane (g, t) loads keys 2t,
  *     2t + 1, 2t + 8, 2t + 9, chunks g, g + 8, ... (8 lanes cover 128 contiguous bytes of
  *     a key) and pairs the same dim of two keys with a byte permute; mma row g of 16-dim
- *     block n is dim vdim(g, n), row g + 8 is vdim(g, n + D / 16). */
+ *     block n is dim vdim(g, n), row g + 8 is vdim(g, n + D / 16).
+ *   V with VASYNC: the warp's V rows of tile t + 1 are copied (cp.async, 16 bytes a lane,
+ *     padded rows) while it computes tile t, so a tile's V is in flight a whole tile ahead
+ *     without holding registers; O^T's A fragments come by ldmatrix.trans (dims in order).
+ *     The warps still share nothing (a warp's stages are its own: bar.warp.sync, no
+ *     barriers). H200, bf16 Hq 32 / Hkv 8, D 128, 2026-11-28, `clkv bench attention-decode
+ *     --iters 50 --repeats 5`, alternating in one run (µs, V in registers -> VASYNC 2):
+ *     B 8 128K 977.2-977.9 -> 971.0-972.2 (three runs), B 8 32K 252.4-253.3 -> 249.5-250.7,
+ *     B 8 4K 40.2-40.3 -> 39.7, B 2 32K (LongFlow's bench) 71.2-71.4 -> 69.6-69.8; B 1
+ *     32K / 128K within the spread (130.6-132.3 against 130.8-132.0 at 128K). 3 stages
+ *     (209 KiB of local memory) were slower: B 8 128K 1050, B 1 128K 139. Not kept: with
+ *     16 keys a warp (128 registers instead of 235) and two work-groups per compute unit
+ *     (twice the splits), B 8 128K 977-981; 16 warps x 16 keys, B 8 128K 967-969 but B 1
+ *     128K 132-132.5; 4 warps, twice the splits, B 8 128K 1041. The LongFlow step
+ *     (4 warps, two work-groups per unit; V's new-token row patched and masked rows zeroed
+ *     in the stage) was slower with it: B 2, S 32K, per-layer 77.7-77.9 -> 78.5-78.6 µs. */
 
 #define Q_T CLKV_STORAGE(Q_DTYPE)
 #define KV_T CLKV_STORAGE(KV_DTYPE)
@@ -122,6 +143,16 @@
 #ifndef LONGFLOW
 #define LONGFLOW 0
 #endif
+#ifndef VASYNC
+#define VASYNC 0
+#endif
+#if VASYNC && (!DIRECT || !KV_ALIGNED || LONGFLOW || VASYNC > 3)
+#error "attention_window_keyrows: VASYNC needs DIRECT and KV_ALIGNED, not LONGFLOW, 2-3 stages"
+#endif
+/* VASYNC local memory: per warp, VASYNC stages of KW padded V rows; after the key loop the
+ * same memory is the combine area */
+#define VSTG16 (KW * ROW16)
+#define VSM16 (NW * VASYNC * VSTG16 > NW * QN * CLD / 4 ? NW * VASYNC * VSTG16 : NW * QN * CLD / 4)
 #if LONGFLOW && (!DIRECT || FUSED_MERGE)
 #error "attention_window_keyrows: LONGFLOW needs DIRECT, without FUSED_MERGE"
 #endif
@@ -271,7 +302,10 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
                          __global const int *lengths, __global O_T *o, __global float *lse,
                          __global float *part_acc, const window_scalars P, __global int *tickets) {
     KARGS_UNPACK(WINDOW)
-#if DIRECT
+#if VASYNC
+    __local uint4 vsm[VSM16];
+    __local float *cmb = (__local float *)vsm;
+#elif DIRECT
     __local float cmb[NW * QN * CLD];
 #else
     __local uint4 smem[NSTG * 2 * TILE16];
@@ -373,14 +407,43 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
      * either at 16 keys a warp (1011 / 1065); at 16 keys a warp a register cap
      * (-cl-nv-maxrregcount 128, meant to fit two work-groups per compute unit; not checked)
      * changed nothing (1041.5 against 1041.1-1043.2). docs/performance.md has the sweep. */
-    uint4 kr[NMT][2][CH / 4], vr[NMT][4][HEAD_DIM / 64];
+    uint4 kr[NMT][2][CH / 4];
+#if !VASYNC
+    uint4 vr[NMT][4][HEAD_DIM / 64];
+#endif
 #if PREFETCH
     if (ntiles > 0)
         DIRECT_LOAD_K(TILE_KEY(0) + w * KW);
 #endif
 #endif
+#if VASYNC
+    /* this warp's stages; copies: lane l takes chunk l % CH of keys l / CH + 32 / CH * i;
+     * ldmatrix.trans rows as in the cp.async form (matrix i: keys + 8 (i >> 1), dims + 8
+     * (i & 1)) */
+    __local uint4 *vst = vsm + w * VASYNC * VSTG16;
+    const int vmi = lane >> 3, vmr = lane & 7;
+    const int vrow = (vmi >> 1) * 8 + vmr, vcol = (vmi & 1) * 8;
+#define VASYNC_ISSUE(t)                                                                            \
+    do {                                                                                           \
+        const int vj = TILE_KEY(t) + w * KW;                                                       \
+        __local uint4 *vd = vst + ((t) % VASYNC) * VSTG16;                                         \
+        UNROLL for (int i = 0; i < KW * CH / 32; i++) {                                            \
+            const int r = lane / CH + (32 / CH) * i;                                               \
+            const int row = min(vj + r, kend - 1);                                                 \
+            clkv_cp_async16(vd + r * ROW16 + lane % CH,                                            \
+                            (__global const uchar *)(v16 + vb + (long)row * v_sl) +                \
+                                (lane % CH) * 16);                                                 \
+        }                                                                                          \
+    } while (0)
+    UNROLL
+    for (int t = 0; t < VASYNC - 1; t++) {
+        if (t < ntiles)
+            VASYNC_ISSUE(t);
+        clkv_cp_async_commit(); /* empty groups keep the group count uniform */
+    }
+#endif
 #if LONGFLOW
-        /* lane l: the position held by slot j + l of the warp's keys (requested with their K) */
+    /* lane l: the position held by slot j + l of the warp's keys (requested with their K) */
 #define LF_POS(j) prow[min((j) + min(lane, KW - 1), kend - 1)]
 #if PREFETCH
     int pnext = ntiles > 0 ? LF_POS(TILE_KEY(0) + w * KW) : -1;
@@ -417,7 +480,14 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
 #if !PREFETCH
         DIRECT_LOAD_K(j0);
 #endif
+#if VASYNC
+        clkv_warp_sync(); /* every lane has read the stage refilled now (tile t - 1's) */
+        if (t + VASYNC - 1 < ntiles)
+            VASYNC_ISSUE(t + VASYNC - 1);
+        clkv_cp_async_commit();
+#else
         DIRECT_LOAD_V(j0);
+#endif
 #endif
 #if LONGFLOW
 #if PREFETCH
@@ -561,6 +631,11 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
                 nv[mt][i] = 0.0f;
         }
 #endif
+#if VASYNC
+        CLKV_CP_ASYNC_WAIT(VASYNC - 1); /* tile t's V has landed (this lane's copies) */
+        clkv_warp_sync();
+        __local const ushort *vs = (__local const ushort *)(vst + (t % VASYNC) * VSTG16);
+#endif
         /* O^T += V^T P^T, 16 keys at a time */
         UNROLL
         for (int mt = 0; mt < NMT; mt++) {
@@ -578,7 +653,9 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
             UNROLL
             for (int n = 0; n < NKS; n++) {
                 uint af[4];
-#if DIRECT
+#if VASYNC
+                clkv_ldmatrix4_trans(af, vs + (vrow + mt * 16) * LDH + n * 16 + vcol);
+#elif DIRECT
                 /* rows g / g + 8 of dim block n: fragment indices n and n + NKS */
                 const int u0 = n, u1 = n + NKS;
                 af[0] = pair_elem(vr[mt][0][u0 / 8], vr[mt][1][u0 / 8], u0 % 8);
@@ -586,7 +663,7 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
                 af[2] = pair_elem(vr[mt][2][u0 / 8], vr[mt][3][u0 / 8], u0 % 8);
                 af[3] = pair_elem(vr[mt][2][u1 / 8], vr[mt][3][u1 / 8], u1 % 8);
 #else
-                clkv_ldmatrix4_trans(af, vs + (v_row + mt * 16) * LDH + n * 16 + v_col);
+            clkv_ldmatrix4_trans(af, vs + (v_row + mt * 16) * LDH + n * 16 + v_col);
 #endif
                 mma16816(acc[n], af[0], af[1], af[2], af[3], bh0, bh1);
                 mma16816(acc[n], af[0], af[1], af[2], af[3], bl0, bl1);
@@ -621,7 +698,7 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
 #endif
 #undef KEY_OK
     }
-#if KV_ALIGNED && !DIRECT
+#if (KV_ALIGNED && !DIRECT) || VASYNC
     CLKV_CP_ASYNC_WAIT(0); /* no copy may land in the combine area */
 #endif
 
@@ -644,11 +721,13 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
     }
     const float f0 = m0 == -INFINITY ? 0.0f : exp2(m0 - ms0);
     const float f1 = m1 == -INFINITY ? 0.0f : exp2(m1 - ms1);
-#if DIRECT
+#if DIRECT && !VASYNC
 #define ODIM0(n) VDIM(fg, n)
 #define ODIM1(n) VDIM(fg, (n) + NKS)
 #else
+#if !DIRECT
     __local float *cmb = (__local float *)smem; /* [NW][QN][CLD] */
+#endif
 #define ODIM0(n) ((n)*16 + fg)
 #define ODIM1(n) ((n)*16 + fg + 8)
 #endif

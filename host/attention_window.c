@@ -31,6 +31,7 @@ typedef struct window_plan {
     int fa_wg;   /* work-group size of the fa kernel (32 fa_nwk) */
     int fused;   /* keyrows with several splits: its last work-group merges them */
     int n_qtiles;
+    int vasync; /* DIRECT: V stages per warp in local memory (0: V in registers) */
     int splits, chunk;
     size_t part_acc_bytes, part_ml_bytes;
 } window_plan;
@@ -255,12 +256,30 @@ static int prefetch_env(void) {
     return env_on_once(&cached, "CLKV_DECODE_PREFETCH");
 }
 
+/* CLKV_DECODE_VASYNC (read once per process): V stages per warp of the DIRECT form (kernel
+ * -DVASYNC, measured there): unset = 2, "0" = none (V straight into registers), "3" = 3. */
+static int vasync_env(void) {
+    static int cached = INT_MIN;
+    if (cached == INT_MIN) {
+        const char *e = getenv("CLKV_DECODE_VASYNC");
+        cached = !e || !*e ? 2 : atoi(e) == 3 ? 3 : atoi(e) == 0 ? 0 : 2;
+    }
+    return cached;
+}
+
 /* The keyrows kernel's DIRECT form: nwk warps of 32 keys (16 with CLKV_WINDOW_FA_KW = 16),
- * one f32 combine area of nwk x 8 queries x (D + 4) instead of the stages. Leaves p as it
+ * each with its V stages (VASYNC, where rows are 16-byte aligned and they fit the device),
+ * whose memory is then the f32 combine area of nwk x 8 queries x (D + 4). Leaves p as it
  * is and returns 0 where the device cannot run it (the cp.async form is planned instead). */
 static int plan_direct(clkv_context *ctx, window_plan *p, int nwk, int kw_env) {
-    const size_t local =
-        (size_t)nwk * KEYROWS_QN * (size_t)(p->D + 4) * 4 + (size_t)nwk * KEYROWS_QN * 2 * 4;
+    const size_t combine = (size_t)nwk * KEYROWS_QN * (size_t)(p->D + 4) * 4;
+    const size_t ml = (size_t)nwk * KEYROWS_QN * 2 * 4;
+    int vasync = p->fa_aligned ? vasync_env() : 0;
+    const size_t vstage = (size_t)nwk * (kw_env == 16 ? 16 : 32) * (size_t)(p->D + 8) * 2;
+    if (vasync && vasync * vstage + ml > ctx->info.static_local_mem_bytes)
+        vasync = 0;
+    const size_t vstages = (size_t)vasync * vstage;
+    const size_t local = (vstages > combine ? vstages : combine) + ml;
     if ((size_t)(32 * nwk) > ctx->info.max_work_group_size ||
         local > ctx->info.static_local_mem_bytes)
         return 0;
@@ -269,6 +288,7 @@ static int plan_direct(clkv_context *ctx, window_plan *p, int nwk, int kw_env) {
     p->fa_wg = 32 * nwk;
     p->fa_kw = kw_env == 16 ? 16 : 32;
     p->fa_nstg = 1;
+    p->vasync = vasync;
     p->fa_local = local;
     return 1;
 }
@@ -568,6 +588,8 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
                 clkv__defs_int(&fdefs, "DIRECT", 1);
                 clkv__defs_int(&fdefs, "NW", p.fa_nwk);
                 clkv__defs_int(&fdefs, "PREFETCH", prefetch_env());
+                if (p.vasync)
+                    clkv__defs_int(&fdefs, "VASYNC", p.vasync);
             }
         } else {
             clkv__defs_int(&fdefs, "QT", p.fa_qt);
@@ -640,11 +662,12 @@ clkv_status clkv_attention_window(clkv_context *ctx, const clkv_attention_window
         const size_t lp[3] = {wg, 1, 1};
         clkv__log(ctx,
                   "attention_window: B=%lld Hq=%lld Hkv=%lld T=%lld D=%lld max_len=%d mma=%d "
-                  "fa=%d (keyrows=%d direct=%d fused=%d qt=%d nwk=%d kw=%d stages=%d aligned=%d) "
+                  "fa=%d (keyrows=%d direct=%d vasync=%d fused=%d qt=%d nwk=%d kw=%d stages=%d "
+                  "aligned=%d) "
                   "qt=%d kt=%d qtiles=%d splits=%d chunk=%d",
                   (long long)p.B, (long long)p.Hq, (long long)p.Hkv, (long long)p.T, (long long)p.D,
-                  p.max_len, p.mma, p.fa, p.keyrows, p.direct, p.fused, p.fa_qt, p.fa_nwk, p.fa_kw,
-                  p.fa_nstg, p.fa_aligned, p.qt, p.kt, p.n_qtiles, p.splits, p.chunk);
+                  p.max_len, p.mma, p.fa, p.keyrows, p.direct, p.vasync, p.fused, p.fa_qt, p.fa_nwk,
+                  p.fa_kw, p.fa_nstg, p.fa_aligned, p.qt, p.kt, p.n_qtiles, p.splits, p.chunk);
         st = clkv__enqueue(ctx, kp, "attention_window_partial", 3, gp, lp, merge ? NULL : done);
     }
     if (st == CLKV_OK && merge) {
