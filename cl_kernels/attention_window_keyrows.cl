@@ -92,7 +92,8 @@
  *     (twice the splits), B 8 128K 977-981; 16 warps x 16 keys, B 8 128K 967-969 but B 1
  *     128K 132-132.5; 4 warps, twice the splits, B 8 128K 1041. The LongFlow step
  *     (4 warps, two work-groups per unit; V's new-token row patched and masked rows zeroed
- *     in the stage) was slower with it: B 2, S 32K, per-layer 77.7-77.9 -> 78.5-78.6 µs. */
+ *     in the stage) was slower with it: B 2, S 32K, per-layer 77.4-77.9 -> 78.2-78.6 µs (at
+ *     S 1024 13.4-13.7 -> 12.7-12.9), and with 8 warps and 8 splits 78.3-78.9 either way. */
 
 #define Q_T CLKV_STORAGE(Q_DTYPE)
 #define KV_T CLKV_STORAGE(KV_DTYPE)
