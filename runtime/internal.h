@@ -59,7 +59,11 @@ struct clkv_context {
      * cp.async copies of common.cl ask for, 0 none; passed to every build as -DCLKV_CP_L2.
      * Default 128: on the H100 bf16 decode at B 1/8 x 32K/128K ran 1.3-1.4 % faster than
      * without a hint (256: 1.0-2.3 %; window attention at 128K 1.4 %), the quantized
-     * decode unchanged (one run, 2026-11-25). */
+     * decode unchanged (one run, 2026-11-25). Re-checked on the H200 (2026-11-28, commit
+     * 0370c31, two alternations of 128 / 256 / none in one run, µs): decode B 8 128K
+     * 972.4-972.8 / 981.5-983.0 / 985.5-987.7, B 1 128K 131.6-132.0 / 132.3-133.2 /
+     * 133.0-134.3; DropKV call at 128K 340.3 / 341.9-343.6 / 345.2-345.6; 2-bit decode B 8
+     * 128K 305.6-306.4 / 308.1 / 306.6-308.4; LongFlow step (B 2, 32K) 77.2-77.7 either way. */
     int cp_l2;
 };
 
