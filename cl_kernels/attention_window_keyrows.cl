@@ -84,9 +84,9 @@
  *     The warps still share nothing (a warp's stages are its own: bar.warp.sync, no
  *     barriers). H200, bf16 Hq 32 / Hkv 8, D 128, 2026-11-28, `clkv bench attention-decode
  *     --iters 50 --repeats 5`, alternating in one run (µs, V in registers -> VASYNC 2):
- *     B 8 128K 977.2-977.9 -> 971.0-972.2 (three runs), B 8 32K 252.4-253.3 -> 249.5-250.7,
+ *     B 8 128K 977.2-979.6 -> 971.0-975.0 (three runs), B 8 32K 252.4-253.3 -> 249.5-250.7,
  *     B 8 4K 40.2-40.3 -> 39.7, B 2 32K (LongFlow's bench) 71.2-71.4 -> 69.6-69.8; B 1
- *     32K / 128K within the spread (130.6-132.3 against 130.8-132.0 at 128K). 3 stages
+ *     32K / 128K within the spread (130.6-131.7 against 130.8-132.0 at 128K). 3 stages
  *     (209 KiB of local memory) were slower: B 8 128K 1050, B 1 128K 139. Not kept: with
  *     16 keys a warp (128 registers instead of 235) and two work-groups per compute unit
  *     (twice the splits), B 8 128K 977-981; 16 warps x 16 keys, B 8 128K 967-969 but B 1

@@ -137,15 +137,16 @@ clkv_status clkv_attention_decode_workspace_size(clkv_context *ctx,
  * key; its splits take interleaved key tiles (split s: tiles s, s + splits, ...), and where splits
  * x G <= 64 the last work-group of each (sequence, KV head) merges the splits (one launch; a small
  * context-owned counter buffer, allocated on first use, keeps the tickets). Above 4K tokens in all
- * (B x max_length), its lanes load the K/V bytes their tensor-core fragments need straight into
- * registers (8 warps per work-group, no local-memory staging); shorter caches stage K/V through
- * local memory with cp.async. The order in which keys are combined differs between these forms, so
- * results may differ in the last bits (within the tolerances). In the environment (read once per
- * process): CLKV_DECODE_KEYROWS=0 keeps the 16-row form, CLKV_DECODE_FUSED_MERGE=0 the separate
- * merge kernel, CLKV_DECODE_INTERLEAVE=0 contiguous key ranges per split, CLKV_DECODE_DIRECT=0 the
- * local-memory staging at every length (CLKV_DECODE_DIRECT_WARPS=4|16 other work-groups),
- * CLKV_DECODE_PREFETCH=0 the register-load form without requesting the next key tile's K
- * while the current tile is computed.
+ * (B x max_length), its lanes load the K bytes their tensor-core fragments need straight into
+ * registers and each warp copies its V rows one tile ahead into local stages of its own (8 warps
+ * per work-group, no barriers in the key loop); shorter caches stage K/V through local memory
+ * with cp.async shared by the work-group. The order in which keys are combined differs between
+ * these forms, so results may differ in the last bits (within the tolerances). In the environment
+ * (read once per process): CLKV_DECODE_KEYROWS=0 keeps the 16-row form, CLKV_DECODE_FUSED_MERGE=0
+ * the separate merge kernel, CLKV_DECODE_INTERLEAVE=0 contiguous key ranges per split,
+ * CLKV_DECODE_DIRECT=0 the local-memory staging at every length (CLKV_DECODE_DIRECT_WARPS=4|16
+ * other work-groups), CLKV_DECODE_PREFETCH=0 the register-load form without requesting the next key
+ * tile's K while the current tile is computed, CLKV_DECODE_VASYNC=0 V loaded into registers like K.
  */
 typedef struct clkv_attention_window_args {
     clkv_tensor q;
