@@ -124,7 +124,12 @@ inline uint4 clkv_load_raw_aligned(__global const void *p, long byte_off) {
 
 /* 16 aligned bytes of a stream that is read once: on NVIDIA a load that does not allocate
  * in L1 and asks L2 for 256 bytes (score_window_mma.cl and pariskv_collide.cl have the
- * measurements); elsewhere a plain load. */
+ * measurements); elsewhere a plain load. Re-checked on the H200 (bf16 Hq 32 / Hkv 8, D 128,
+ * two alternations in one run each, 2026-11-28, µs; 256 bytes -> 128): decode B 8 128K
+ * 972.0-973.3 -> 969.5-970.3, B 1 128K 131.2-132.1 -> 131.0-131.6, KeyDiff at 128K
+ * 164.0-164.3 -> 161.8-163.3, but SnapKV 85.9-86.2 -> 86.9-87.3 and the DropKV call, AnDPro,
+ * KNorm and pkv_collide within the spread: not a change. Without a prefetch size decode took
+ * 3 % longer (B 8 128K 999-1000); ld.global.nc measured as the plain load. */
 inline uint4 clkv_load_stream16(__global const void *p, long byte_off) {
 #ifdef CLKV_NVIDIA_PTX
     uint4 r;
