@@ -17,7 +17,7 @@
  *
  * Build options (set by host/attention_window.c, only where CLKV_NVIDIA_PTX is defined):
  *   Q_DTYPE, KV_DTYPE, O_DTYPE  dtype codes; q and K/V both f16 or both bf16
- *   HEAD_DIM                    D (64, 128)
+ *   HEAD_DIM                    D (64, 128; 256 in the DIRECT form with VASYNC and KW 16)
  *   KW                          keys per warp per tile (16, 32); a tile has KT = NW KW keys
  *   NSTG                        K/V tiles in flight (cp.async stages)
  *   KV_ALIGNED                  1: every K/V row starts 16-byte aligned (cp.async);
@@ -93,7 +93,12 @@
  *     128K 132-132.5; 4 warps, twice the splits, B 8 128K 1041. The LongFlow step
  *     (4 warps, two work-groups per unit; V's new-token row patched and masked rows zeroed
  *     in the stage) was slower with it: B 2, S 32K, per-layer 77.4-77.9 -> 78.2-78.6 µs (at
- *     S 1024 13.4-13.7 -> 12.7-12.9), and with 8 warps and 8 splits 78.3-78.9 either way. */
+ *     S 1024 13.4-13.7 -> 12.7-12.9), and with 8 warps and 8 splits 78.3-78.9 either way.
+ *   D 256 runs only in this form, 16 keys a warp (254 registers a lane, no spills; ptxas
+ *     via tools/profile/cuda_replay). H200, bf16 Hq 32 / Hkv 8, two alternations in one run
+ *     against the 16-row kernel (attention_window_mma.cl, CLKV_DECODE_KEYROWS=0), µs: B 1
+ *     32K / 128K 71.5-71.6 / 251.1-251.2 against 78.8-79.0 / 267.5-267.9, B 8 490.7-491.6 /
+ *     1934.2-1936.0 against 519.1-519.2 / 1999.4-2006.6 (83-98 % of the read bandwidth). */
 
 #define Q_T CLKV_STORAGE(Q_DTYPE)
 #define KV_T CLKV_STORAGE(KV_DTYPE)
@@ -120,7 +125,7 @@
 #define CLD (HEAD_DIM + 4)  /* f32 row of the combine area (conflict-free stores) */
 #define UNROLL _Pragma("unroll")
 
-#if (KW != 16 && KW != 32) || (HEAD_DIM != 64 && HEAD_DIM != 128)
+#if (KW != 16 && KW != 32) || (HEAD_DIM != 64 && HEAD_DIM != 128 && HEAD_DIM != 256)
 #error "attention_window_keyrows: inconsistent tile parameters"
 #endif
 #if Q_DTYPE != KV_DTYPE || KV_DTYPE == CLKV_DT_F32 || !defined(CLKV_NVIDIA_PTX)
@@ -149,6 +154,11 @@
 #endif
 #if VASYNC && (!DIRECT || !KV_ALIGNED || LONGFLOW || VASYNC > 3)
 #error "attention_window_keyrows: VASYNC needs DIRECT and KV_ALIGNED, not LONGFLOW, 2-3 stages"
+#endif
+/* D 256 only in the DIRECT form with V in local stages and 16 keys a warp: K's registers
+ * (64 a lane) next to the 64 accumulators and the 32 of q */
+#if HEAD_DIM == 256 && (!VASYNC || KW != 16)
+#error "attention_window_keyrows: D 256 needs VASYNC and 16 keys a warp"
 #endif
 /* VASYNC local memory: per warp, VASYNC stages of KW padded V rows; after the key loop the
  * same memory is the combine area */

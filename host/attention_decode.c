@@ -199,10 +199,13 @@ static clkv_status check_common(clkv_context *ctx, const clkv_attention_decode_a
  * D 128, B 1-8, L 32K-128K, 2026-11-22), so decode is routed there. Not for per-head lengths
  * [B, Hkv], a forced split count or, at D 256, B * max_length < 8K tokens (below: these stay
  * on this file's kernel; CLKV_DECODE_MMA=1 routes the last case too), nor with
- * CLKV_DECODE_MMA=0. Fills `w` and returns 1 when routed. D 256 has no keyrows kernel;
+ * CLKV_DECODE_MMA=0. Fills `w` and returns 1 when routed. D 256 had no keyrows kernel then;
  * its 16-row window kernel against this file's (H200, bf16 Hq 32 / Hkv 8, 2026-11-28): B 1
  * 32K / 128K 79.5 / 268.6 against 90.0 / 321.5 us, B 8 520.8 / 2015.2 against 657.0 /
- * 2595.2 us (88-94 % of the read bandwidth at 128K against 73-74 %). */
+ * 2595.2 us (88-94 % of the read bandwidth at 128K against 73-74 %). Since 2026-11-28
+ * (session 31) the keyrows kernel's DIRECT form serves D 256 above 4K tokens in all: B 1
+ * 32K / 128K 71.5 / 251.1, B 8 491 / 1935 us (83-98 %); the 8K routing bound below was
+ * measured before it. */
 static int route_to_window(clkv_context *ctx, const clkv_attention_decode_args *a,
                            clkv_attention_window_args *w) {
     if (!ctx->info.nvidia_ptx || ctx->decode_tuning.tensor_cores == 0 || a->num_splits != 0 ||

@@ -267,26 +267,28 @@ static int vasync_env(void) {
     return cached;
 }
 
-/* The keyrows kernel's DIRECT form: nwk warps of 32 keys (16 with CLKV_WINDOW_FA_KW = 16),
- * each with its V stages (VASYNC, where rows are 16-byte aligned and they fit the device),
- * whose memory is then the f32 combine area of nwk x 8 queries x (D + 4). Leaves p as it
- * is and returns 0 where the device cannot run it (the cp.async form is planned instead). */
+/* The keyrows kernel's DIRECT form: nwk warps of 32 keys (16 with CLKV_WINDOW_FA_KW = 16,
+ * and at D 256), each with its V stages (VASYNC, where rows are 16-byte aligned and they fit
+ * the device; D 256 runs only with them), whose memory is then the f32 combine area of nwk
+ * x 8 queries x (D + 4). Leaves p as it is and returns 0 where the device cannot run it (the
+ * cp.async form is planned instead, or at D 256 the 16-row kernel). */
 static int plan_direct(clkv_context *ctx, window_plan *p, int nwk, int kw_env) {
+    const int kw = kw_env == 16 || p->D == 256 ? 16 : 32;
     const size_t combine = (size_t)nwk * KEYROWS_QN * (size_t)(p->D + 4) * 4;
     const size_t ml = (size_t)nwk * KEYROWS_QN * 2 * 4;
     int vasync = p->fa_aligned ? vasync_env() : 0;
-    const size_t vstage = (size_t)nwk * (kw_env == 16 ? 16 : 32) * (size_t)(p->D + 8) * 2;
+    const size_t vstage = (size_t)nwk * (size_t)kw * (size_t)(p->D + 8) * 2;
     if (vasync && vasync * vstage + ml > ctx->info.static_local_mem_bytes)
         vasync = 0;
     const size_t vstages = (size_t)vasync * vstage;
     const size_t local = (vstages > combine ? vstages : combine) + ml;
     if ((size_t)(32 * nwk) > ctx->info.max_work_group_size ||
-        local > ctx->info.static_local_mem_bytes)
+        local > ctx->info.static_local_mem_bytes || (p->D == 256 && !vasync))
         return 0;
     p->direct = 1;
     p->fa_nwk = nwk;
     p->fa_wg = 32 * nwk;
-    p->fa_kw = kw_env == 16 ? 16 : 32;
+    p->fa_kw = kw;
     p->fa_nstg = 1;
     p->vasync = vasync;
     p->fa_local = local;
@@ -295,13 +297,26 @@ static int plan_direct(clkv_context *ctx, window_plan *p, int nwk, int kw_env) {
 
 static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, window_plan *p) {
     const int64_t rows = p->G * p->T;
-    /* the keyrows (decode) kernel serves D 64 / 128 only */
-    p->keyrows = p->T == 1 && p->G <= KEYROWS_QN && p->D != 256 && keyrows_env();
+    p->fa_aligned = clkv__rows_aligned(&a->k, 8) && clkv__rows_aligned(&a->v, 8);
+    /* tuning overrides (keys per warp 16 | 32 | 64, stages 2..8); ignored when invalid */
+    static int kw_cached = INT_MIN, st_cached = INT_MIN;
+    const int kw_env = env_int_once(&kw_cached, "CLKV_WINDOW_FA_KW"),
+              st_env = env_int_once(&st_cached, "CLKV_WINDOW_FA_STAGES");
+    /* The keyrows (decode) kernel. Its DIRECT form (D 64, 128, 256) for caches of more than
+     * 4K tokens in all; at most 4K keep the cp.async form (D 64 / 128; launch-bound, its
+     * 4-warp work-groups finish sooner: H100, B 1 4K: 10.5-10.7 us against 12.3-12.7
+     * DIRECT). D 256 elsewhere runs the 16-row kernel. */
+    const int decode = p->T == 1 && p->G <= KEYROWS_QN && keyrows_env();
+    const int nwd = decode && p->B * (int64_t)p->max_len > 4096 ? direct_warps() : 0;
+    p->keyrows = decode;
+    p->fa_qt = KEYROWS_QN;
+    if (nwd && plan_direct(ctx, p, nwd, kw_env))
+        return 1;
+    p->keyrows = decode && p->D != 256;
     p->fa_qt = p->keyrows ? KEYROWS_QN : rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
     p->fa_nwk = p->keyrows ? 4 : 4 / (p->fa_qt / 16);
     p->fa_kw = 64 / p->fa_nwk;
     p->fa_wg = WG;
-    p->fa_aligned = clkv__rows_aligned(&a->k, 8) && clkv__rows_aligned(&a->v, 8);
     /* Decode-like shapes (one 16-row block) with at least half a wave of row blocks: 32 keys
      * per warp in 2 stages (H200, T = 1, B 8, L 128K: 1022 us against 1098 us with 16 keys
      * in 3 stages; fewer row blocks, where each work-group owns a compute unit, keep 16
@@ -314,15 +329,6 @@ static int plan_fa(clkv_context *ctx, const clkv_attention_window_args *a, windo
     const int wide = p->fa_nwk == 4 && units * 2 > (int64_t)ctx->info.compute_units;
     if (wide)
         p->fa_kw = 32;
-    /* tuning overrides (keys per warp 16 | 32 | 64, stages 2..8); ignored when invalid */
-    static int kw_cached = INT_MIN, st_cached = INT_MIN;
-    const int kw_env = env_int_once(&kw_cached, "CLKV_WINDOW_FA_KW"),
-              st_env = env_int_once(&st_cached, "CLKV_WINDOW_FA_STAGES");
-    /* caches of at most 4K tokens in all keep the cp.async form: launch-bound, its 4-warp
-     * work-groups finish sooner (H100, B 1 4K: 10.5-10.7 us against 12.3-12.7 DIRECT) */
-    const int nwd = p->keyrows && p->B * (int64_t)p->max_len > 4096 ? direct_warps() : 0;
-    if (nwd && plan_direct(ctx, p, nwd, kw_env))
-        return 1;
     /* D 256: 128 accumulators a lane, so at most 32 keys per warp (16 where warps share a
      * row block), 2 stages, and the q fragments in local memory (the kernel's Q_LOCAL; 252
      * registers, no spills). H200, bf16 Hq 32 / Hkv 8, T 8, 16K / 128K keys (2026-11-28):

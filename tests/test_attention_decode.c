@@ -125,8 +125,9 @@ static const dcase g_cases[] = {
      F32, TU_NHD, 0, 1, {9000, 3}, -1, 0.0f, 0, OFF_ODD, DATA_RANDOM, TAIL_NAN},
     {"l3_dominant_d128_f16_h8x8_b2_len12000_9000", 2, 8, 8, 128, 12000, F16, F16, F16, TU_HND, 1,
      1, {12000, 9000}, -1, 0.0f, 0, OFF_NONE, DATA_DOMINANT, TAIL_GARBAGE},
-    /* D 256 with 16-bit K/V: on NVIDIA the window operator's 16-row kernel (no keyrows
-     * kernel at D 256), plain loads at odd offsets and NaN past the lengths */
+    /* D 256 with 16-bit K/V: on NVIDIA the window operator's keyrows kernel (DIRECT form,
+     * V through local stages) where rows are 16-byte aligned, else its 16-row kernel (the
+     * odd offsets of l4), and NaN past the lengths */
     {"l4_d256_bf16_h16x4_b2_len9000_4100_odd_outf32_nan_tail", 2, 16, 4, 256, 9000, BF16, BF16,
      F32, TU_HND, 1, 1, {9000, 4100}, -1, 0.0f, 0, OFF_ODD, DATA_RANDOM, TAIL_NAN},
     {"l5_d256_f16_h32x8_len16500_nhd", 1, 32, 8, 256, 16500, F16, F16, F16, TU_NHD, 1, 1,
