@@ -132,6 +132,11 @@ static const dcase g_cases[] = {
      F32, TU_HND, 1, 1, {9000, 4100}, -1, 0.0f, 0, OFF_ODD, DATA_RANDOM, TAIL_NAN},
     {"l5_d256_f16_h32x8_len16500_nhd", 1, 32, 8, 256, 16500, F16, F16, F16, TU_NHD, 1, 1,
      {16500}, -1, 0.0f, 0, OFF_NONE, DATA_RANDOM, TAIL_GARBAGE},
+    /* the same at G 8 (a full mma N dimension) with NaN past the lengths, and at G 1 */
+    {"l6_d256_bf16_h16x2_b2_len8300_5000_aligned_nan_tail", 2, 16, 2, 256, 8300, BF16, BF16,
+     BF16, TU_HND, 1, 1, {8300, 5000}, -1, 0.0f, 0, OFF_ALIGNED, DATA_RANDOM, TAIL_NAN},
+    {"l7_d256_f16_h8x8_len8193_outf32", 1, 8, 8, 256, 8193, F16, F16, F32, TU_HND, 0, 1,
+     {8193}, -1, 0.0f, 0, OFF_NONE, DATA_RANDOM, TAIL_GARBAGE},
     /* ---- edge numerics ---- */
     {"e1_equal_keys_d128_f32_h32x8_len1000_split7", 1, 32, 8, 128, 1000, F32, F32, F32, TU_HND,
      1, 1, {1000}, -1, 0.0f, 7, OFF_NONE, DATA_EQUAL_KEYS, TAIL_GARBAGE},
