@@ -795,7 +795,7 @@ score_window_mma(__global const Q_T *q, long q_off, long q_sb, long q_sh, long q
 #endif
                 UNROLL
                 for (int i = 0; i < 4; i++) {
-#if METHOD == M_DIFFKV && HALF_HEADS
+#if HALF_HEADS
                     if ((i & 1) == 0) { /* rows g (i < 2), then rows g + 8: each in one head */
                         const int hh = (r0 + rl + 4 * i) / DIFFKV_WP;
                         if (hh != cur_h) {

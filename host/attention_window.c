@@ -257,12 +257,13 @@ static int prefetch_env(void) {
 }
 
 /* CLKV_DECODE_VASYNC (read once per process): V stages per warp of the DIRECT form (kernel
- * -DVASYNC, measured there): unset = 2, "0" = none (V straight into registers), "3" = 3. */
+ * -DVASYNC, measured there): 2 unless the variable starts with '0' (none: V straight into
+ * registers, as env_on_once reads a switch) or is "3". */
 static int vasync_env(void) {
     static int cached = INT_MIN;
     if (cached == INT_MIN) {
         const char *e = getenv("CLKV_DECODE_VASYNC");
-        cached = !e || !*e ? 2 : atoi(e) == 3 ? 3 : atoi(e) == 0 ? 0 : 2;
+        cached = e && e[0] == '0' ? 0 : e && atoi(e) == 3 ? 3 : 2;
     }
     return cached;
 }
