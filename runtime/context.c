@@ -68,6 +68,8 @@ static clkv_context *context_alloc(void) {
     configure_cache(ctx);
     read_decode_tuning(&ctx->decode_tuning);
     ctx->cp_l2 = clkv__env_int("CLKV_CP_L2", 128);
+    const char *opts = getenv("CLKV_BUILD_OPTIONS");
+    snprintf(ctx->build_options, sizeof ctx->build_options, "%s", opts ? opts : "");
     return ctx;
 }
 

@@ -54,6 +54,9 @@ struct clkv_context {
     size_t counters_count;
 
     int log_enabled;
+    /* CLKV_BUILD_OPTIONS at creation (kernel development: e.g. -cl-nv-verbose), appended to
+     * every build's options and so part of both cache keys; "" when unset */
+    char build_options[256];
     clkv_decode_tuning decode_tuning;
     /* CLKV_CP_L2 (NVIDIA): L2 prefetch size in bytes (64 | 128 | 256) that the 16-byte
      * cp.async copies of common.cl ask for, 0 none; passed to every build as -DCLKV_CP_L2.

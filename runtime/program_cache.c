@@ -80,6 +80,8 @@ static void options_string(const clkv_context *ctx, const clkv_defs *defs, char 
     size_t len = (size_t)snprintf(out, OPTIONS_MAX, "-cl-std=CL1.2");
     for (int i = 0; i < n; i++)
         len += (size_t)snprintf(out + len, OPTIONS_MAX - len, " -D%s", items[i]);
+    if (ctx->build_options[0] && len < OPTIONS_MAX)
+        snprintf(out + len, OPTIONS_MAX - len, " %s", ctx->build_options);
 }
 
 /* ---- sources and keys ---- */
@@ -294,6 +296,22 @@ static clkv_status keep_build_log(clkv_context *ctx, cl_program program) {
     return CLKV_OK;
 }
 
+/* Logs a successful build's (non-empty) log; ctx->build_log keeps the last failed one. */
+static void log_build_log(clkv_context *ctx, cl_program program, const char *file) {
+    size_t n = 0;
+    if (clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &n) !=
+            CL_SUCCESS ||
+        n < 2)
+        return;
+    char *log = malloc(n + 1);
+    if (log && clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, n, log, NULL) ==
+                   CL_SUCCESS) {
+        log[n] = '\0';
+        clkv__log(ctx, "build log of %s:\n%s", file, log);
+    }
+    free(log);
+}
+
 static cl_program build_from_binary(clkv_context *ctx, const unsigned char *bin, size_t size,
                                     const char *options) {
     cl_int err, bin_status;
@@ -327,6 +345,8 @@ static clkv_status build_from_source(clkv_context *ctx, const char *file, const 
                           "clkv_last_build_log)",
                           file, options, clkv_status_string(err));
     }
+    if (ctx->log_enabled) /* e.g. ptxas's register counts with -cl-nv-verbose */
+        log_build_log(ctx, p, file);
     *out = p;
     return CLKV_OK;
 }

@@ -256,6 +256,46 @@ static void test_build_failure_keeps_log(void **state) {
     clkv_context_destroy(ctx);
 }
 
+/* CLKV_BUILD_OPTIONS (read when a context is created) reaches the compiler and the cache
+ * key: a program built with it is another entry (another disk path), and an option the
+ * compiler rejects is an error status, not a crash. */
+static void test_build_options_env(void **state) {
+    (void)state;
+    kernel_dir_with("extra.cl", "#ifndef CLKV_EXTRA_PROBE\n#error \"no CLKV_EXTRA_PROBE\"\n"
+                                "#endif\n__kernel void extra(__global int *x) { x[0] = "
+                                "CLKV_EXTRA_PROBE; }\n");
+    setenv("CLKV_CACHE", "0", 1);
+    const char *opts[3] = {NULL, "-DCLKV_EXTRA_PROBE=7", "-clkv-no-such-option"};
+    for (int i = 0; i < 3; i++) {
+        if (opts[i])
+            setenv("CLKV_BUILD_OPTIONS", opts[i], 1);
+        clkv_context *ctx = tu_context_create();
+        unsetenv("CLKV_BUILD_OPTIONS");
+        cl_kernel k = NULL;
+        const clkv_status st = clkv__get_kernel(ctx, "extra.cl", NULL, "extra", &k);
+        if (i == 1)
+            TU_CHECK_OK(ctx, st);
+        else
+            assert_int_not_equal(st, CLKV_OK);
+        if (i == 0)
+            assert_non_null(strstr(clkv_last_build_log(ctx), "no CLKV_EXTRA_PROBE"));
+        clkv_context_destroy(ctx);
+    }
+    unsetenv("CLKV_KERNEL_DIR");
+    unsetenv("CLKV_CACHE");
+
+    char p0[1024], p1[1024];
+    clkv_context *c0 = context_with_cache("opts");
+    probe_path(c0, 9, p0, sizeof p0);
+    clkv_context_destroy(c0);
+    setenv("CLKV_BUILD_OPTIONS", "-DCLKV_EXTRA_PROBE=1", 1);
+    clkv_context *c1 = context_with_cache("opts");
+    unsetenv("CLKV_BUILD_OPTIONS");
+    probe_path(c1, 9, p1, sizeof p1);
+    clkv_context_destroy(c1);
+    assert_string_not_equal(p0, p1);
+}
+
 /* `#include "fragment.cl"` lines of a kernel file are replaced by the fragment before the
  * build (one level); a missing fragment or a nested include is a source error naming the
  * files. */
@@ -408,6 +448,7 @@ int main(void) {
         cmocka_unit_test(test_disk_cache_off),
         cmocka_unit_test(test_disk_cache_platform_default),
         cmocka_unit_test(test_build_failure_keeps_log),
+        cmocka_unit_test(test_build_options_env),
         cmocka_unit_test(test_include_fragments),
         cmocka_unit_test(test_shipped_includes),
         cmocka_unit_test(test_local_memory_budget),
