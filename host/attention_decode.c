@@ -204,8 +204,13 @@ static clkv_status check_common(clkv_context *ctx, const clkv_attention_decode_a
  * 32K / 128K 79.5 / 268.6 against 90.0 / 321.5 us, B 8 520.8 / 2015.2 against 657.0 /
  * 2595.2 us (88-94 % of the read bandwidth at 128K against 73-74 %). Since 2026-11-28
  * (session 31) the keyrows kernel's DIRECT form serves D 256 above 4K tokens in all: B 1
- * 32K / 128K 71.5 / 251.1, B 8 491 / 1935 us (83-98 %); the 8K routing bound below was
- * measured before it. */
+ * 32K / 128K 71.5 / 251.1, B 8 491 / 1935 us (83-98 %). Those calls route whatever their
+ * size (kind 2 below); the 8K bound now holds only where the window operator would run its
+ * 16-row kernel (4K tokens or fewer in all, rows not 16-byte aligned). Re-measured
+ * 2026-11-28 (session 32), keyrows against this file's kernel (CLKV_DECODE_MMA=0): B 1
+ * 4608 / 6144 tokens 16.6 / 18.6 against 23.9 / 31.3 us, B 2 2560 / 3072 17.7 / 18.7
+ * against 32.2 / 38.4; CLKV_DECODE_MMA=1 changed nothing there (B 1 4608-12288, B 2
+ * 2560-4096 within 0.3 us). */
 static int route_to_window(clkv_context *ctx, const clkv_attention_decode_args *a,
                            clkv_attention_window_args *w) {
     if (!ctx->info.nvidia_ptx || ctx->decode_tuning.tensor_cores == 0 || a->num_splits != 0 ||

@@ -72,7 +72,16 @@ static const mma_knobs *knobs(void) {
  * 4, B 1 128K 73.4 / 74.9 against 72.3 / 71.9 us, B 8 32K 135.3 / 134.9 against 147.4 /
  * 148.6, B 8 128K 443.3 / 443.3 against 442.9 / 445.6; 2-bit with 3 against 4, B 1 128K
  * 56.2 / 57.0 against 56.5 / 57.0, B 8 32K 97.4 / 98.9 against 98.8 / 99.4, B 8 128K 333.4
- * / 335.5 against 329.0 / 328.6). */
+ * / 335.5 against 329.0 / 328.6). On the H200 (2026-11-28, session 32; ptxas through
+ * CLKV_BUILD_OPTIONS=-cl-nv-verbose) the 4-bit kernel with 3 stages takes 128 registers and
+ * 46.7 KB of local memory (4 work-groups a unit), with 2 stages 96 registers and 35.3 KB (5),
+ * yet the extra resident warps did not help: B 1 128K 60.6-61.6 us with 3 stages against
+ * 63.6-64.0 with 2 (automatic splits), and forced 320 / 384 / 448 splits (enough for the
+ * fifth work-group) 65.9-71.2 against 67.8-69.6; B 8 128K 371-374 against 383-385 (two
+ * rounds; -cl-nv-maxrregcount=96 left the 3-stage kernel at 128 registers and its times
+ * unchanged). The 2-bit kernel with 320 or 384 splits: 56.2-58.4 us against 51.3-51.9
+ * automatic. So the quantized decode at B 1 is bound by each warp's tile latency, not by
+ * the resident warps. */
 static int mma_stages(const clkv_quant_cache *c) {
     if (knobs()->stages > 0)
         return knobs()->stages;
