@@ -416,8 +416,10 @@ attention_window_partial(__global const Q_T *q, __global const KV_T *k, __global
      * 32K 40.3-40.5 either way. Slower: also the next tile's V after O^T (B 8 128K 1048-1050;
      * a first form of it compiled to 255 registers), or its first 16 keys' V (1040), or
      * either at 16 keys a warp (1011 / 1065); at 16 keys a warp a register cap
-     * (-cl-nv-maxrregcount 128, meant to fit two work-groups per compute unit; not checked)
-     * changed nothing (1041.5 against 1041.1-1043.2). docs/performance.md has the sweep. */
+     * (-cl-nv-maxrregcount 128, meant to fit two work-groups per compute unit) changed
+     * nothing (1041.5 against 1041.1-1043.2): the driver ignores that option for kernels with
+     * reqd_work_group_size, as this one has (ptxas counts, session 32, host/score.c).
+     * docs/performance.md has the sweep. */
     uint4 kr[NMT][2][CH / 4];
 #if !VASYNC
     uint4 vr[NMT][4][HEAD_DIM / 64];

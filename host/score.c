@@ -308,8 +308,14 @@ static void plan_mma(clkv_context *ctx, const clkv_score_args *a, score_plan *p)
      * tiles 221 us; at 16K 4 tiles 45 us, 8 tiles 49 us. H100, same shape, DropKV scorer at 128K
      * (2026-11-27): 8 / 16 / 21 / 26 / 32 / 64 / 128 tiles 249-251 / 232 / 262-263 / 297-299 /
      * 220-223 / 258-260 / 410-413 us; with 21 or 26 tiles and a register cap (-cl-nv-maxrregcount
-     * 96, 80 or 72, so that more work-groups could be resident; not checked that the driver applied
-     * it) no better, at 32 tiles unchanged. */
+     * 96, 80 or 72, so that more work-groups could be resident) no better, at 32 tiles unchanged:
+     * the driver (580.159.04) ignores that option for kernels with reqd_work_group_size, as this
+     * one has (ptxas through CLKV_BUILD_OPTIONS=-cl-nv-verbose: 125 registers with any cap).
+     * Without the attribute (a CLKV_KERNEL_DIR copy) the cap applies and spills: H200, DropKV
+     * scorer alone at 128K, two rounds (2026-11-28, session 32), 125 registers and 32 tiles
+     * 163.4-164.0 us; 96 registers (140 bytes spilled) and 25 tiles (5 work-groups a unit)
+     * 213.7-215.0; 80 (368 bytes) and 21 tiles 306.9-309.6; 72 (480 bytes) and 18 tiles
+     * 347.9-348.5. */
     const int64_t tiles = (p->max_len + MMA_KT - 1) / MMA_KT;
     const int64_t wg_local = (int64_t)p->mma_rs * (per_row + (needs_a(p->method) ? 12 : 8)) + 1024;
     int64_t per_cu = (int64_t)ctx->info.static_local_mem_bytes / wg_local;

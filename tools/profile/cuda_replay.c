@@ -197,7 +197,10 @@ int main(int argc, char **argv) {
         return 1;
     /* the entry's parameters must match the captured arguments */
     int nparams = 0;
-    const char *entry = strstr(ptx, kname);
+    /* ".entry NAME(": a bare strstr could stop at a comment naming the kernel first */
+    char pat[300];
+    snprintf(pat, sizeof pat, ".entry %s(", kname);
+    const char *entry = strstr(ptx, pat);
     const char *lp = entry ? strchr(entry, '(') : NULL, *rp = lp ? strchr(lp, ')') : NULL;
     for (const char *c = lp; c && c < rp; c++)
         if (!strncmp(c, ".param", 6))
