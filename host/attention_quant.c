@@ -79,9 +79,9 @@ static const mma_knobs *knobs(void) {
  * 63.6-64.0 with 2 (automatic splits), and forced 320 / 384 / 448 splits (enough for the
  * fifth work-group) 65.9-71.2 against 67.8-69.6; B 8 128K 371-374 against 383-385 (two
  * rounds; -cl-nv-maxrregcount=96 left the 3-stage kernel at 128 registers and its times
- * unchanged: the driver ignores it for kernels with reqd_work_group_size). The 2-bit kernel with 320 or 384 splits: 56.2-58.4 us against 51.3-51.9
- * automatic. So the quantized decode at B 1 is bound by each warp's tile latency, not by
- * the resident warps. */
+ * unchanged: the driver ignores it for kernels with reqd_work_group_size). The 2-bit kernel with
+ * 320 or 384 splits: 56.2-58.4 us against 51.3-51.9 automatic. So the quantized decode at B 1 is
+ * bound by each warp's tile latency, not by the resident warps. */
 static int mma_stages(const clkv_quant_cache *c) {
     if (knobs()->stages > 0)
         return knobs()->stages;
