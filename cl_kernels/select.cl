@@ -951,15 +951,22 @@ inline void sel_write_range(__global const float *p, long start, long end, uint 
                             uint out, uint eq_before, __global int *dst, __local uint *s,
                             uint key_flip) {
     const uint lid = get_local_id(0);
-    for (long t0 = start; t0 < end; t0 += (long)SEL_WG * PER_ITEM) {
-        const long i0 = t0 + (long)lid * PER_ITEM;
+    /* 32-bit positions from start (a row has fewer than 2^31 keys; unsigned, so the last
+     * tile's end cannot overflow): select_write takes 58 registers instead of 65, so 4 of its
+     * 256-wide work-groups fit a compute unit, not 3. H200, DropKV / SnapKV at 128K keys (8
+     * rows of 64 chunks), two rounds: select_write 8.2-8.6 -> 7.4-7.8 us of device time; the
+     * whole calls within their spread (2026-11-28, session 32). */
+    __global const float *pr = p + start;
+    const uint len = end > start ? (uint)(end - start) : 0u, first = (uint)start;
+    for (uint t0 = 0u; t0 < len; t0 += SEL_WG * PER_ITEM) {
+        const uint i0 = t0 + lid * PER_ITEM;
         uint keys[PER_ITEM];
         uint gt = 0u, eq = 0u;
         for (int j = 0; j < PER_ITEM; j++) {
-            long i = i0 + j;
-            uint key = i < end ? sel_key(p[i], key_flip) : 0u;
+            const uint i = i0 + j;
+            const uint key = i < len ? sel_key(pr[i], key_flip) : 0u;
             keys[j] = key;
-            if (i < end) {
+            if (i < len) {
                 gt += key > T;
                 eq += key == T;
             }
@@ -971,8 +978,8 @@ inline void sel_write_range(__global const float *p, long start, long end, uint 
         uint eq_rank = eq_before + eq_ex;
         uint pos = out + gt_ex + (min(eq_rank, take) - min(eq_before, take));
         for (int j = 0; j < PER_ITEM; j++) {
-            long i = i0 + j;
-            if (i >= end)
+            const uint i = i0 + j;
+            if (i >= len)
                 break;
             uint key = keys[j];
             int sel = key > T;
@@ -981,7 +988,7 @@ inline void sel_write_range(__global const float *p, long start, long end, uint 
                 eq_rank++;
             }
             if (sel)
-                dst[pos++] = (int)i;
+                dst[pos++] = (int)(first + i);
         }
         uint tgt = tot & 0xffffu, teq = tot >> 16;
         out += tgt + (min(eq_before + teq, take) - min(eq_before, take));
