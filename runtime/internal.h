@@ -55,7 +55,8 @@ struct clkv_context {
 
     int log_enabled;
     /* CLKV_BUILD_OPTIONS at creation (kernel development: e.g. -cl-nv-verbose), appended to
-     * every build's options and so part of both cache keys; "" when unset */
+     * every build's options and so part of both cache keys; "" when unset or longer than
+     * 255 characters */
     char build_options[256];
     clkv_decode_tuning decode_tuning;
     /* CLKV_CP_L2 (NVIDIA): L2 prefetch size in bytes (64 | 128 | 256) that the 16-byte
