@@ -55,11 +55,11 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* "-cl-std=CL1.2 -DA=1 -DB=2 ..." with the caller's defines sorted, plus the context's,
- * written into `out` (on the caller's stack; only on a kernel-memo miss and for the
- * disk-cache path). */
+/* "-cl-std=CL1.2 -DA=1 -DB=2 ..." with the caller's defines sorted, plus the context's
+ * (its CLKV_BUILD_OPTIONS last), written into `out` (on the caller's stack; only on a
+ * kernel-memo miss and for the disk-cache path). */
 #define DEF_LEN 96 /* "NAME=VALUE" */
-#define OPTIONS_MAX (32 + (CLKV_DEFS_MAX + 4) * (DEF_LEN + 3))
+#define OPTIONS_MAX (32 + (CLKV_DEFS_MAX + 4) * (DEF_LEN + 3) + 256 /* CLKV_BUILD_OPTIONS */)
 
 static void options_string(const clkv_context *ctx, const clkv_defs *defs, char out[OPTIONS_MAX]) {
     char text[CLKV_DEFS_MAX][DEF_LEN];

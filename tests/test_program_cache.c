@@ -257,8 +257,9 @@ static void test_build_failure_keeps_log(void **state) {
 }
 
 /* CLKV_BUILD_OPTIONS (read when a context is created) reaches the compiler and the cache
- * key: a program built with it is another entry (another disk path), and an option the
- * compiler rejects is an error status, not a crash. */
+ * key: a program built with it is another entry (another disk path), an option the
+ * compiler rejects is an error status, not a crash, and a value longer than the context
+ * keeps is ignored whole. */
 static void test_build_options_env(void **state) {
     (void)state;
     kernel_dir_with("extra.cl", "#ifndef CLKV_EXTRA_PROBE\n#error \"no CLKV_EXTRA_PROBE\"\n"
