@@ -260,12 +260,10 @@ static int prefetch_env(void) {
  * -DVASYNC, measured there): 2 unless the variable starts with '0' (none: V straight into
  * registers, as env_on_once reads a switch) or is "3". */
 static int vasync_env(void) {
-    static int cached = INT_MIN;
-    if (cached == INT_MIN) {
-        const char *e = getenv("CLKV_DECODE_VASYNC");
-        cached = e && e[0] == '0' ? 0 : e && atoi(e) == 3 ? 3 : 2;
-    }
-    return cached;
+    static int on = -1, stages = INT_MIN;
+    if (!env_on_once(&on, "CLKV_DECODE_VASYNC"))
+        return 0;
+    return env_int_once(&stages, "CLKV_DECODE_VASYNC") == 3 ? 3 : 2;
 }
 
 /* The keyrows kernel's DIRECT form: nwk warps of 32 keys (16 with CLKV_WINDOW_FA_KW = 16,

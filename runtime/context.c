@@ -69,8 +69,9 @@ static clkv_context *context_alloc(void) {
     read_decode_tuning(&ctx->decode_tuning);
     ctx->cp_l2 = clkv__env_int("CLKV_CP_L2", 128);
     const char *opts = getenv("CLKV_BUILD_OPTIONS");
-    if (opts && strlen(opts) < sizeof ctx->build_options)
-        memcpy(ctx->build_options, opts, strlen(opts) + 1);
+    const size_t opts_len = opts ? strlen(opts) : 0;
+    if (opts && opts_len < sizeof ctx->build_options)
+        memcpy(ctx->build_options, opts, opts_len + 1);
     else if (opts) /* a cut option list would build with half an option: none instead */
         clkv__log(ctx, "CLKV_BUILD_OPTIONS ignored: longer than %zu characters",
                   sizeof ctx->build_options - 1);

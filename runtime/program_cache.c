@@ -281,35 +281,28 @@ static void disk_store(clkv_context *ctx, const char *path, const uint8_t key[32
 
 /* ---- building ---- */
 
-static clkv_status keep_build_log(clkv_context *ctx, cl_program program) {
+/* The program's build log as a malloc'd string ("" when the driver gives none), NULL when
+ * out of host memory. */
+static char *build_log_text(clkv_context *ctx, cl_program program) {
     size_t n = 0;
     clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
     char *log = malloc(n + 1);
     if (!log)
-        return CLKV_ERR_OUT_OF_HOST_MEMORY;
+        return NULL;
     if (clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, n, log, NULL) !=
         CL_SUCCESS)
         n = 0;
     log[n] = '\0';
+    return log;
+}
+
+static clkv_status keep_build_log(clkv_context *ctx, cl_program program) {
+    char *log = build_log_text(ctx, program);
+    if (!log)
+        return CLKV_ERR_OUT_OF_HOST_MEMORY;
     free(ctx->build_log);
     ctx->build_log = log;
     return CLKV_OK;
-}
-
-/* Logs a successful build's (non-empty) log; ctx->build_log keeps the last failed one. */
-static void log_build_log(clkv_context *ctx, cl_program program, const char *file) {
-    size_t n = 0;
-    if (clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &n) !=
-            CL_SUCCESS ||
-        n < 2)
-        return;
-    char *log = malloc(n + 1);
-    if (log && clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, n, log, NULL) ==
-                   CL_SUCCESS) {
-        log[n] = '\0';
-        clkv__log(ctx, "build log of %s:\n%s", file, log);
-    }
-    free(log);
 }
 
 static cl_program build_from_binary(clkv_context *ctx, const unsigned char *bin, size_t size,
@@ -345,8 +338,13 @@ static clkv_status build_from_source(clkv_context *ctx, const char *file, const 
                           "clkv_last_build_log)",
                           file, options, clkv_status_string(err));
     }
-    if (ctx->log_enabled) /* e.g. ptxas's register counts with -cl-nv-verbose */
-        log_build_log(ctx, p, file);
+    if (ctx->log_enabled) { /* e.g. ptxas's register counts with -cl-nv-verbose; ctx->build_log
+                             * keeps the last failed build's */
+        char *log = build_log_text(ctx, p);
+        if (log && log[0])
+            clkv__log(ctx, "build log of %s:\n%s", file, log);
+        free(log);
+    }
     *out = p;
     return CLKV_OK;
 }
